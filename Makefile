@@ -1,0 +1,42 @@
+# Two entry points on a fresh machine: `make reproduce` (the main job) and `make test`.
+# Both create .venv with pinned packages first (idempotent: a stamp file skips reinstalls).
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.monta-installed
+export DS_ACCELERATOR ?= cpu
+export DS_BUILD_OPS ?= 0
+export WANDB_MODE ?= offline
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup test test-fast reproduce bench-alltoall lint clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first and alone: pinning it stops later resolves from pulling CUDA wheels
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q tests -m "not slow"
+
+reproduce: setup
+	$(VENV)/bin/snakemake --cores 2 --profile profiles/local
+
+bench-alltoall: setup
+	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 4 --tp 4 --sizes 1M:8M:2 --variants legacy,deepspeed,monta --chunks 2,4
+
+lint: setup
+	$(VENV)/bin/snakemake --lint
+
+clean:
+	rm -rf results .snakemake

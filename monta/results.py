@@ -1,0 +1,140 @@
+"""The one result-record schema (measured, emulated and predicted numbers alike) and its writer.
+
+Records are JSON objects, one per line; files are written atomically so a failed run leaves
+either the previous file or the complete new one, never half a result.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "monta.record/1"
+SOURCES = ("measured", "emulated", "predicted")
+
+# Fields every record carries. ``params`` holds what identifies the point (size, variant,
+# chunks, tp, ...); ``metrics`` what was measured or predicted; ``config`` the full resolved
+# config of the run; ``env`` versions and hardware.
+REQUIRED = ("schema", "kind", "source", "experiment", "run_id", "timestamp", "params", "metrics", "config", "env")
+
+
+def make_record(*, kind: str, source: str, experiment: str, params: Mapping[str, Any],
+                metrics: Mapping[str, Any], config: Mapping[str, Any] | None = None,
+                env: Mapping[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
+    if source not in SOURCES:
+        raise ValueError(f"source={source!r}: must be one of {', '.join(SOURCES)}")
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "source": source,
+        "experiment": experiment,
+        "run_id": run_id or new_run_id(),
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "params": dict(params),
+        "metrics": dict(metrics),
+        "config": dict(config or {}),
+        "env": dict(env if env is not None else environment()),
+    }
+
+
+def validate_record(rec: Mapping[str, Any]) -> None:
+    missing = [k for k in REQUIRED if k not in rec]
+    if missing:
+        raise ValueError(f"record is missing {', '.join(missing)}")
+    if rec["schema"] != SCHEMA:
+        raise ValueError(f"record schema {rec['schema']!r} is not {SCHEMA!r}")
+    if rec["source"] not in SOURCES:
+        raise ValueError(f"record source {rec['source']!r} is not one of {SOURCES}")
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+_ENV_CACHE: dict[str, Any] | None = None
+
+
+def environment() -> dict[str, Any]:
+    """Versions and hardware, without importing torch/deepspeed if the caller has not."""
+    global _ENV_CACHE
+    if _ENV_CACHE is not None:
+        return dict(_ENV_CACHE)
+    import sys
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "git_commit": _git_commit(),
+        "monta": __import__("monta").__version__,
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["gpu"] = torch.cuda.get_device_name(0)
+            try:
+                env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            except Exception:  # noqa: BLE001 - NCCL may be absent from a CUDA build
+                env["nccl"] = None
+    ds = sys.modules.get("deepspeed")
+    if ds is not None:
+        env["deepspeed"] = ds.__version__
+    _ENV_CACHE = env
+    return dict(env)
+
+
+def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]], append: bool = False) -> Path:
+    """Write records as JSONL atomically (temp file + rename); ``append`` keeps existing lines."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = list(records)
+    for r in records:
+        validate_record(r)
+    existing = path.read_text() if append and path.exists() else ""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(existing)
+            for r in records:
+                f.write(json.dumps(r, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_records(*paths: str | os.PathLike) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        for n, line in enumerate(Path(p).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{n}: not a JSON record ({e.msg})") from None
+            validate_record(rec)
+            out.append(rec)
+    return out
