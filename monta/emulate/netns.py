@@ -1,0 +1,128 @@
+"""Builds the emulated network inside the outer namespace: one network namespace per node on a bridge.
+
+Runs only inside the launcher's private user+net+pid namespace (it is PID 1's job), so everything
+it creates dies with that namespace; nothing here ever runs in the host's network namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from monta.emulate.shaping import link_commands
+from monta.emulate.topology import Topology
+
+SUBNET = "198.18.0"  # RFC 2544 benchmarking range, only ever inside our namespaces
+NIC = "eth0"  # the node's NIC as its ranks see it (GLOO_SOCKET_IFNAME)
+BRIDGE = "br0"
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUTS = 0x04000000
+MAX_NODES = 250
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def node_addr(node: int) -> str:
+    return f"{SUBNET}.{node + 1}"
+
+
+def hostname(node: int) -> str:
+    return f"node{node}"
+
+
+@dataclass
+class Node:
+    """One emulated host: a holder process keeps its net+UTS namespaces alive; ranks join them."""
+
+    index: int
+    holder: subprocess.Popen
+    addr: str
+    peer: str  # the veth end on the bridge (outer namespace)
+
+    def ns_fds(self) -> list[tuple[int, int]]:
+        pid = self.holder.pid
+        return [(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY), CLONE_NEWNET),
+                (os.open(f"/proc/{pid}/ns/uts", os.O_RDONLY), CLONE_NEWUTS)]
+
+
+def enter(fds: list[tuple[int, int]]) -> None:
+    """setns() into each (fd, nstype); for preexec_fn (Python 3.11 has no os.setns)."""
+    for fd, nstype in fds:
+        if _libc.setns(fd, nstype) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({nstype:#x}): {os.strerror(err)}")
+
+
+def _run(cmd: list[str], node: Node | None = None) -> str:
+    if node is not None:
+        cmd = ["nsenter", "-t", str(node.holder.pid), "-n", "--"] + cmd
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"emulated network setup failed: {' '.join(cmd)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _start_holder(index: int) -> subprocess.Popen:
+    # sethostname runs in the fresh UTS namespace, then the holder just sleeps until killed.
+    code = (f"import socket,signal; socket.sethostname({hostname(index)!r}); "
+            "print('ok', flush=True); signal.pause()")
+    holder = subprocess.Popen(["unshare", "--net", "--uts", "--", sys.executable, "-c", code],
+                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    if holder.stdout.readline().strip() != "ok":
+        raise RuntimeError(f"could not create the namespace of node {index} (unshare --net --uts failed)")
+    return holder
+
+
+def build(nodes: int, topology: Topology) -> list[Node]:
+    """Create the bridge, one namespace + veth per node, addresses and the tc qdiscs."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValueError(f"nodes={nodes}: the emulated subnet holds 1..{MAX_NODES} nodes")
+    _run(["ip", "link", "set", "lo", "up"])
+    _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    _run(["ip", "link", "set", BRIDGE, "up"])
+    half_delay = topology.latency_us / 2
+    out: list[Node] = []
+    for k in range(nodes):
+        node = Node(index=k, holder=_start_holder(k), addr=node_addr(k), peer=f"veth{k}")
+        out.append(node)
+        _run(["ip", "link", "add", node.peer, "type", "veth", "peer", "name", NIC,
+              "netns", str(node.holder.pid)])
+        _run(["ip", "link", "set", node.peer, "master", BRIDGE])
+        _run(["ip", "link", "set", node.peer, "up"])
+        _run(["ip", "link", "set", "lo", "up"], node)
+        _run(["ip", "addr", "add", f"{node.addr}/24", "dev", NIC], node)
+        _run(["ip", "link", "set", NIC, "up"], node)
+        # Both directions of the NIC: node egress = its upload, bridge-side egress = its download.
+        try:
+            for cmd in link_commands(NIC, topology.inter_gbps, half_delay):
+                _run(cmd, node)
+            for cmd in link_commands(node.peer, topology.inter_gbps, half_delay):
+                _run(cmd)
+        except RuntimeError as e:
+            if "netem" in str(e) and "unknown" in str(e):
+                raise RuntimeError("--latency-us needs the netem qdisc (kernel module sch_netem), which this "
+                                   "kernel lacks; drop the latency or run on a kernel with sch_netem") from None
+            raise
+        for cmd in link_commands("lo", topology.intra_gbps):
+            _run(cmd, node)
+    return out
+
+
+def link_stats(node: Node) -> dict[str, dict[str, int]]:
+    """Bytes/packets through the node's NIC and loopback (shows where its traffic went)."""
+    links = json.loads(_run(["ip", "-s", "-j", "link", "show"], node))
+    out: dict[str, dict[str, int]] = {}
+    for link in links:
+        if link.get("ifname") in (NIC, "lo"):
+            st = link.get("stats64", {})
+            out[link["ifname"]] = {"tx_bytes": st.get("tx", {}).get("bytes", 0),
+                                   "rx_bytes": st.get("rx", {}).get("bytes", 0)}
+    return out
+
+
+def qdiscs(node: Node) -> list[dict]:
+    return json.loads(_run(["tc", "-s", "-j", "qdisc", "show"], node) or "[]")

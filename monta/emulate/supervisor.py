@@ -1,0 +1,185 @@
+"""PID 1 of an emulated cluster: builds the network, starts every rank, kills all when one fails.
+
+Run by the launcher as ``python -m monta.emulate.supervisor SPEC.json`` inside the outer
+namespaces (or as a plain child in the unshaped fallback); writes its outcome to ``result_path``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from monta.emulate.ranks import RankInfo, layout, rank_env
+from monta.emulate.topology import Topology
+
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.02
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the process that started it exits, however it exits."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def describe_exit(code: int) -> str:
+    return f"exited with signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}"
+
+
+class Supervisor:
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.nodes = int(spec["nodes"])
+        self.gpn = int(spec["gpus_per_node"])
+        self.topology = Topology(**spec["topology"])
+        self.emulated = spec["mode"] == "netns"
+        self.log_dir = Path(spec["log_dir"])
+        self.stop_reason: str | None = None
+        self.procs: dict[int, subprocess.Popen] = {}  # rank -> process
+        self.codes: dict[int, int] = {}  # rank -> exit code (negative: signal)
+        self.net_nodes: list = []
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
+
+    def run(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        result: dict[str, Any] = {"failure": None, "error": None}
+        t0 = time.monotonic()
+        try:
+            ranks = self._setup()
+            result["ranks"] = [r.to_dict() for r in ranks]
+            result["setup_s"] = round(time.monotonic() - t0, 3)
+            self._start(ranks)
+            result["failure"] = self._watch(ranks)
+            result["links"] = self._link_stats()
+        except Exception as e:  # setup errors: reported to the launcher as one line
+            result["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            self._kill_all()
+            result["returncodes"] = [self.codes.get(r) for r in range(self.nodes * self.gpn)]
+            result["elapsed_s"] = round(time.monotonic() - t0, 3)
+            tmp = Path(self.spec["result_path"] + ".tmp")
+            tmp.write_text(json.dumps(result))
+            tmp.replace(self.spec["result_path"])
+        return 0 if not (result["failure"] or result["error"]) else 1
+
+    # -- phases -----------------------------------------------------------------------------
+    def _setup(self) -> list[RankInfo]:
+        if not self.emulated:
+            return layout(self.nodes, self.gpn, ["127.0.0.1"] * self.nodes,
+                          [f"node{n}" for n in range(self.nodes)], "lo")
+        from monta.emulate import netns
+        self.net_nodes = netns.build(self.nodes, self.topology)
+        return layout(self.nodes, self.gpn, [n.addr for n in self.net_nodes],
+                      [netns.hostname(n.index) for n in self.net_nodes], netns.NIC)
+
+    def _start(self, ranks: list[RankInfo]) -> None:
+        base_env = dict(self.spec["env"])
+        node_addrs = [r.addr for r in ranks if r.local_rank == 0]
+        for info in ranks:
+            if self.stop_reason:
+                return
+            env = {**base_env, **rank_env(info, self.nodes, self.gpn, node_addrs,
+                                          int(self.spec["master_port"]), self.emulated)}
+            log = open(self.log_dir / f"rank{info.rank}.log", "wb")
+            fds = self.net_nodes[info.node].ns_fds() if self.emulated else []
+
+            def preexec(fds=fds) -> None:
+                die_with_parent()
+                if fds:
+                    from monta.emulate.netns import enter
+                    enter(fds)
+
+            self.procs[info.rank] = subprocess.Popen(
+                self.spec["argv"], env=env, stdin=subprocess.DEVNULL,
+                stdout=None if info.rank == 0 else log, stderr=log,
+                start_new_session=True, preexec_fn=preexec, pass_fds=[fd for fd, _ in fds])
+            log.close()
+            for fd, _ in fds:
+                os.close(fd)
+
+    def _watch(self, ranks: list[RankInfo]) -> dict[str, Any] | None:
+        timeout = self.spec.get("timeout_s")
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        by_pid = {p.pid: r for r, p in self.procs.items()}
+        while len(self.codes) < len(self.procs):
+            failed = self._reap(by_pid)
+            if failed:
+                # Several ranks can die in one poll (peers notice the culprit's closed sockets):
+                # blame a signal death first, then the lowest rank.
+                rank = min(failed, key=lambda r: (self.codes[r] >= 0, r))
+                info = ranks[rank]
+                others = [f"rank {r} {describe_exit(self.codes[r])}" for r in sorted(failed) if r != rank]
+                return {"kind": "rank", "rank": rank, "node": info.node, "returncode": self.codes[rank],
+                        "message": f"rank {rank} (node {info.node}) {describe_exit(self.codes[rank])}"
+                                   + (f"; also {', '.join(others)}" if others else ""),
+                        "log": str(self.log_dir / f"rank{rank}.log")}
+            if self.stop_reason:
+                return {"kind": "interrupted", "message": self.stop_reason}
+            if deadline is not None and time.monotonic() > deadline:
+                running = sorted(set(self.procs) - set(self.codes))
+                return {"kind": "timeout", "message": f"timed out after {timeout:g} s; ranks still running: "
+                                                      f"{', '.join(map(str, running))}"}
+            time.sleep(_POLL_S)
+        return None
+
+    def _reap(self, by_pid: dict[int, int]) -> list[int]:
+        """waitpid(-1) ourselves: as PID 1 we also reap orphans, which Popen.poll would not."""
+        failed = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return failed
+            if pid == 0:
+                return failed
+            rank = by_pid.get(pid)
+            if rank is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            self.codes[rank] = code
+            self.procs[rank].returncode = code
+            if code != 0:
+                failed.append(rank)
+
+    def _link_stats(self) -> dict[str, Any]:
+        if not self.emulated:
+            return {}
+        from monta.emulate import netns
+        return {str(n.index): netns.link_stats(n) for n in self.net_nodes}
+
+    def _kill_all(self) -> None:
+        for rank, proc in self.procs.items():
+            if rank not in self.codes:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5.0
+        by_pid = {p.pid: r for r, p in self.procs.items()}
+        while len(self.codes) < len(self.procs) and time.monotonic() < deadline:
+            self._reap(by_pid)
+            time.sleep(_POLL_S)
+        for n in self.net_nodes:
+            n.holder.kill()
+            n.holder.wait()
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    if spec["mode"] == "plain":
+        die_with_parent()
+    return Supervisor(spec).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
