@@ -1,0 +1,153 @@
+"""Collective costs (AllToAll flat/hierarchical, AllGather, ReduceScatter, AllReduce) on a group shape.
+
+Bus-bandwidth conventions follow nccl-tests; the inter-node share is the node's NIC bandwidth
+divided among every rank of the node that runs a same-shaped collective at the same time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monta.perfmodel.links import Cluster
+
+# Notation: S = bytes each rank sends in total (nccl-tests "size" for AllToAll), n = group size,
+# p = ranks of the group on each node it spans, m = n / p nodes spanned, c = ranks of one node
+# running a same-shaped collective concurrently (every rank of the node in SPMD code).
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """How a process group sits on the nodes: size, ranks per node, concurrent ranks per node."""
+
+    size: int
+    ranks_per_node: int
+    concurrent_per_node: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.ranks_per_node < 1 or self.size % self.ranks_per_node:
+            raise ValueError(f"group of {self.size} ranks cannot have {self.ranks_per_node} on each node")
+
+    @property
+    def nodes(self) -> int:
+        return self.size // self.ranks_per_node
+
+    @property
+    def link(self) -> str:
+        return "intra" if self.nodes == 1 else "inter"
+
+    @classmethod
+    def strided(cls, size: int, stride: int, gpus_per_node: int) -> "GroupShape":
+        """Ranks r, r+stride, ... (Megatron/DeepSpeed rank order): a node holds gpn/stride of them."""
+        per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
+        while size % per_node:  # a group that does not tile nodes evenly: be conservative
+            per_node -= 1
+        return cls(size, per_node, gpus_per_node)
+
+    @classmethod
+    def of_group(cls, group, layout) -> "GroupShape":
+        """From a ``monta.parallel.Group`` of a ``ParallelLayout`` (counts ranks on its first node)."""
+        first = layout.node_of(group.ranks[0])
+        per_node = sum(1 for r in group.ranks if layout.node_of(r) == first)
+        return cls(len(group.ranks), per_node, layout.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class CollTime:
+    """Predicted time of one collective and the bytes one rank sends over each link class."""
+
+    time_us: float
+    intra_us: float = 0.0
+    inter_us: float = 0.0
+    intra_bytes: float = 0.0
+    inter_bytes: float = 0.0
+
+    def __add__(self, o: "CollTime") -> "CollTime":
+        return CollTime(self.time_us + o.time_us, self.intra_us + o.intra_us, self.inter_us + o.inter_us,
+                        self.intra_bytes + o.intra_bytes, self.inter_bytes + o.inter_bytes)
+
+
+ZERO = CollTime(0.0)
+
+
+def _inter_us(cluster: Cluster, node_bytes: float, eff_size: float) -> float:
+    """Time for one node to push ``node_bytes`` through all its NICs."""
+    if node_bytes <= 0:
+        return 0.0
+    link = cluster.inter
+    return link.latency_us + link.transfer_us(node_bytes, eff_size) / cluster.nics_per_node
+
+
+def _intra_us(cluster: Cluster, rank_bytes: float, eff_size: float) -> float:
+    if rank_bytes <= 0:
+        return 0.0
+    return cluster.intra.latency_us + cluster.intra.transfer_us(rank_bytes, eff_size)
+
+
+def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = False) -> CollTime:
+    """AllToAll where each rank sends S bytes in total (S/n to every member, itself included)."""
+    n, p, c = g.size, g.ranks_per_node, g.concurrent_per_node
+    if n == 1 or S <= 0:
+        return ZERO
+    local = S * (p - 1) / n
+    remote = S * (n - p) / n
+    if not hierarchical or g.nodes == 1 or p == 1:
+        ti = _intra_us(cluster, local, S)
+        tn = _inter_us(cluster, remote * c, S)
+        return CollTime(max(ti, tn), ti, tn, local, remote)
+    # 2D (Tutel-style): regroup inside the node first so each rank sends one p-times larger
+    # message per remote node; the same NIC bytes, better efficiency, plus an extra NVLink phase.
+    shuffle = S * (p - 1) / p
+    ti = _intra_us(cluster, shuffle, S)
+    tn = _inter_us(cluster, remote * c, S * p)
+    return CollTime(ti + tn, ti, tn, shuffle, remote)
+
+
+def allgather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
+    """Ring AllGather of ``in_bytes`` per rank (output n x in_bytes); each rank forwards (n-1) x in."""
+    n, p, c = g.size, g.ranks_per_node, g.concurrent_per_node
+    if n == 1 or in_bytes <= 0:
+        return ZERO
+    sent = (n - 1) * in_bytes
+    size = n * in_bytes  # nccl-tests size of an AllGather is the output
+    m = g.nodes
+    ti = _intra_us(cluster, sent, size) if p > 1 else 0.0
+    # One ring edge per spanned node leaves the node; c/p rings pass through each node.
+    tn = _inter_us(cluster, sent * c / p, size) if m > 1 else 0.0
+    return CollTime(max(ti, tn), ti, tn, sent * (n - m) / n, sent * m / n if m > 1 else 0.0)
+
+
+def reducescatter(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
+    """Ring ReduceScatter of ``in_bytes`` per rank (output in_bytes / n): the mirror of AllGather."""
+    return allgather(in_bytes / g.size, g, cluster)
+
+
+def allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
+    """Ring AllReduce = ReduceScatter + AllGather; busbw = algbw x 2(n-1)/n."""
+    if g.size == 1 or S <= 0:
+        return ZERO
+    half = reducescatter(S, g, cluster)
+    return half + half
+
+
+def p2p(nbytes: float, link: str, cluster: Cluster, concurrent_per_node: int = 1) -> CollTime:
+    """One send between neighbours (pipeline stages, context-parallel ring)."""
+    if nbytes <= 0:
+        return ZERO
+    if link == "intra":
+        t = _intra_us(cluster, nbytes, nbytes)
+        return CollTime(t, t, 0.0, nbytes, 0.0)
+    t = _inter_us(cluster, nbytes * concurrent_per_node, nbytes)
+    return CollTime(t, 0.0, t, 0.0, nbytes)
+
+
+def algbw_GBps(size_bytes: float, time_us: float) -> float:
+    return size_bytes / (time_us * 1e3) if time_us > 0 else 0.0
+
+
+def busbw_GBps(kind: str, size_bytes: float, time_us: float, n: int) -> float:
+    """nccl-tests bus bandwidth: (n-1)/n for AllToAll/AllGather/ReduceScatter, 2(n-1)/n for AllReduce."""
+    factor = {"alltoall": (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n,
+              "allreduce": 2 * (n - 1) / n}.get(kind)
+    if factor is None:
+        raise ValueError(f"unknown collective {kind!r}")
+    return algbw_GBps(size_bytes, time_us) * factor

@@ -1,0 +1,54 @@
+"""Compute time of the MoE transformer's pieces: FLOPs / (peak x efficiency) per device preset.
+
+A measured GEMM throughput (``gemm_tflops`` in a link profile, or ``measured_tflops`` here) replaces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monta.perfmodel.links import Cluster
+from monta.perfmodel.models import ModelSpec
+
+# FLOPs count a multiply-add as 2. T = tokens one rank processes (micro-batch x sequence / CP).
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """Forward FLOPs of one transformer layer on one rank (already divided by TP)."""
+
+    attn_gemm: float  # QKV and output projections
+    attn_core: float  # softmax(QK^T)V, causal
+    gate: float
+    experts: float  # routed SwiGLU, capacity-factor padded
+    expert_act: float  # the part of ``experts`` before the down projection (recomputed by 'selective')
+
+    @property
+    def total(self) -> float:
+        return self.attn_gemm + self.attn_core + self.gate + self.experts
+
+
+def layer_flops(m: ModelSpec, tokens: int, seq: int, tp: int) -> LayerFlops:
+    h = m.hidden
+    attn_gemm = 2 * tokens * h * (h + 2 * m.kv_dim) + 2 * tokens * h * h
+    # Causal attention is 2 * seq^2 * h per sequence and layer (QK^T and AV, halved by the mask);
+    # a CP rank with tokens = mb * seq / cp owns mb/cp of it (load-balanced zigzag split assumed).
+    attn_core = 2.0 * seq * h * tokens
+    routed = m.capacity_factor * m.top_k * tokens  # expert slots a rank computes (E/EP experts x EP*C)
+    experts = 2 * 3 * h * m.ffn * routed
+    return LayerFlops(attn_gemm / tp, attn_core / tp, 2 * tokens * h * m.experts, experts / tp,
+                      experts * 2 / 3 / tp)
+
+
+def head_flops(m: ModelSpec, tokens: int, tp: int) -> float:
+    return 2 * tokens * m.hidden * m.vocab / tp
+
+
+def gemm_us(flops: float, cluster: Cluster, measured_tflops: float | None = None) -> float:
+    tflops = measured_tflops or cluster.peak_tflops * cluster.gemm_eff
+    return flops / (tflops * 1e6)  # TFLOP/s = 1e6 FLOP/us
+
+
+def attn_us(flops: float, cluster: Cluster, measured_tflops: float | None = None) -> float:
+    tflops = measured_tflops or cluster.peak_tflops * cluster.attn_eff
+    return flops / (tflops * 1e6)

@@ -1,0 +1,149 @@
+"""Token-exchange timelines for ``legacy``, ``deepspeed`` and ``monta(chunks)`` on a resource model.
+
+Resources are the inter-node link, the intra-node link and the copy engine; an operation starts when
+its dependencies are done and every resource it uses is free, so overlap happens only across links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from monta.perfmodel.collectives import CollTime, GroupShape, allgather, alltoall
+from monta.perfmodel.links import Cluster
+
+VARIANTS = ("legacy", "deepspeed", "monta")
+
+# Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
+# identical on every TP rank. legacy: every TP rank AllToAlls all S over the EP group (inter-node
+# bytes x TP). deepspeed: keep the own 1/TP capacity slice -> AllToAll(EP) -> AllGather(TP) ->
+# copy into place, sequentially. monta: the slice cut into `chunks` pieces, AllToAll(i+1) runs
+# while AllGather(i) and copy(i) run. Combine and both backward passes have the same shape.
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    start_us: float
+    end_us: float
+    resources: tuple[str, ...]
+
+
+class Timeline:
+    """List scheduling in issue order: an op starts after its deps and when its resources are free."""
+
+    def __init__(self) -> None:
+        self.free: dict[str, float] = {}
+        self.ops: list[Op] = []
+
+    def add(self, name: str, durations: dict[str, float], after: tuple[float, ...] = ()) -> float:
+        free = self.free
+        start = max(after) if after else 0.0
+        used = []
+        longest = 0.0
+        for r, d in durations.items():  # hot loop of the planner: kept plain on purpose
+            if d > 0:
+                used.append(r)
+                t = free.get(r, 0.0)
+                if t > start:
+                    start = t
+                if d > longest:
+                    longest = d
+        for r in used:
+            free[r] = start + durations[r]
+        end = start + longest
+        self.ops.append(Op(name, start, end, tuple(used)))
+        return end
+
+    @property
+    def makespan(self) -> float:
+        return max((o.end_us for o in self.ops), default=0.0)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One exchange (e.g. the forward dispatch) for one rank; bytes are what the rank sends."""
+
+    variant: str
+    chunks: int
+    total_us: float
+    a2a_us: float  # the AllToAll of this variant alone, unchunked
+    ag_us: float  # the AllGather alone, unchunked (0 for legacy)
+    copy_us: float
+    inter_bytes: float
+    intra_bytes: float
+    ops: tuple[Op, ...] = field(default=(), compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"variant": self.variant, "chunks": self.chunks, "time_us": self.total_us, "a2a_us": self.a2a_us,
+                "ag_us": self.ag_us, "copy_us": self.copy_us, "inter_bytes": self.inter_bytes,
+                "intra_bytes": self.intra_bytes}
+
+
+def _res(ct: CollTime) -> dict[str, float]:
+    return {"intra": ct.intra_us, "inter": ct.inter_us}
+
+
+@lru_cache(maxsize=65536)
+def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
+                    chunks: int = 1) -> Breakdown:
+    """Core of :func:`exchange_time` on group shapes (cached: the planner calls it thousands of times)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+    if not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
+    ntp = tp.size
+    copy_us = S / (cluster.copy_GBps * 1e3) if ntp > 1 else 0.0
+    tl = Timeline()
+    if variant == "legacy" or ntp == 1:
+        a2a = alltoall(S, ep, cluster)
+        tl.add("alltoall", _res(a2a))
+        return Breakdown(variant, 1, tl.makespan, a2a.time_us, 0.0, 0.0, a2a.inter_bytes, a2a.intra_bytes, tuple(tl.ops))
+    part = S / ntp
+    whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
+    k = 1 if variant == "deepspeed" else chunks
+    a2a, ag = alltoall(part / k, ep, cluster), allgather(part / k, tp, cluster)
+    prev_ag = 0.0
+    for i in range(k):
+        a_end = tl.add(f"alltoall[{i}]", _res(a2a))
+        prev_ag = tl.add(f"allgather[{i}]", _res(ag), after=(a_end, prev_ag))
+        tl.add(f"copy[{i}]", {"copy": copy_us / k}, after=(prev_ag,))
+    return Breakdown(variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us,
+                     k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes, tuple(tl.ops))
+
+
+def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:
+    """EP and TP group shapes of a ``monta.parallel.ParallelLayout`` (rank 0's groups; layouts are symmetric)."""
+    return (GroupShape.of_group(layout.group_of("ep", 0), layout),
+            GroupShape.of_group(layout.group_of("tp", 0), layout))
+
+
+def exchange_time(variant: str, bytes_per_rank: float, layout, cluster: Cluster | str | None = None,
+                  chunks: int | str = 1) -> Breakdown:
+    """Predicted time and bytes of one token exchange (dispatch or combine) of ``bytes_per_rank``.
+
+    ``chunks`` may be ``"auto"`` (the model's own choice, see :mod:`monta.perfmodel.chunks`).
+    """
+    from monta.perfmodel.links import get_cluster
+
+    cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
+    if bytes_per_rank < 0:
+        raise ValueError(f"bytes_per_rank={bytes_per_rank}: must be >= 0")
+    ep, tp = layout_shapes(layout)
+    if chunks == "auto":
+        from monta.perfmodel.chunks import best_chunks
+
+        chunks = best_chunks(float(bytes_per_rank), ep, tp, cluster) if variant == "monta" else 1
+    return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks))
+
+
+def layer_exchange_us(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int,
+                      pipeline_backward: bool = True) -> tuple[float, float]:
+    """(forward, backward) exchange time of one MoE layer: dispatch + combine in each direction.
+
+    The authors' code pipelines the forward only; ours also the backward (``pipeline_backward``).
+    """
+    fwd = 2 * exchange_shapes(variant, S, ep, tp, cluster, chunks).total_us
+    bwd_variant, bwd_chunks = (variant, chunks) if (pipeline_backward or variant != "monta") else ("deepspeed", 1)
+    bwd = 2 * exchange_shapes(bwd_variant, S, ep, tp, cluster, bwd_chunks).total_us
+    return fwd, bwd

@@ -1,0 +1,267 @@
+"""Link cost model (latency + bytes / (bandwidth x efficiency(size))), cluster presets, link profiles.
+
+A ``Cluster`` is a node type (links, NICs, compute, memory) times a node count; the emulator's is
+read from the link profile that ``monta emulate calibrate`` writes (schema ``monta.linkprofile/1``).
+
+Efficiency form (documented decision). ``efficiency`` is a list of measured ``(size_bytes, eff)``
+points. Between points, eff is piecewise linear in log2(size); outside them it is clamped to the
+end values, so the cost of small messages comes from the latency term (time = latency + bytes /
+(bandwidth x eff)). Extrapolating a curve below its smallest measurement invented overheads of
+hundreds of microseconds, so calibrate down to the smallest chunk you care about. No points: 1.
+``bandwidth_GBps`` is the effective large-message bandwidth (1 GB = 1e9 B):
+for ``intra`` the per-GPU NVLink bus bandwidth, for ``inter`` the bandwidth of ONE NIC (a node has
+``nics_per_node`` of them, shared by its GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+PROFILE_SCHEMA = "monta.linkprofile/1"
+LINK_CLASSES = ("intra", "inter")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link class: effective bandwidth (GB/s), latency (us) and the efficiency curve."""
+
+    bandwidth_GBps: float
+    latency_us: float
+    efficiency: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_GBps > 0:
+            raise ValueError(f"link bandwidth_GBps={self.bandwidth_GBps!r}: must be > 0")
+        if self.latency_us < 0:
+            raise ValueError(f"link latency_us={self.latency_us!r}: must be >= 0")
+        pts = tuple(sorted((float(s), float(e)) for s, e in self.efficiency))
+        for s, e in pts:
+            if s <= 0 or not 0 < e <= 1.5:
+                raise ValueError(f"efficiency point ({s}, {e}): need size > 0 and 0 < eff <= 1.5")
+        object.__setattr__(self, "efficiency", pts)
+
+    def eff(self, nbytes: float) -> float:
+        pts = self.efficiency
+        if not pts or nbytes <= 0:
+            return pts[0][1] if pts else 1.0
+        s0, e0 = pts[0]
+        if nbytes <= s0:
+            return e0
+        if nbytes >= pts[-1][0]:
+            return pts[-1][1]
+        x = math.log2(nbytes)
+        for (sa, ea), (sb, eb) in zip(pts, pts[1:]):
+            if nbytes <= sb:
+                xa, xb = math.log2(sa), math.log2(sb)
+                return ea + (eb - ea) * (x - xa) / (xb - xa)
+        return pts[-1][1]  # unreachable
+
+    def transfer_us(self, nbytes: float, eff_size: float | None = None, share: float = 1.0) -> float:
+        """Time to push ``nbytes`` through the link; efficiency looked up at ``eff_size`` (the
+        collective's nccl-tests size) and bandwidth divided among ``share`` concurrent users."""
+        if nbytes <= 0:
+            return 0.0
+        e = self.eff(nbytes if eff_size is None else eff_size)
+        return nbytes * share / (self.bandwidth_GBps * 1e3 * e)  # GB/s = 1e3 B/us
+
+    def time_us(self, nbytes: float) -> float:
+        return (self.latency_us + self.transfer_us(nbytes)) if nbytes > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bandwidth_GBps": self.bandwidth_GBps, "latency_us": self.latency_us,
+                "efficiency": [[s, e] for s, e in self.efficiency]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "link") -> "Link":
+        try:
+            return cls(float(d["bandwidth_GBps"]), float(d.get("latency_us", 0.0)),
+                       tuple((float(s), float(e)) for s, e in d.get("efficiency", [])))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{where}: needs bandwidth_GBps, latency_us, efficiency [[size, eff], ...] ({e})") from None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A node type times a node count: what the model needs to know about the hardware."""
+
+    name: str
+    intra: Link
+    inter: Link
+    gpus_per_node: int = 8
+    nodes: int = 1
+    nics_per_node: int = 1
+    peak_tflops: float = 312.0  # dense bf16 per GPU
+    gemm_eff: float = 0.6  # fraction of peak a large GEMM reaches; measured numbers replace it
+    attn_eff: float = 0.45  # flash-attention kernels reach less than GEMMs
+    mem_GB: float = 80.0  # per GPU
+    copy_GBps: float = 800.0  # device memcpy (read + write) for the chunk copy
+    hbm_GBps: float = 2000.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("gpus_per_node", "nodes", "nics_per_node"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"cluster {name}={v!r}: must be a positive integer")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def with_nodes(self, nodes: int, gpus_per_node: int | None = None) -> "Cluster":
+        return replace(self, nodes=nodes, gpus_per_node=gpus_per_node or self.gpus_per_node)
+
+    def link(self, cls: str) -> Link:
+        return self.intra if cls == "intra" else self.inter
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+                "nics_per_node": self.nics_per_node, "intra": self.intra.to_dict(), "inter": self.inter.to_dict(),
+                "peak_tflops": self.peak_tflops, "gemm_eff": self.gemm_eff, "mem_GB": self.mem_GB}
+
+
+# SimAI (Alibaba, NSDI'25) measured AllToAll efficiency ratios on A800 (BRIEF.md section 3):
+# one node 0.44 / 0.65 / 0.74 at 16 MiB / 128 MiB / 1 GiB; two nodes 0.52 / 0.76 / 0.81.
+# Our bandwidths below are already the *effective* large-message figures, so the ratios are
+# normalised to their 1 GiB value (the curve's shape, not its absolute level, is what we take).
+_SIMAI_INTRA = ((16 * 2**20, 0.44 / 0.74), (128 * 2**20, 0.65 / 0.74), (2**30, 1.0))
+_SIMAI_INTER = ((16 * 2**20, 0.52 / 0.81), (128 * 2**20, 0.76 / 0.81), (2**30, 1.0))
+
+
+def _a800(nics: int) -> Cluster:
+    # A800 SXM: 8 NVLinks x 25 GB/s per direction, ~20 GB/s effective each -> ~160 GB/s intra bus
+    # bandwidth; HDR InfiniBand 200 Gb/s NICs at ~23.5 GB/s effective (BRIEF.md section 3, SimAI).
+    # 312 TFLOP/s dense bf16, 80 GB HBM2e at 2.0 TB/s.
+    return Cluster(f"a800-{nics}nic", Link(160.0, 10.0, _SIMAI_INTRA), Link(23.5, 15.0, _SIMAI_INTER),
+                   gpus_per_node=8, nics_per_node=nics, peak_tflops=312.0, mem_GB=80.0, copy_GBps=800.0,
+                   hbm_GBps=2039.0, source=f"A800 SXM, 8 NVLinks (~20 GB/s eff. each), {nics}x HDR 200 Gb/s; SimAI efficiency")
+
+
+def _a100() -> Cluster:
+    # A100 SXM (DGX A100): 12 NVLinks x 25 GB/s per direction (~20 effective -> ~240 GB/s), 8x HDR.
+    return Cluster("a100", Link(240.0, 10.0, _SIMAI_INTRA), Link(23.5, 15.0, _SIMAI_INTER), gpus_per_node=8,
+                   nics_per_node=8, peak_tflops=312.0, mem_GB=80.0, copy_GBps=800.0, hbm_GBps=2039.0,
+                   source="A100 SXM 80GB, 12 NVLinks, 8x HDR 200 Gb/s; SimAI efficiency shape")
+
+
+def _hopper(name: str, nvlink_eff_GBps: float, note: str) -> Cluster:
+    # NDR 400 Gb/s = 50 GB/s per NIC, ~46 GB/s effective (DeepEP reports 43-58 GB/s inter on H800).
+    # 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s.
+    return Cluster(name, Link(nvlink_eff_GBps, 8.0, _SIMAI_INTRA), Link(46.0, 12.0, _SIMAI_INTER), gpus_per_node=8,
+                   nics_per_node=8, peak_tflops=989.0, mem_GB=80.0, copy_GBps=1300.0, hbm_GBps=3350.0,
+                   source=note)
+
+
+PRESETS = {
+    "a800": lambda: _a800(4),  # decision: 4 NICs is the common A800 build; a800-8nic is the other
+    "a800-4nic": lambda: _a800(4),
+    "a800-8nic": lambda: _a800(8),
+    "a100": _a100,
+    # H100: NVLink 4, 900 GB/s bidirectional = 450 per direction, ~360 effective for AllToAll.
+    "h100": lambda: _hopper("h100", 360.0, "H100 SXM, NVLink 900 GB/s bidir, 8x NDR 400 Gb/s"),
+    # H800: NVLink cut to 400 GB/s bidirectional; DeepEP measures ~155 GB/s intra.
+    "h800": lambda: _hopper("h800", 160.0, "H800 SXM, NVLink 400 GB/s bidir (DeepEP: ~155 GB/s), 8x NDR 400 Gb/s"),
+}
+
+
+@dataclass
+class LinkProfile:
+    """Measured link description (``monta.linkprofile/1``), e.g. from ``monta emulate calibrate``."""
+
+    name: str
+    source: str
+    links: dict[str, Link]
+    collectives: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
+    compute: dict[str, float] = field(default_factory=dict)
+    nics_per_node: int = 1  # optional links.inter.nics_per_node; the emulator shapes one veth per node
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys survive a round trip
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"schema": PROFILE_SCHEMA, "name": self.name, "source": self.source,
+             "links": {k: v.to_dict() for k, v in self.links.items()}}
+        if self.nics_per_node != 1:
+            d["links"]["inter"]["nics_per_node"] = self.nics_per_node
+        if self.collectives:
+            d["collectives"] = self.collectives
+        if self.compute:
+            d["compute"] = self.compute
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "link profile") -> "LinkProfile":
+        if not isinstance(d, dict) or d.get("schema") != PROFILE_SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"{where}: schema is {got!r}, expected {PROFILE_SCHEMA!r} (write it with `monta emulate calibrate`)")
+        links = d.get("links") or {}
+        missing = [c for c in LINK_CLASSES if c not in links]
+        if missing:
+            raise ValueError(f"{where}: links.{missing[0]} is missing (need both intra and inter)")
+        known = {"schema", "name", "source", "links", "collectives", "compute"}
+        return cls(name=str(d.get("name", "profile")), source=str(d.get("source", "")),
+                   links={c: Link.from_dict(links[c], f"{where}: links.{c}") for c in LINK_CLASSES},
+                   collectives=dict(d.get("collectives") or {}), compute=dict(d.get("compute") or {}),
+                   nics_per_node=int(links["inter"].get("nics_per_node", 1)),
+                   extra={k: v for k, v in d.items() if k not in known})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "LinkProfile":
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"link profile {p} not found (write one with `monta emulate calibrate`)")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"link profile {p}: not JSON ({e.msg} at line {e.lineno})") from None
+        return cls.from_dict(data, where=f"link profile {p}")
+
+    def save(self, path: str | os.PathLike) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, p)
+        return p
+
+    def cluster(self, nodes: int = 2, gpus_per_node: int = 4) -> Cluster:
+        """The emulated cluster: one shaped veth per node, so one 'NIC' unless the profile says more."""
+        c = self.compute
+        nics = self.nics_per_node
+        return Cluster(f"emulator:{self.name}", self.links["intra"], self.links["inter"], gpus_per_node=gpus_per_node,
+                       nodes=nodes, nics_per_node=nics, peak_tflops=float(c.get("gemm_tflops", 0.05)), gemm_eff=1.0,
+                       attn_eff=1.0, mem_GB=float(c.get("mem_GB", 8.0)), copy_GBps=float(c.get("copy_GBps", 5.0)),
+                       hbm_GBps=float(c.get("copy_GBps", 5.0)) * 2, source=f"link profile {self.name}: {self.source}")
+
+
+def get_cluster(spec: "str | Cluster | LinkProfile | None" = None, nodes: int | None = None,
+                gpus_per_node: int | None = None) -> Cluster:
+    """A preset name, a link-profile path (``emulator:PATH`` or ``*.json``), a profile, or a Cluster.
+
+    ``None`` reads ``$MONTA_CLUSTER`` (same forms), defaulting to the A800 preset.
+    """
+    if spec is None:
+        spec = os.environ.get("MONTA_CLUSTER", "a800")
+    if isinstance(spec, Cluster):
+        c = spec
+    elif isinstance(spec, LinkProfile):
+        c = spec.cluster()
+    else:
+        s = str(spec)
+        if s.startswith("emulator:") or s.endswith(".json"):
+            c = LinkProfile.load(s.removeprefix("emulator:")).cluster()
+        elif s == "emulator":
+            raise ValueError("cluster 'emulator' needs a link profile: use emulator:PATH/TO/linkprofile.json "
+                             "(written by `monta emulate calibrate`)")
+        elif s in PRESETS:
+            c = PRESETS[s]()
+        else:
+            raise ValueError(f"unknown cluster preset {s!r}: choose one of {', '.join(PRESETS)} "
+                             "or emulator:PATH/TO/linkprofile.json")
+    if nodes is not None or gpus_per_node is not None:
+        c = c.with_nodes(nodes or c.nodes, gpus_per_node or c.gpus_per_node)
+    return c

@@ -1,0 +1,170 @@
+"""Parallel-strategy planner: enumerate TP/CP/EP/DP/PP, micro-batch, recomputation and ZeRO stage,
+drop what does not fit, rank the rest by predicted step time, and say why the winners win."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from monta.perfmodel.links import Cluster
+from monta.perfmodel.memory import GB, MemoryBreakdown, memory_per_rank
+from monta.perfmodel.models import ModelSpec
+from monta.perfmodel.step import StepBreakdown, predict_step
+from monta.perfmodel.strategy import Strategy
+
+DEFAULT_BATCH_TOKENS = 4 * 2**20  # global batch of 4M tokens (Llama-2's), in whole sequences
+MICRO_BATCHES = (1, 2, 4)
+RECOMPUTE_ORDER = ("none", "selective", "full")  # cheapest first
+MIN_CP_TOKENS = 1024  # a CP shard shorter than this is all latency
+
+
+@dataclass(frozen=True)
+class Choice:
+    strategy: Strategy
+    step: StepBreakdown
+    memory: MemoryBreakdown
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy.to_dict(), "step": self.step.to_dict(), "memory": self.memory.to_dict(),
+                "why": self.why}
+
+
+@dataclass(frozen=True)
+class Plan:
+    cluster: Cluster
+    model: ModelSpec
+    seq: int
+    global_batch: int
+    choices: tuple[Choice, ...]
+    considered: int
+    fitting: int
+
+
+def default_global_batch(seq: int) -> int:
+    return max(1, DEFAULT_BATCH_TOKENS // seq)
+
+
+def _divisors(n: int, cap: int) -> list[int]:
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+
+
+def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int):
+    world, gpn = cluster.world_size, cluster.gpus_per_node
+    for tp in _divisors(gpn, gpn):
+        if m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads):
+            continue
+        rest = world // tp
+        cp = 1
+        while cp <= rest and seq % cp == 0 and (cp == 1 or seq // cp >= MIN_CP_TOKENS):
+            for pp in _divisors(rest // cp, m.layers):
+                dp = rest // (cp * pp)
+                for ep in _divisors(m.experts, m.experts):
+                    if (cp * dp) % ep:
+                        continue
+                    for mb in MICRO_BATCHES:
+                        if global_batch % (dp * mb) == 0:
+                            yield tp, cp, pp, dp, ep, mb
+            cp *= 2
+
+
+def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = None, variant: str = "monta",
+         top: int = 5) -> Plan:
+    """Rank every strategy that fits; raise ValueError saying what would make one fit if none does."""
+    if seq < 1:
+        raise ValueError(f"seq={seq}: must be a positive number of tokens")
+    gb = global_batch or default_global_batch(seq)
+    results: list[Choice] = []
+    considered = 0
+    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb):
+        base = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, micro_batch=mb, variant=variant)
+        num_micro = gb // (dp * mb)
+        considered += 1
+        # Step time grows with the recomputation level and with ZeRO-3 (ZeRO 0-2 move the same
+        # bytes), so per structure only the first fitting option of each kind can win.
+        seen_z3 = False
+        for rc in RECOMPUTE_ORDER:
+            fit = None
+            for z in (1, 2, 3):
+                if z == 3 and seen_z3:
+                    continue
+                s = replace(base, recompute=rc, zero=z)
+                mem = memory_per_rank(m, s, seq, num_micro)
+                if mem.fits(cluster.mem_GB):
+                    fit = (s, mem)
+                    break
+            if fit is None:
+                continue
+            s, mem = fit
+            results.append(Choice(s, predict_step(m, s, cluster, seq, gb), mem))
+            if s.zero < 3:
+                break  # more recomputation only costs time
+            seen_z3 = True
+    if not results:
+        raise ValueError(_no_fit_message(m, cluster, seq, gb))
+    results.sort(key=lambda c: c.step.total_us)
+    best = results[:top]
+    explained = tuple(replace(c, why=_why(c, best[0] if i else (best[1] if len(best) > 1 else None), i == 0))
+                      for i, c in enumerate(best))
+    return Plan(cluster, m, seq, gb, explained, considered, len(results))
+
+
+def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> tuple[float, Strategy | None]:
+    best, arg = math.inf, None
+    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb):
+        if mb != 1:
+            continue
+        s = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, recompute="full", zero=3)
+        t = memory_per_rank(m, s, seq, gb // dp).total
+        if t < best:
+            best, arg = t, s
+    return best, arg
+
+
+def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> str:
+    need, s = _min_memory(m, cluster, seq, gb)
+    head = (f"no strategy for {m.name} ({m.layers} layers, seq {seq}) fits {cluster.nodes} x {cluster.gpus_per_node} "
+            f"GPUs of {cluster.mem_GB:g} GB")
+    if s is None:
+        return head + f": no valid degrees (global batch {gb} sequences); try another --global-batch or node count"
+    hints = [f"the smallest footprint is {need / GB:.0f} GB per GPU ({s.describe()})"]
+    for k in range(1, 13):
+        nodes = cluster.nodes * 2**k
+        bigger = replace(cluster, nodes=nodes)
+        if _min_memory(m, bigger, seq, gb)[0] <= cluster.mem_GB * GB:
+            hints.append(f"it would fit on {nodes} nodes")
+            break
+    lo, hi = 0, m.layers
+    while lo < hi:  # the most layers that fit here
+        mid = (lo + hi + 1) // 2
+        if mid and _min_memory(replace(m, layers=mid), cluster, seq, gb)[0] <= cluster.mem_GB * GB:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo:
+        hints.append(f"or with --layers {lo} or fewer")
+    if seq > 1024:
+        hints.append("or with a shorter --seq")
+    return head + " even with ZeRO-3 and full recomputation: " + "; ".join(hints)
+
+
+_LABELS = {"compute_us": "compute", "recompute_us": "recomputation", "exchange_us": "exposed MoE exchange",
+           "tp_us": "TP AllReduce", "cp_us": "exposed context-parallel ring", "pp_us": "pipeline bubble",
+           "grad_us": "exposed gradient sync", "optimizer_us": "optimizer step"}
+
+
+def _why(c: Choice, other: Choice | None, winner: bool) -> str:
+    mem = f"{c.memory.total / GB:.0f} GB/GPU"
+    if other is None:
+        return f"the only fitting strategy ({mem})"
+    diffs = sorted(((getattr(c.step, k) - getattr(other.step, k), lab) for k, lab in _LABELS.items()),
+                   key=lambda d: d[0] if winner else -d[0])
+    parts = []
+    for d, lab in diffs[:2]:
+        if winner and d < 0:
+            parts.append(f"{-d / 1e3:.0f} ms less {lab}")
+        elif not winner and d > 0:
+            parts.append(f"{d / 1e3:.0f} ms more {lab}")
+    ref = "than #2" if winner else "than #1"
+    return (", ".join(parts) + f" {ref}; {mem}") if parts else f"within noise of {ref[5:]}; {mem}"

@@ -1,0 +1,177 @@
+"""Training-step time of the MoE transformer for every variant (legacy, deepspeed, monta,
+monta+priority, Lina-style, Lancet-style) at the level of layers, links and pipeline stages."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from monta.perfmodel import collectives as C
+from monta.perfmodel.chunks import best_chunks
+from monta.perfmodel.collectives import GroupShape
+from monta.perfmodel.compute import attn_us, gemm_us, head_flops, layer_flops
+from monta.perfmodel.exchange import exchange_shapes
+from monta.perfmodel.links import Cluster
+from monta.perfmodel.memory import params_per_rank
+from monta.perfmodel.models import ModelSpec
+from monta.perfmodel.strategy import Strategy
+
+LINA_CHUNK_BYTES = 30 * 2**20  # Lina's gradient AllReduce micro-op size (default 30 MB)
+PLAN_CHUNKS = (1, 2, 4, 8, 16)  # 'auto' at step level: powers of two keep the planner fast
+PARTITIONS = 4  # Lancet's batch partitions / Lina's AllToAll token chunks (decision, a knob)
+
+# Per-variant exchange and scheduling (BRIEF.md section 2): which exchange runs the AllToAll,
+# whether AllToAll has priority over gradient sync, and which overlap trick hides it.
+_EXCHANGE = {"legacy": "legacy", "deepspeed": "deepspeed", "monta": "monta", "monta+priority": "monta",
+             "lina": "deepspeed", "lancet": "deepspeed"}
+_PRIORITY = {"monta+priority", "lina"}
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Predicted time of one training step (us) on the slowest rank and what it spent it on."""
+
+    variant: str
+    total_us: float
+    compute_us: float
+    recompute_us: float
+    exchange_us: float  # MoE token exchange left exposed
+    exchange_hidden_us: float  # exchange time hidden behind compute by Lina/Lancet schedules
+    tp_us: float
+    cp_us: float
+    pp_us: float  # pipeline bubble + stage-to-stage sends
+    grad_us: float  # gradient sync left exposed, including the AllToAll it delays
+    optimizer_us: float
+    inter_bytes: float  # per rank per step
+    intra_bytes: float
+    chunks: int
+    num_micro: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("variant", "total_us", "compute_us", "recompute_us", "exchange_us",
+                                           "exchange_hidden_us", "tp_us", "cp_us", "pp_us", "grad_us",
+                                           "optimizer_us", "inter_bytes", "intra_bytes", "chunks", "num_micro")}
+        d.update(self.extra)
+        return d
+
+
+def shapes(s: Strategy, gpn: int) -> dict[str, GroupShape]:
+    return {"tp": GroupShape.strided(s.tp, 1, gpn), "cp": GroupShape.strided(s.cp, s.tp, gpn),
+            "ep": GroupShape.strided(s.ep, s.tp, gpn), "dp": GroupShape.strided(s.lanes, s.tp, gpn),
+            "edp": GroupShape.strided(s.expert_dp, s.tp * s.ep, gpn)}
+
+
+def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_batch: int,
+                 pipeline_backward: bool = True, measured_tflops: float | None = None) -> StepBreakdown:
+    """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed)."""
+    gpn = cluster.gpus_per_node
+    s.validate(cluster.world_size, gpn, m, seq)
+    if global_batch % (s.dp * s.micro_batch):
+        raise ValueError(f"global batch {global_batch} is not a multiple of dp*micro_batch = {s.dp * s.micro_batch}")
+    num_micro = global_batch // (s.dp * s.micro_batch)
+    g = shapes(s, gpn)
+    tokens = s.micro_batch * seq // s.cp
+    layers = math.ceil(m.layers / s.pp)
+    fl = layer_flops(m, tokens, seq, s.tp)
+    attn_f = gemm_us(fl.attn_gemm, cluster, measured_tflops) + attn_us(fl.attn_core, cluster, measured_tflops)
+    moe_f = gemm_us(fl.gate + fl.experts, cluster, measured_tflops)
+    head_f = gemm_us(head_flops(m, tokens, s.tp), cluster, measured_tflops)
+    fwd_c = layers * (attn_f + moe_f) + head_f
+    bwd_c = 2 * fwd_c
+
+    # Tensor parallelism without sequence parallelism: AllReduce after attention and after the
+    # experts, in the forward and the backward.
+    tp_ar = C.allreduce(tokens * m.hidden * 2, g["tp"], cluster)
+    # Context parallelism: ring attention passes this rank's K and V around the CP ring (cp-1 hops),
+    # overlapped with the attention core; the backward also returns dK, dV.
+    kv = C.p2p(tokens * 2 * m.kv_dim * 2, g["cp"].link, cluster, gpn) if s.cp > 1 else C.ZERO
+    attn_core = attn_us(fl.attn_core, cluster, measured_tflops)
+    cp_fwd = max(0.0, (s.cp - 1) * kv.time_us - attn_core)
+    cp_bwd = max(0.0, 2 * (s.cp - 1) * kv.time_us - 2 * attn_core)
+
+    # MoE token exchange: [E, C, M] per rank, 4 exchanges per layer (dispatch/combine x fwd/bwd).
+    xv = _EXCHANGE[s.variant]
+    S = m.capacity_factor * m.top_k * tokens * m.hidden * 2
+    chunks = 1
+    if xv == "monta":
+        chunks = (best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS) if s.chunks == "auto"
+                  else int(s.chunks))
+    if s.ep > 1:
+        ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks)
+        ex_b = ex if (pipeline_backward or xv != "monta") else exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1)
+    else:
+        # EP1: every rank holds (its TP slice of) every expert; tokens never leave the rank.
+        ex = ex_b = exchange_shapes("legacy", 0.0, g["ep"], g["tp"], cluster, 1)
+    ex_fwd, ex_bwd = 2 * ex.total_us, 2 * ex_b.total_us
+    hid_f = hid_b = 0.0
+    if s.variant == "lancet":
+        # Forward: attention partitioned along the batch, pipelined with dispatch and combine.
+        hid_f = min(ex_fwd, attn_f) * (1 - 1 / PARTITIONS)
+        # Backward: weight-gradient GEMMs with no path to an AllToAll fill it (greedy, ~half of bwd).
+        hid_b = min(ex_bwd, (attn_f + moe_f))
+    elif s.variant == "lina":
+        # The AllToAll split along tokens, the expert FFN started per chunk.
+        hid_f = min(ex_fwd / 2, moe_f) * (1 - 1 / PARTITIONS)
+        hid_b = min(ex_bwd / 2, 2 * moe_f) * (1 - 1 / PARTITIONS)
+
+    recompute = 0.0
+    if s.recompute == "full":
+        recompute = fwd_c - head_f + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
+    elif s.recompute == "selective":
+        recompute = layers * gemm_us(fl.expert_act, cluster, measured_tflops)
+
+    t_fwd = fwd_c + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
+    t_bwd = bwd_c + layers * (ex_bwd - hid_b + 2 * tp_ar.time_us + cp_bwd) + recompute
+    t_mb = t_fwd + t_bwd
+
+    # Pipeline: 1F1B, (pp-1) bubble slots; activations T x h cross each stage boundary both ways.
+    stage_link = "inter" if cluster.world_size // s.pp >= gpn else "intra"
+    pp_send = C.p2p(tokens * m.hidden * 2, stage_link, cluster, gpn) if s.pp > 1 else C.ZERO
+    pp_us = (s.pp - 1) * t_mb + num_micro * 2 * pp_send.time_us
+
+    # ZeRO-3 gathers the parameters before each forward and backward, prefetched under compute.
+    dense, expert = params_per_rank(m, s)
+    z3 = 0.0
+    if s.zero == 3:
+        gather = (C.allgather(dense * 2 / s.lanes, g["dp"], cluster).time_us +
+                  C.allgather(expert * 2 / s.expert_dp, g["edp"], cluster).time_us)
+        z3 = num_micro * (max(0.0, gather - fwd_c) + max(0.0, gather - bwd_c))
+
+    # Gradient sync (AllReduce, or ReduceScatter + parameter AllGather: the same bytes), once per step,
+    # overlapped with the last micro-batch's backward where it competes with the AllToAll for links.
+    gd = C.allreduce(dense * 2, g["dp"], cluster)
+    ge = C.allreduce(expert * 2, g["edp"], cluster)
+    t_grad = gd.time_us + ge.time_us
+    a2a_busy = layers * (ex_bwd - hid_b)
+    shares_link = any(x.link == g["ep"].link for x in (g["dp"], g["edp"]) if x.size > 1) and s.ep > 1
+    if s.variant in _PRIORITY:
+        # AllToAll first: gradients use only the link's idle time, and a micro-op in flight blocks a
+        # newly arriving AllToAll for half a chunk on average.
+        idle = t_bwd - (a2a_busy if shares_link else 0.0)
+        chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense * 2), g["dp"], cluster).time_us
+        busy = min(1.0, t_grad / max(t_bwd, 1e-9))
+        grad_us = max(0.0, t_grad - idle) + (layers * 2 * 0.5 * chunk * busy if shares_link else 0.0)
+    else:
+        # Fair sharing: while both are on the link, the AllToAll gets half of it.
+        delay = 0.5 * min(t_grad, a2a_busy) if shares_link else 0.0
+        grad_us = max(0.0, t_grad - t_bwd) + delay
+
+    sharded = (dense / s.lanes + expert / s.expert_dp) if s.zero >= 1 else (dense + expert)
+    optimizer_us = sharded * (4 + 4 + 4 + 2 + 2) * 2 / (cluster.hbm_GBps * 1e3)  # read + write of Adam's state
+
+    total = num_micro * t_mb + pp_us + z3 + grad_us + optimizer_us
+    micro = num_micro * (1 if s.recompute != "full" else 1.5)  # full recompute redoes forward exchanges
+    per_layer_x = 2 * (ex.inter_bytes + ex_b.inter_bytes), 2 * (ex.intra_bytes + ex_b.intra_bytes)
+    inter = micro * layers * (per_layer_x[0] + 4 * tp_ar.inter_bytes + 3 * (s.cp - 1) * kv.inter_bytes) \
+        + gd.inter_bytes + ge.inter_bytes + num_micro * 2 * pp_send.inter_bytes
+    intra = micro * layers * (per_layer_x[1] + 4 * tp_ar.intra_bytes + 3 * (s.cp - 1) * kv.intra_bytes) \
+        + gd.intra_bytes + ge.intra_bytes + num_micro * 2 * pp_send.intra_bytes
+    return StepBreakdown(
+        s.variant, total, num_micro * (fwd_c + bwd_c), num_micro * recompute,
+        num_micro * layers * (ex_fwd + ex_bwd - hid_f - hid_b), num_micro * layers * (hid_f + hid_b),
+        num_micro * layers * 4 * tp_ar.time_us, num_micro * layers * (cp_fwd + cp_bwd), pp_us, grad_us + z3,
+        optimizer_us, inter, intra, chunks, num_micro,
+        extra={"exchange_per_layer_us": ex_fwd + ex_bwd, "grad_sync_us": t_grad, "exchange_bytes": S,
+               "tokens_per_rank": tokens})

@@ -1,0 +1,66 @@
+"""Byte-size parsing and formatting shared by the CLI of the benchmark and the performance model.
+
+Sizes take K/M/G/T suffixes in powers of two (nccl-tests convention): ``16M`` = 16 * 2**20 bytes.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SUFFIX = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+           "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """``"16M"`` -> 16777216; plain integers pass through. Raises ValueError on anything else."""
+    if isinstance(text, bool):
+        raise ValueError(f"size {text!r}: expected a byte count like 4096, 64K, 16M or 1G")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size {text}: must not be negative")
+        return text
+    m = _SIZE_RE.match(str(text))
+    if not m or m.group(2).upper() not in _SUFFIX:
+        raise ValueError(f"size {text!r}: expected a byte count like 4096, 64K, 16M or 1G")
+    value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if value != int(value):
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def size_range(spec: str) -> list[int]:
+    """``"1M:16M:2"`` -> [1M, 2M, 4M, 8M, 16M] (min:max:factor); ``"4M"`` or ``"1M,3M"`` -> those sizes."""
+    spec = str(spec).strip()
+    if ":" not in spec:
+        sizes = [parse_size(s) for s in spec.split(",") if s.strip()]
+        if not sizes:
+            raise ValueError(f"sizes {spec!r}: expected min:max:factor (e.g. 1M:16M:2) or a comma list")
+        return sizes
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"sizes {spec!r}: expected min:max:factor, e.g. 1M:16M:2")
+    lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    try:
+        factor = float(parts[2]) if len(parts) == 3 else 2.0
+    except ValueError:
+        raise ValueError(f"sizes {spec!r}: factor {parts[2]!r} is not a number") from None
+    if lo < 1 or hi < lo:
+        raise ValueError(f"sizes {spec!r}: need 1 <= min <= max")
+    if factor <= 1:
+        raise ValueError(f"sizes {spec!r}: factor must be > 1")
+    out, size = [], float(lo)
+    while size <= hi * (1 + 1e-9):
+        out.append(int(round(size)))
+        size *= factor
+    return out
+
+
+def format_size(nbytes: float) -> str:
+    """16777216 -> ``"16M"``; non-round values keep one decimal (``"1.5M"``)."""
+    n = float(nbytes)
+    for suffix, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.0f}{suffix}" if v == int(v) else f"{v:.1f}{suffix}"
+    return f"{n:.0f}"
