@@ -1,0 +1,48 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Ours vs published, and the performance model vs measurement
+# Every number of analysis/paper.yaml next to ours with the deviation; predicted vs measured AllToAll.
+
+# %% tags=["parameters"]
+records = []
+out_dir = "results"
+paper = "analysis/paper.yaml"
+
+# %%
+import yaml
+
+from analysis import figures, tables
+from analysis.report import Manifest
+
+recs = tables.load(records)
+published = yaml.safe_load(open(paper))
+manifest = Manifest("paper", out_dir)
+
+# %%
+comparison = tables.paper_comparison(recs, published)
+manifest.section(
+    "Published numbers vs ours",
+    tables.write_table(comparison, out_dir, "paper_comparison", "Published numbers next to ours (deviation in %)"),
+    note="deviation = (ours - paper) / paper; 0 when inside a published range. Sources with no records say 'no data'.",
+)
+comparison
+
+# %%
+pvm = tables.predicted_vs_measured(recs)
+manifest.section(
+    "Predicted vs measured",
+    tables.write_table(pvm, out_dir, "predicted_vs_measured", "Performance model vs measured AllToAll time"),
+    figures.predicted_vs_measured(pvm, out_dir),
+    empty=pvm.empty,
+)
+manifest.save()
+pvm

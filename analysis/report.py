@@ -1,0 +1,87 @@
+"""Manifests of what each notebook wrote, and the report page (results/report.md) linking them.
+
+`python -m analysis.report --out results/report.md results/analysis/*.json`
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class Manifest:
+    """Sections (title, table files, figure, note) a notebook produced; saved as JSON."""
+
+    def __init__(self, notebook: str, out_dir: str | Path):
+        self.notebook = notebook
+        self.path = Path(out_dir) / "analysis" / f"{notebook}.json"
+        self.sections: list[dict] = []
+
+    def section(self, title: str, tables: Sequence[Path] = (), figure: Path | None = None,
+                empty: bool = False, note: str = "") -> None:
+        self.sections.append({
+            "title": title,
+            "tables": [str(p) for p in tables],
+            "figure": str(figure) if figure else None,
+            "no_data": bool(empty),
+            "note": note,
+        })
+
+    def save(self) -> Path:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({"notebook": self.notebook, "sections": self.sections}, indent=2) + "\n")
+        return self.path
+
+
+def render(manifests: Sequence[str | Path], out: str | Path, experiment: str = "") -> str:
+    """Markdown of the report: each section's table inline, links to md/csv/tex, the figure."""
+    out = Path(out)
+    rel = lambda p: os.path.relpath(p, out.parent)  # noqa: E731 - links must work from the report's folder
+    lines = [f"# monta results{': ' + experiment if experiment else ''}", "",
+             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from the record files "
+             "(JSONL under results/); tables in results/tables, figures in results/figures.", ""]
+    for m in manifests:
+        data = json.loads(Path(m).read_text())
+        lines += [f"## Notebook `{data['notebook']}`", ""]
+        for s in data["sections"]:
+            lines += [f"### {s['title']}", ""]
+            if s["no_data"]:
+                lines += ["_no data: the records for this section are absent (stage disabled or not run)._", ""]
+            if s.get("note"):
+                lines += [s["note"], ""]
+            md = [t for t in s["tables"] if t.endswith(".md")]
+            if md and not s["no_data"] and Path(md[0]).exists():
+                lines += [Path(md[0]).read_text().strip(), ""]
+            if s["tables"]:
+                lines += ["Table: " + " · ".join(f"[{Path(t).suffix[1:]}]({rel(t)})" for t in s["tables"]), ""]
+            if s["figure"]:
+                lines += [f"![{s['title']}]({rel(s['figure'])})", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Write the report page linking every table and figure.")
+    ap.add_argument("manifests", nargs="+", help="results/analysis/<notebook>.json files")
+    ap.add_argument("--out", required=True, help="report path, e.g. results/report.md")
+    ap.add_argument("--experiment", default="")
+    args = ap.parse_args(argv)
+    missing = [m for m in args.manifests if not Path(m).exists()]
+    if missing:
+        print(f"report: error: manifest(s) not found: {', '.join(missing)}; run the notebooks first", file=sys.stderr)
+        return 2
+    text = render(args.manifests, args.out, args.experiment)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(args.out).with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

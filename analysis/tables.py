@@ -1,0 +1,285 @@
+"""Pure functions that turn result records (monta.results) into pandas tables.
+
+Every function accepts records of any kinds and returns an empty frame when its kind is absent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from monta.results import read_records
+
+# Params that describe how a point was measured, not which point it is.
+RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
+MEASURED = ("measured", "emulated")
+PHASES = ("attention", "gate", "dispatch", "experts", "combine", "grad_sync", "optimizer")
+A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
+STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
+
+
+def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Read every record file that exists; missing files are skipped (a stage that did not run)."""
+    existing = [p for p in paths if Path(p).exists() and Path(p).stat().st_size > 0]
+    return read_records(*existing) if existing else []
+
+
+def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> pd.DataFrame:
+    """One row per record: identity columns, params, scalar metrics, breakdown_ms.<phase>."""
+    rows = []
+    for r in records:
+        if kind is not None and r.get("kind") != kind:
+            continue
+        row: dict[str, Any] = {k: r.get(k) for k in ("kind", "source", "experiment", "run_id")}
+        row.update({k: v for k, v in r.get("params", {}).items() if not isinstance(v, (list, dict))})
+        for k, v in r.get("metrics", {}).items():
+            if isinstance(v, Mapping):
+                row.update({f"{k}.{sk}": sv for sk, sv in v.items() if _is_number(sv)})
+            elif _is_number(v) or v is None:
+                row[k] = v
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if not df.empty and {"nodes", "gpus_per_node"} <= set(df.columns):
+        df["cluster"] = [_cluster_label(n, g, t) for n, g, t in
+                         zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * len(df))))]
+    return df
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cluster_label(nodes: Any, gpus: Any, tp: Any) -> str:
+    label = f"{int(nodes)}x{int(gpus)}"
+    return f"{label} TP{int(tp)}" if tp is not None and not _isnan(tp) else label
+
+
+def _isnan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _ensure(df: pd.DataFrame, cols: Iterable[str]) -> pd.DataFrame:
+    df = df.copy()
+    for c in cols:
+        if c not in df.columns:
+            df[c] = float("nan")
+    return df
+
+
+def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Median per (point, variant, chunks) with speedups vs legacy and deepspeed at the same point."""
+    df = to_frame(records, "alltoall")
+    if df.empty:
+        return df
+    metrics = ["time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "wrong"]
+    df = _ensure(df, A2A_POINT + ["variant", "chunks"] + metrics)
+    keys = A2A_POINT + ["variant", "chunks"]
+    out = (df.groupby(keys, dropna=False)[metrics].median().reset_index()
+           .assign(n=df.groupby(keys, dropna=False).size().values))
+    for base in ("legacy", "deepspeed"):
+        ref = (out[out["variant"] == base].groupby(A2A_POINT, dropna=False)["time_us"].min()
+               .rename(f"_t_{base}").reset_index())
+        out = out.merge(ref, on=A2A_POINT, how="left")
+        out[f"speedup_vs_{base}"] = out[f"_t_{base}"] / out["time_us"]
+        out = out.drop(columns=f"_t_{base}")
+    return out.sort_values(keys).reset_index(drop=True)
+
+
+def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per point: legacy, deepspeed and the best MoNTA chunk count side by side."""
+    if table.empty:
+        return table
+    rows = []
+    for point, g in table.groupby(A2A_POINT, dropna=False, sort=True):
+        row = dict(zip(A2A_POINT, point))
+        for v in ("legacy", "deepspeed"):
+            t = g.loc[g["variant"] == v, "time_us"]
+            row[f"{v}_us"] = t.min() if len(t) else float("nan")
+        m = g[g["variant"] == "monta"]
+        if len(m):
+            best = m.loc[m["time_us"].idxmin()]
+            row.update(monta_us=best["time_us"], best_chunks=best["chunks"],
+                       monta_inter_bytes=best["inter_bytes"])
+        else:
+            row.update(monta_us=float("nan"), best_chunks=float("nan"), monta_inter_bytes=float("nan"))
+        lg = g.loc[g["variant"] == "legacy", "inter_bytes"]
+        row["inter_bytes_ratio"] = (lg.min() / row["monta_inter_bytes"]) if len(lg) and row["monta_inter_bytes"] else float("nan")
+        row["speedup_vs_legacy"] = row["legacy_us"] / row["monta_us"]
+        row["speedup_vs_deepspeed"] = row["deepspeed_us"] / row["monta_us"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def chunk_ablation(table: pd.DataFrame) -> pd.DataFrame:
+    """MoNTA time per chunk count at each point, and relative to one chunk."""
+    if table.empty or "monta" not in set(table["variant"]):
+        return pd.DataFrame()
+    m = table[table["variant"] == "monta"].copy()
+    one = m[m["chunks"] == 1].groupby(A2A_POINT, dropna=False)["time_us"].min().rename("_t1").reset_index()
+    m = m.merge(one, on=A2A_POINT, how="left")
+    m["rel_to_1_chunk"] = m["time_us"] / m["_t1"]
+    m = m[m["rel_to_1_chunk"].notna()]  # a point without a 1-chunk run is not part of the ablation
+    cols = A2A_POINT + ["chunks", "time_us", "rel_to_1_chunk", "speedup_vs_legacy", "speedup_vs_deepspeed"]
+    return m[cols].sort_values(A2A_POINT + ["chunks"]).reset_index(drop=True)
+
+
+def ratio_ablation(summary: pd.DataFrame) -> pd.DataFrame:
+    """Speedups against the emulated inter-node bandwidth, where a cluster was run at several."""
+    if summary.empty or summary["inter_gbps"].nunique() < 2:
+        return pd.DataFrame()
+    keys = ["source", "cluster", "size_bytes"]
+    varied = summary.groupby(keys, dropna=False)["inter_gbps"].transform("nunique") > 1
+    cols = keys + ["inter_gbps", "legacy_us", "deepspeed_us", "monta_us", "best_chunks",
+                   "speedup_vs_legacy", "speedup_vs_deepspeed"]
+    return summary.loc[varied, cols].sort_values(keys + ["inter_gbps"]).reset_index(drop=True)
+
+
+def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Median step time per (config, variant) with tokens/s, memory and speedup vs deepspeed."""
+    df = to_frame(records, "step")
+    if df.empty:
+        return df
+    phases = [f"breakdown_ms.{p}" for p in PHASES]
+    metrics = ["step_ms", "tokens_per_s", "peak_mem_bytes", "loss"] + phases
+    df = _ensure(df, STEP_POINT + ["variant"] + metrics)
+    out = df.groupby(STEP_POINT + ["variant"], dropna=False)[metrics].median().reset_index()
+    ref = (out[out["variant"] == "deepspeed"].groupby(STEP_POINT, dropna=False)["step_ms"].min()
+           .rename("_t_ds").reset_index())
+    out = out.merge(ref, on=STEP_POINT, how="left")
+    out["speedup_vs_deepspeed"] = out["_t_ds"] / out["step_ms"]
+    return out.drop(columns="_t_ds").reset_index(drop=True)
+
+
+def step_breakdown(table: pd.DataFrame) -> pd.DataFrame:
+    """Long format (point, variant, phase, ms) of the step-time breakdown."""
+    if table.empty:
+        return pd.DataFrame()
+    phases = [c for c in table.columns if c.startswith("breakdown_ms.")]
+    long = table.melt(id_vars=STEP_POINT + ["variant"], value_vars=phases, var_name="phase", value_name="ms")
+    long["phase"] = long["phase"].str.removeprefix("breakdown_ms.")
+    return long.dropna(subset=["ms"]).reset_index(drop=True)
+
+
+def predicted_vs_measured(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """AllToAll points present both as a prediction and as a measurement, with the model's error.
+
+    Matched on shape, point and (when the measurement is emulated) the emulated bandwidth, so a
+    prediction for the A800 fabric is never scored against the emulator."""
+    df = to_frame(records, "alltoall")
+    if df.empty:
+        return df
+    keys = ["nodes", "gpus_per_node", "tp", "inter_gbps", "size_bytes", "variant", "chunks"]
+    df = _ensure(df, keys + ["time_us"])
+    for k in keys:  # NaN never equals NaN in a merge; a sentinel makes "absent on both" match
+        df[k] = df[k].astype(object).where(df[k].notna(), "-")
+    pred = df[df["source"] == "predicted"].groupby(keys)["time_us"].median().rename("predicted_us")
+    meas = df[df["source"].isin(MEASURED)].groupby(keys)["time_us"].median().rename("measured_us")
+    out = pd.concat([pred, meas], axis=1, join="inner").reset_index()
+    if out.empty:
+        return out
+    out["error_pct"] = 100.0 * (out["predicted_us"] - out["measured_us"]) / out["measured_us"]
+    return out
+
+
+def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any]) -> pd.DataFrame:
+    """Per source and point: baseline metric / variant metric (best chunk count for variants)."""
+    kind, metric = ours["kind"], ours.get("metric", "time_us")
+    df = to_frame(records, kind)
+    if df.empty or metric not in df.columns or "variant" not in df.columns:
+        return pd.DataFrame()
+    for k, v in (ours.get("where") or {}).items():
+        if k not in df.columns:
+            return pd.DataFrame()
+        df = df[df[k] == v]
+    # A point is what every record of this kind states; variant-only knobs would split pairs.
+    point = ["source"] + sorted(_common_params(records, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC)
+    df = _ensure(df, point)
+    med = df.groupby(point + ["variant", "chunks"] if "chunks" in df.columns else point + ["variant"],
+                     dropna=False)[metric].median().reset_index()
+    best = med.groupby(point + ["variant"], dropna=False)[metric].min().unstack("variant")
+    if ours["variant"] not in best.columns or ours["baseline"] not in best.columns:
+        return pd.DataFrame()
+    ratio = (best[ours["baseline"]] / best[ours["variant"]]).dropna().rename("ratio").reset_index()
+    return ratio
+
+
+def _common_params(records: Sequence[Mapping[str, Any]], kind: str) -> set[str]:
+    sets = [{k for k, v in r.get("params", {}).items() if not isinstance(v, (list, dict))}
+            for r in records if r.get("kind") == kind]
+    return set.intersection(*sets) if sets else set()
+
+
+def _deviation(ours: float, paper: Mapping[str, Any]) -> float:
+    """Relative deviation in percent from the published value, 0 inside a published range."""
+    if "value" in paper:
+        return 100.0 * (ours - paper["value"]) / paper["value"]
+    lo, hi = paper["low"], paper["high"]
+    if lo <= ours <= hi:
+        return 0.0
+    bound = lo if ours < lo else hi
+    return 100.0 * (ours - bound) / bound
+
+
+def _fmt_paper(paper: Mapping[str, Any]) -> str:
+    unit = paper.get("unit", "")
+    scale, suffix = (100.0, "%") if unit == "fraction" else (1.0, unit)
+    if "value" in paper:
+        return f"{paper['value'] * scale:g}{suffix}"
+    return f"{paper['low'] * scale:g}-{paper['high'] * scale:g}{suffix}"
+
+
+def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -> pd.DataFrame:
+    """Every published number of paper.yaml next to ours (per source) with the deviation."""
+    rows = []
+    for c in paper["claims"]:
+        src = c["source"]
+        cite = f"{src['paper']} (arXiv {src['arxiv']}, {src['where']})"
+        base = {"claim": c["claim"], "source": cite, "paper": _fmt_paper(c["paper"])}
+        values = _ours(records, c["ours"])
+        if not values:
+            rows.append({**base, "ours_source": "-", "ours": "no data", "deviation_pct": float("nan"), "points": 0})
+            continue
+        unit = c["paper"].get("unit", "")
+        for source, (value, n) in sorted(values.items()):
+            shown = f"{value * 100:.1f}%" if unit == "fraction" else f"{value:.2f}{unit}"
+            rows.append({**base, "ours_source": source, "ours": shown,
+                         "deviation_pct": round(_deviation(value, c["paper"]), 1), "points": n})
+    return pd.DataFrame(rows)
+
+
+def _ours(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any]) -> dict[str, tuple[float, int]]:
+    """Our value of one claim per source: {source: (value, number of points)}."""
+    if ours.get("compute") == "model_error":
+        pvm = predicted_vs_measured(records)
+        if pvm.empty:
+            return {}
+        return {"predicted vs " + "/".join(MEASURED): (float(pvm["error_pct"].abs().mean()) / 100.0, len(pvm))}
+    ratios = _paired_ratio(records, ours)
+    if ratios.empty:
+        return {}
+    out = {}
+    for source, g in ratios.groupby("source"):
+        r = g["ratio"]
+        value = {"max": r.max(), "mean": r.mean(), "min": r.min()}[ours.get("reduce", "max")]
+        if ours.get("as") == "reduction":  # latency reduction 1 - t_variant / t_baseline
+            value = 1.0 - 1.0 / value
+        out[str(source)] = (float(value), len(r))
+    return out
+
+
+def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str) -> list[Path]:
+    """Write results/tables/<name>.{md,csv,tex}; an empty frame becomes a 'no data' table."""
+    tables = Path(out_dir) / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    if df.empty:
+        df = pd.DataFrame({"status": [f"no data ({caption})"]})
+    paths = [tables / f"{name}.md", tables / f"{name}.csv", tables / f"{name}.tex"]
+    paths[0].write_text(f"**{caption}**\n\n" + df.to_markdown(index=False, floatfmt=".4g") + "\n")
+    df.to_csv(paths[1], index=False)
+    paths[2].write_text(df.to_latex(index=False, caption=caption, label=f"tab:{name}",
+                                    float_format="%.4g", na_rep="-"))
+    return paths

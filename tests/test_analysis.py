@@ -1,0 +1,162 @@
+"""Analysis functions and a papermill-executed notebook on synthetic records.
+
+The records are written with monta.results.make_record, exactly as the benchmarks write them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # analysis/ is a top-level package of the repository
+    sys.path.insert(0, str(ROOT))
+
+from analysis import figures, report, tables  # noqa: E402
+from monta.results import make_record, write_records  # noqa: E402
+
+ENV = {"python": "3.11", "host": "test"}
+
+
+def a2a(size, variant, chunks, time_us, source="emulated", tp=4, gpus=4, inter_gbps=2.0, inter_bytes=None):
+    params = {"size_bytes": size, "variant": variant, "chunks": chunks, "nodes": 2, "gpus_per_node": gpus,
+              "tp": tp, "ep": 2, "dtype": "float32", "iters": 10}
+    if inter_gbps is not None:
+        params["inter_gbps"] = inter_gbps
+    metrics = {"time_us": time_us, "time_us_p10": time_us * 0.9, "time_us_p90": time_us * 1.1,
+               "algbw_GBps": size / time_us / 1e3, "busbw_GBps": size / time_us / 1e3 * 0.875,
+               "inter_bytes": inter_bytes if inter_bytes is not None else size, "intra_bytes": size, "wrong": 0}
+    return make_record(kind="alltoall", source=source, experiment="t", params=params, metrics=metrics, env=ENV)
+
+
+def step(variant, step_ms, source="emulated"):
+    phases = {"attention": 2.0, "gate": 0.5, "dispatch": step_ms * 0.3, "experts": 3.0,
+              "combine": step_ms * 0.2, "grad_sync": 1.0, "optimizer": 0.5}
+    return make_record(kind="step", source=source, experiment="t",
+                       params={"variant": variant, "nodes": 2, "gpus_per_node": 4, "tp": 4, "model": "mini",
+                               "topk": 2, "capacity_factor": 1.0, "seq": 128, "layers": 2},
+                       metrics={"step_ms": step_ms, "tokens_per_s": 1e5 / step_ms, "loss": 5.0,
+                                "breakdown_ms": phases, "peak_mem_bytes": 1 << 20}, env=ENV)
+
+
+def alltoall_records():
+    recs = []
+    for size in (1 << 20, 4 << 20):
+        base = size / 1000.0
+        recs.append(a2a(size, "legacy", 1, base * 4, inter_bytes=4 * size))
+        recs.append(a2a(size, "deepspeed", 1, base * 2))
+        for c, f in ((1, 1.8), (2, 1.2), (4, 1.0)):
+            recs.append(a2a(size, "monta", c, base * f))
+    for gbps, legacy in ((1.0, 8000.0), (4.0, 3000.0)):  # ratio ablation at 4 MiB
+        recs.append(a2a(4 << 20, "legacy", 1, legacy, inter_gbps=gbps))
+        recs.append(a2a(4 << 20, "deepspeed", 1, legacy / 2, inter_gbps=gbps))
+        recs.append(a2a(4 << 20, "monta", 2, legacy / 4, inter_gbps=gbps))
+    return recs
+
+
+def test_alltoall_summary_speedups_and_best_chunks():
+    table = tables.alltoall_table(alltoall_records())
+    summary = tables.alltoall_summary(table)
+    row = summary[(summary["size_bytes"] == 1 << 20) & (summary["inter_gbps"] == 2.0)].iloc[0]
+    assert row["best_chunks"] == 4
+    assert row["speedup_vs_legacy"] == pytest.approx(4.0)
+    assert row["speedup_vs_deepspeed"] == pytest.approx(2.0)
+    assert row["inter_bytes_ratio"] == pytest.approx(4.0)
+    assert row["cluster"] == "2x4 TP4"
+
+
+def test_chunk_and_ratio_ablation():
+    table = tables.alltoall_table(alltoall_records())
+    chunks = tables.chunk_ablation(table)
+    one_mib = chunks[(chunks["size_bytes"] == 1 << 20) & (chunks["inter_gbps"] == 2.0)].set_index("chunks")
+    assert one_mib.loc[4, "rel_to_1_chunk"] == pytest.approx(1.0 / 1.8)
+    ratio = tables.ratio_ablation(tables.alltoall_summary(table))
+    assert sorted(ratio["inter_gbps"]) == [1.0, 2.0, 4.0]
+    assert (ratio["speedup_vs_legacy"] > 1).all()
+
+
+def test_step_table_and_breakdown():
+    recs = [step("deepspeed", 20.0), step("monta", 16.0), step("lina", 12.5)]
+    t = tables.step_table(recs).set_index("variant")
+    assert t.loc["monta", "speedup_vs_deepspeed"] == pytest.approx(1.25)
+    assert t.loc["lina", "speedup_vs_deepspeed"] == pytest.approx(1.6)
+    long = tables.step_breakdown(tables.step_table(recs))
+    assert set(long["phase"]) == set(tables.PHASES)
+    assert long[(long["variant"] == "monta") & (long["phase"] == "dispatch")]["ms"].iloc[0] == pytest.approx(4.8)
+
+
+def test_predicted_vs_measured_matches_only_same_link():
+    recs = [a2a(1 << 20, "monta", 2, 1000.0), a2a(1 << 20, "monta", 2, 1100.0, source="predicted"),
+            # an A800 prediction (no emulated bandwidth) must not be scored against the emulator
+            a2a(1 << 20, "monta", 2, 50.0, source="predicted", inter_gbps=None)]
+    pvm = tables.predicted_vs_measured(recs)
+    assert len(pvm) == 1
+    assert pvm["error_pct"].iloc[0] == pytest.approx(10.0)
+
+
+def test_paper_comparison_values_deviation_and_no_data():
+    paper = yaml.safe_load((ROOT / "analysis" / "paper.yaml").read_text())
+    recs = [a2a(1 << 20, "legacy", 1, 8000.0, tp=8, gpus=8), a2a(1 << 20, "monta", 4, 2000.0, tp=8, gpus=8),
+            step("deepspeed", 20.0), step("lina", 14.0), step("legacy", 23.0), step("monta", 20.0)]
+    cmp = tables.paper_comparison(recs, paper).set_index("claim")
+    row = cmp[cmp.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
+    assert row["ours"] == "4.00x" and row["deviation_pct"] == pytest.approx(-50.0)
+    lat = cmp[cmp.index.str.startswith("MoNTA overall latency")].iloc[0]
+    assert lat["ours"] == "13.0%" and lat["deviation_pct"] == pytest.approx(100 * (3 / 23 - 0.13) / 0.13, abs=0.1)
+    inside = cmp[cmp.index.str.startswith("Lina priority")].iloc[0]  # 20/14 = 1.43 just above 1.42
+    assert inside["deviation_pct"] == pytest.approx(100 * (20 / 14 - 1.42) / 1.42, abs=0.1)
+    lancet = cmp[cmp.index.str.startswith("Lancet end-to-end speedup, maximum")].iloc[0]
+    assert lancet["ours"] == "no data" and math.isnan(lancet["deviation_pct"])
+    assert len(paper["claims"]) >= 10 and all("arxiv" in c["source"] for c in paper["claims"])
+
+
+def test_empty_records_degrade_to_no_data(tmp_path):
+    assert tables.alltoall_table([]).empty and tables.step_table([]).empty
+    assert figures.alltoall_comparison(tables.alltoall_table([]), tmp_path) is None
+    md, csv, tex = tables.write_table(tables.step_table([]), tmp_path, "empty", "nothing")
+    assert "no data" in md.read_text() and "no data" in csv.read_text() and tex.exists()
+    assert tables.load([tmp_path / "absent.jsonl"]) == []
+
+
+def test_figures_written(tmp_path):
+    table = tables.alltoall_table(alltoall_records())
+    paths = [figures.alltoall_comparison(table, tmp_path), figures.chunk_ablation(tables.chunk_ablation(table), tmp_path),
+             figures.ratio_ablation(tables.ratio_ablation(tables.alltoall_summary(table)), tmp_path),
+             figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path)]
+    for p in paths:
+        assert p is not None and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_notebook_executes_with_papermill_and_report_links(tmp_path):
+    rec_file = write_records(tmp_path / "alltoall.jsonl", alltoall_records())
+    out_dir = tmp_path / "results"
+    nb = tmp_path / "nb.ipynb"
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "--output", str(nb),
+                    str(ROOT / "analysis" / "nb_alltoall.py")], check=True, capture_output=True)
+    params = json.dumps({"records": [str(rec_file), str(tmp_path / "missing.jsonl")], "out_dir": str(out_dir)})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(nb), str(tmp_path / "out.ipynb"), "--cwd", str(ROOT),
+                           "-k", "python3", "-y", params, "--no-progress-bar"],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in ("alltoall_summary", "chunk_ablation", "ratio_ablation"):
+        for ext in ("md", "csv", "tex"):
+            assert (out_dir / "tables" / f"{name}.{ext}").exists()
+    assert (out_dir / "figures" / "alltoall_comparison.png").exists()
+    assert (out_dir / "figures" / "chunk_ablation.png").exists()
+    manifest = out_dir / "analysis" / "alltoall.json"
+    assert report.main(["--out", str(out_dir / "report.md"), str(manifest)]) == 0
+    text = (out_dir / "report.md").read_text()
+    assert "](figures/alltoall_comparison.png)" in text and "](tables/chunk_ablation.csv)" in text
+    import pandas as pd
+
+    summary = pd.read_csv(out_dir / "tables" / "alltoall_summary.csv")
+    assert summary["speedup_vs_legacy"].tolist() == pytest.approx([4.0] * 4)

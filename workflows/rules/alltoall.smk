@@ -1,0 +1,27 @@
+# Experiment 1: the TP AllToAll sweep (legacy / deepspeed / monta x chunks) per cluster shape.
+
+
+rule alltoall:
+    output:
+        "results/alltoall/{cluster}.jsonl",
+    log:
+        "results/logs/alltoall/{cluster}.log",
+    benchmark:
+        "results/benchmarks/alltoall/{cluster}.tsv"
+    params:
+        launch=lambda wildcards: launch(ALLTOALL_CLUSTERS[wildcards.cluster]),
+        c=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster],
+        net=net_args(),
+        a=config["alltoall"],
+        variants=csv(config["alltoall"]["variants"]),
+        chunks=csv(config["alltoall"]["chunks"]),
+        check="--check" if config["alltoall"]["check"] else "",
+    resources:
+        **cluster_resources(lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster]),
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "{params.launch} monta bench alltoall --nodes {params.c[nodes]}"
+        " --gpus-per-node {params.c[gpus_per_node]} --tp {params.c[tp]} --sizes {params.a[sizes]}"
+        " --variants {params.variants} --chunks {params.chunks} {params.net} --dtype {params.a[dtype]}"
+        " --warmup {params.a[warmup]} --iters {params.a[iters]} {params.check} --out {output} > {log} 2>&1"

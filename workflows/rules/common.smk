@@ -1,0 +1,172 @@
+# Config loading and validation (before any rule runs), wildcard constraints, and the helpers the
+# topic rule files share: target lists, launcher prefixes, emulated-network flags.
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(workflow.main_snakefile).resolve().parent
+sys.path.insert(0, str(ROOT / "workflows" / "lib"))
+from configcheck import ConfigError, check_config  # noqa: E402
+
+try:
+    _checked = check_config(config, ROOT / "config" / "schema.yaml")
+except ConfigError as e:
+    # One line that names the key; Snakemake stops before building the DAG.
+    raise ValueError(f"invalid config: {e}") from None
+config.clear()
+config.update(_checked)
+
+# Jobs call `monta`, `jupytext`, `papermill` and `python`: take them from the environment that
+# runs Snakemake (e.g. .venv/bin/snakemake without an activated venv).
+os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+
+# Benchmarks log to wandb themselves (monta.tracking); the environment carries the settings.
+os.environ.setdefault("WANDB_MODE", config["wandb"]["mode"])
+os.environ.setdefault("MONTA_WANDB_DIR", config["wandb"]["dir"])
+os.environ.setdefault("MONTA_WANDB_PROJECT", config["wandb"]["project"])
+os.environ.setdefault("MONTA_EXPERIMENT", config["experiment"])
+os.environ.setdefault("MONTA_BACKEND", config["launcher"]["backend"])
+os.environ.setdefault("DS_ACCELERATOR", "cpu" if config["launcher"]["kind"] == "emulated" else "cuda")
+
+VARIANTS = sorted(set(config["alltoall"]["variants"]) | set(config["step"]["variants"]))
+ALLTOALL_CLUSTERS = {c["name"]: c for c in config["alltoall"]["clusters"]}
+STEP_CLUSTERS = {c["name"]: c for c in config["step"]["clusters"]}
+ABL = config["ablation"]
+PRED = config["predict"]
+EMULATED = config["launcher"]["kind"] == "emulated"
+
+
+def _alternatives(values):
+    return "|".join(sorted({str(v).replace(".", r"\.").replace("+", r"\+") for v in values})) or "^$"
+
+
+wildcard_constraints:
+    variant=_alternatives(VARIANTS),
+    cluster=_alternatives(list(ALLTOALL_CLUSTERS) + list(STEP_CLUSTERS)),
+    tp=r"\d+",
+    gbps=r"\d+(\.\d+)?",
+    topk=r"\d+",
+    cf=r"\d+(\.\d+)?",
+    seq=r"\d+",
+    notebook="alltoall|step|paper",
+
+
+def csv(values):
+    return ",".join(str(v) for v in values)
+
+
+def net_args(inter_gbps=None):
+    """Emulated-link flags for `monta bench`; none on real nodes (the fabric is what it is)."""
+    if not EMULATED:
+        return ""
+    net = config["network"]
+    if inter_gbps is None and net["preset"]:
+        return f"--preset {shlex.quote(net['preset'])}"
+    gbps = net["inter_gbps"] if inter_gbps is None else inter_gbps
+    return f"--inter-gbps {gbps} --latency-us {net['latency_us']}"
+
+
+def launch(cluster):
+    """Command prefix that starts the benchmark: nothing for the emulator (it spawns its own
+    ranks); on SLURM one torchrun per node under srun, rendezvous on the allocation's first node."""
+    if EMULATED:
+        return ""
+    lc = config["launcher"]
+    return (
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); '
+        f"srun --nodes={cluster['nodes']} --ntasks-per-node=1 --cpus-per-task={lc['cpus_per_task']} "
+        f"--gpus-per-node={cluster['gpus_per_node']} --kill-on-bad-exit=1 "
+        f"torchrun --nnodes={cluster['nodes']} --nproc-per-node={cluster['gpus_per_node']} "
+        f"--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:{lc['rdzv_port']} --rdzv-id=$SLURM_JOB_ID "
+        "--no-python"
+    )
+
+
+def bench_resources(cluster):
+    """Scheduler resources of one benchmark job. Locally `emulator=1` (profiles/local) keeps
+    emulated clusters from sharing the 2 cores; on SLURM whole nodes with their GPUs."""
+    lc = config["launcher"]
+    res = {"emulator": 1, "runtime": lc["runtime_min"], "mem_mb": 4000}
+    if not EMULATED:
+        res.update(
+            nodes=cluster["nodes"],
+            tasks=cluster["nodes"],
+            mpi="srun",
+            cpus_per_task=lc["cpus_per_task"],
+            mem_mb=0,
+            slurm_extra=f"'--gpus-per-node={cluster['gpus_per_node']} --exclusive'",
+        )
+        if lc["partition"]:
+            res["slurm_partition"] = lc["partition"]
+        if lc["account"]:
+            res["slurm_account"] = lc["account"]
+    return res
+
+
+def seq_plan_files():
+    return expand("results/ablation/seq/{seq}.jsonl", seq=ABL["seq"])
+
+
+def alltoall_files():
+    if not config["alltoall"]["enabled"]:
+        return []
+    return expand("results/alltoall/{cluster}.jsonl", cluster=ALLTOALL_CLUSTERS)
+
+
+def step_files():
+    if not config["step"]["enabled"]:
+        return []
+    return expand("results/step/{cluster}.jsonl", cluster=STEP_CLUSTERS)
+
+
+def ablation_files():
+    if not ABL["enabled"]:
+        return []
+    files = []
+    if ABL["chunks"]:
+        files.append("results/ablation/chunks.jsonl")
+    files += expand("results/ablation/tp/{tp}.jsonl", tp=ABL["tp"])
+    if ABL["buffer_sizes"]:
+        files.append("results/ablation/buffer.jsonl")
+    if EMULATED:
+        files += expand("results/ablation/ratio/{gbps}.jsonl", gbps=ABL["inter_gbps"])
+    files += expand("results/ablation/topk/{topk}.jsonl", topk=ABL["topk"])
+    files += expand("results/ablation/capacity/{cf}.jsonl", cf=ABL["capacity_factor"])
+    files += seq_plan_files()
+    return files
+
+
+def predict_files():
+    if not PRED["enabled"]:
+        return []
+    files = ["results/predict/paper.jsonl", "results/predict/alltoall.jsonl", "results/predict/plan.jsonl"]
+    if PRED["calibrate"] and EMULATED:
+        files.append("results/predict/accuracy.jsonl")
+    return files
+
+
+def record_files():
+    """Every record file the analysis reads."""
+    return alltoall_files() + step_files() + ablation_files() + predict_files()
+
+
+def build_files():
+    return ["results/build/env.json"] + expand("results/build/variants/{variant}.json", variant=VARIANTS)
+
+
+def get_all_input():
+    targets = build_files() + record_files()
+    if config["analysis"]["enabled"]:
+        targets.append("results/report.md")
+    if config["regress"]["enabled"] and config["alltoall"]["enabled"]:
+        targets.append("results/regress/alltoall.md")
+    return targets
+
+
+def cluster_resources(lookup):
+    """bench_resources as per-job callables; lookup(wildcards) -> the job's cluster shape."""
+    keys = bench_resources({"nodes": 1, "gpus_per_node": 1}).keys()
+    return {k: (lambda wildcards, k=k: bench_resources(lookup(wildcards))[k]) for k in keys}

@@ -1,0 +1,81 @@
+# Experiment 4: the performance model for the paper's cluster (A800), the planner's strategy,
+# and the model's accuracy against a link profile calibrated on the emulator.
+
+
+rule predict_paper:
+    output:
+        "results/predict/paper.jsonl",
+    log:
+        "results/logs/predict/paper.log",
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta predict paper --out {output} > {log} 2>&1"
+
+
+rule predict_alltoall:
+    output:
+        "results/predict/alltoall.jsonl",
+    log:
+        "results/logs/predict/alltoall.log",
+    params:
+        p=PRED,
+        variants=csv(PRED["variants"]),
+        chunks=csv(PRED["chunks"]),
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta predict alltoall --cluster {params.p[cluster]} --nodes {params.p[nodes]}"
+        " --gpus-per-node {params.p[gpus_per_node]} --tp {params.p[tp]} --sizes {params.p[sizes]}"
+        " --variants {params.variants} --chunks {params.chunks} --out {output} > {log} 2>&1"
+
+
+rule predict_plan:
+    output:
+        "results/predict/plan.jsonl",
+    log:
+        "results/logs/predict/plan.log",
+    params:
+        p=PRED,
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta plan --cluster {params.p[cluster]} --nodes {params.p[nodes]} --model {params.p[model]}"
+        " --seq {params.p[seq]} --out {output} > {log} 2>&1"
+
+
+rule calibrate:
+    output:
+        "results/calibrate/linkprofile.json",
+    log:
+        "results/logs/calibrate/linkprofile.log",
+    params:
+        c=PRED["calibrate_cluster"],
+        net=net_args(),
+    resources:
+        **bench_resources(PRED["calibrate_cluster"]),
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta emulate calibrate --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
+        " {params.net} --out {output} > {log} 2>&1"
+
+
+def get_accuracy_input(wildcards):
+    """Measured AllToAll records on the calibration cluster's shape, plus the link profile."""
+    name = PRED["calibrate_cluster"]["name"]
+    measured = f"results/alltoall/{name}.jsonl" if name in ALLTOALL_CLUSTERS else "results/ablation/chunks.jsonl"
+    return {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
+
+
+rule predict_accuracy:
+    input:
+        unpack(get_accuracy_input),
+    output:
+        "results/predict/accuracy.jsonl",
+    log:
+        "results/logs/predict/accuracy.log",
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta predict accuracy --measured {input.measured} --profile {input.profile} --out {output} > {log} 2>&1"

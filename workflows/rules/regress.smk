@@ -1,0 +1,36 @@
+# Regression check: the AllToAll records of this run against a stored baseline (bootstrap CI on
+# the ratio of medians). `snakemake regress` runs it alone.
+
+REG = config["regress"]
+
+
+def get_regress_input(wildcards):
+    """The current records, and the stored baseline when it exists (so a new baseline reruns)."""
+    files = {"current": f"results/alltoall/{REG['cluster']}.jsonl"}
+    if Path(REG["baseline"]).exists():
+        files["baseline"] = REG["baseline"]
+    return files
+
+
+rule regress:
+    input:
+        unpack(get_regress_input),
+    output:
+        "results/regress/alltoall.md",
+    log:
+        "results/logs/regress/alltoall.log",
+    params:
+        r=REG,
+        require="1" if REG["require_baseline"] else "0",
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "if [ -f {params.r[baseline]} ]; then"
+        " monta regress --baseline {params.r[baseline]} --current {input.current}"
+        " --threshold {params.r[threshold]} --metric {params.r[metric]} --out {output} 2>&1 | tee {log};"
+        " exit ${{PIPESTATUS[0]}};"
+        " else"
+        " echo 'regress: stored baseline {params.r[baseline]} is missing; after a run you trust:"
+        " cp {input.current} {params.r[baseline]} && git add {params.r[baseline]}' | tee {output} {log} >&2;"
+        " [ {params.require} = 0 ];"
+        " fi"
