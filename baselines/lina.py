@@ -1,0 +1,28 @@
+"""Lina-style schedule (USENIX ATC'23): the MoE exchange split along tokens with the experts started
+per chunk; gradient AllReduce in equal 30 MB micro-ops launched only while no AllToAll is pending.
+
+The gradient side is ``monta.comm.priority.PriorityGradSync`` (shared with monta+priority);
+this module is the token-split MoE side.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from baselines.pipeline import pipelined_experts
+
+
+class LinaSchedule:
+    """MoE forward: gate, then (dispatch, experts, combine) per token chunk, pipelined; then decode."""
+
+    def __init__(self, chunks: int = 4):
+        if not isinstance(chunks, int) or chunks < 1:
+            raise ValueError(f"lina chunks={chunks!r} must be an integer >= 1")
+        self.chunks = chunks
+
+    def __call__(self, moe, x: torch.Tensor):
+        layer = moe.deepspeed_moe
+        x_SM = x.reshape(-1, x.shape[-1])
+        plan = layer._timed("gate", layer.route, x_SM)
+        y_ECM = pipelined_experts(layer, layer.encode(x_SM, plan), self.chunks)
+        return layer.decode(y_ECM, plan).reshape(x.shape), plan.l_aux

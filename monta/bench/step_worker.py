@@ -1,0 +1,81 @@
+"""Rank side of ``monta bench step``: build every variant in one world and run them interleaved
+step by step, so noise hits them alike; reads torchrun-style env (RANK, WORLD_SIZE, MASTER_*).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import resource
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def init_from_env(timeout_s: float = 300.0) -> None:
+    """torch.distributed from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, srun, emulator, spawn)."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise ValueError(f"missing environment {', '.join(missing)}; launch with torchrun/srun or monta bench step")
+    os.environ.setdefault("LOCAL_RANK", os.environ["RANK"])
+    if not dist.is_initialized():
+        import deepspeed
+
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        deepspeed.init_distributed(dist_backend=backend, verbose=False,
+                                   timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def build_world(layout, cfg, variants, chunks, seed: int, zero_stage: int = 1, lancet_partitions: int = 2,
+                lina_chunk_bytes: int = 30 * 2**20):
+    """Process groups and one engine per variant (collective; same order on every rank)."""
+    from monta.groups import build_process_groups, init_deepspeed_groups
+    from monta.model.engine import build_variant, make_tp_group
+
+    cfg.check_layout(layout.tp, layout.ep)
+    pgs = build_process_groups(layout)  # exchange + DeepSpeed (mpu, expert groups)
+    model_pgs = build_process_groups(layout)  # the model's TP linears: a separate communicator
+    sync_pgs = build_process_groups(layout)  # background gradient sync: a separate communicator
+    init_deepspeed_groups(pgs, expert_tp=True)
+    tp = make_tp_group(model_pgs)
+    built = {}
+    for name in variants:
+        built[name] = build_variant(name, cfg, pgs, tp, chunks=chunks, seed=seed, zero_stage=zero_stage,
+                                    sync_pgs=sync_pgs, lancet_partitions=lancet_partitions,
+                                    lina_chunk_bytes=lina_chunk_bytes)
+    return pgs, built
+
+
+def run_interleaved(layout, cfg, variants, *, chunks=4, steps=5, warmup=1, seed=1234, zero_stage=1,
+                    lancet_partitions=2, collect_grads=False) -> dict[str, Any]:
+    """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank."""
+    from monta.model.engine import dp_rank_of, train_step
+
+    pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
+    dp_rank = dp_rank_of(pgs)
+    out: dict[str, Any] = {v: {"loss": [], "step_s": [], "breakdown_s": []} for v in variants}
+    for step in range(warmup + steps):
+        for name in variants:
+            r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
+            if step >= warmup:
+                out[name]["loss"].append(r["loss"])
+                out[name]["step_s"].append(r["step_s"])
+                out[name]["breakdown_s"].append(r["breakdown_s"])
+    if collect_grads:
+        for name in variants:
+            out[name]["grads"] = last_grads(built[name])
+            out[name]["params"] = {n: p.detach().clone() for n, p in built[name].model.named_parameters()}
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if torch.cuda.is_available():
+        out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+    for v in built.values():
+        v.engine.destroy() if hasattr(v.engine, "destroy") else None
+    return out
+
+
+def last_grads(v) -> dict[str, torch.Tensor]:
+    """Gradients of the last step as the optimizer saw them is not kept by ZeRO; report parameters instead."""
+    return {}

@@ -1,0 +1,105 @@
+"""Model configuration of the MoE decoder: presets (moe-2x70b and its tiny mini) and overrides.
+
+Pure Python, no torch: the planner and the CLI validate a config without building a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """A Llama-shaped decoder whose every FFN is an MoE of SwiGLU experts."""
+
+    name: str
+    num_layers: int
+    """decoder layers (the 2x70B run states its layer count: 80 layers do not fit 16x80 GB)"""
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    """grouped-query attention: each KV head serves num_heads / num_kv_heads query heads"""
+    ffn: int
+    """SwiGLU inner size of one expert"""
+    vocab: int
+    num_experts: int
+    top_k: int
+    capacity_factor: float
+    seq: int
+    micro_batch: int
+    rope: bool = True
+    rope_theta: float = 10000.0
+    min_capacity: int = 4
+    norm_eps: float = 1e-5
+    aux_loss_coef: float = 0.01
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden", "num_heads", "num_kv_heads", "ffn", "vocab", "num_experts",
+                  "top_k", "seq", "micro_batch"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{f}={v!r}: must be a positive integer")
+        if self.hidden % self.num_heads:
+            raise ValueError(f"hidden={self.hidden} is not divisible by num_heads={self.num_heads}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if not self.capacity_factor > 0:
+            raise ValueError(f"capacity_factor={self.capacity_factor}: must be > 0")
+        if self.rope and (self.hidden // self.num_heads) % 2:
+            raise ValueError(f"head dim {self.hidden // self.num_heads} must be even for RoPE")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.num_heads
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.seq * self.micro_batch
+
+    def check_layout(self, tp: int, ep: int) -> None:
+        """Raise ValueError when this model cannot be split by TP ``tp`` and EP ``ep``."""
+        for what, n in (("num_heads", self.num_heads), ("num_kv_heads", self.num_kv_heads), ("ffn", self.ffn)):
+            if n % tp:
+                raise ValueError(f"{what}={n} is not divisible by tp={tp}; choose a TP size that divides it")
+        if self.num_experts % ep:
+            raise ValueError(f"num_experts={self.num_experts} is not divisible by ep={ep}; use --experts "
+                             f"a multiple of {ep}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # Llama-2-70B shape, every FFN an MoE of 2 such experts, top-2, cf 1.0, 8K sequence (BRIEF.md).
+    "moe-2x70b": ModelConfig(name="moe-2x70b", num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8,
+                             ffn=28672, vocab=32000, num_experts=2, top_k=2, capacity_factor=1.0, seq=8192,
+                             micro_batch=1),
+    # Same ratios (heads:kv 8:1, ffn/hidden 3.5, 2 experts top-2), small enough for 2 CPU cores.
+    "moe-2x70b-mini": ModelConfig(name="moe-2x70b-mini", num_layers=2, hidden=256, num_heads=32, num_kv_heads=4,
+                                  ffn=896, vocab=512, num_experts=2, top_k=2, capacity_factor=1.0, seq=128,
+                                  micro_batch=1),
+}
+
+# CLI override name -> config field.
+OVERRIDES = {"layers": "num_layers", "hidden": "hidden", "heads": "num_heads", "kv_heads": "num_kv_heads",
+             "ffn": "ffn", "experts": "num_experts", "topk": "top_k", "capacity_factor": "capacity_factor",
+             "seq": "seq", "micro_batch": "micro_batch", "vocab": "vocab"}
+
+
+def resolve_config(preset: str, **overrides: Any) -> ModelConfig:
+    """A preset with overrides applied (None means keep the preset's value)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    changes = {}
+    for key, value in overrides.items():
+        if key not in OVERRIDES:
+            raise ValueError(f"unknown model override {key!r}; known: {', '.join(OVERRIDES)}")
+        if value is not None:
+            changes[OVERRIDES[key]] = value
+    if changes:
+        suffix = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()) if v is not None)
+        changes["name"] = f"{preset}[{suffix}]"
+    return replace(PRESETS[preset], **changes)

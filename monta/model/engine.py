@@ -1,0 +1,191 @@
+"""Build a model variant inside the real DeepSpeed engine (ZeRO-1 by default, fp32 on CPU, bf16 on GPU),
+and run one training step of it with a timed breakdown.
+
+A "variant" differs only in the MoE exchange, the MoE schedule and the gradient synchronization;
+model, data, seed and optimizer are shared, so every comparison is apples to apples.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from monta.groups import MPU, ProcessGroups
+from monta.model.config import ModelConfig
+from monta.model.data import synthetic_batch
+from monta.model.tp import TPGroup
+from monta.model.transformer import MoETransformer
+
+VARIANTS = ("deepspeed", "legacy", "monta", "lina", "lancet", "monta+priority")
+EXCHANGE_OF = {"deepspeed": "deepspeed", "legacy": "legacy", "monta": "monta", "lina": "deepspeed",
+               "lancet": "deepspeed", "monta+priority": "monta"}
+
+
+def ds_config(cfg: ModelConfig, zero_stage: int, bf16: bool) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": bf16},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+@contextmanager
+def zero_handoff(optimizer):
+    """Hand already-averaged gradients to ZeRO-1/2 without a second reduction.
+
+    ZeRO's bookkeeping (partition copy, optimizer step) runs unchanged; only its collective is
+    replaced by the flatten it would reduce, and its pre-division is off because our scheduler
+    already divided exactly as ZeRO does (by the DP world size, summed over the param's group).
+    """
+    if not hasattr(optimizer, "allreduce_bucket"):
+        yield
+        return
+    saved_avg = optimizer.gradient_average
+    optimizer.gradient_average = False
+    optimizer.allreduce_bucket = lambda bucket, *a, **k: optimizer.flatten(bucket)
+    try:
+        yield
+    finally:
+        del optimizer.allreduce_bucket
+        optimizer.gradient_average = saved_avg
+
+
+@dataclass
+class Variant:
+    """One variant's engine and schedule state on this rank."""
+
+    name: str
+    engine: Any
+    model: MoETransformer
+    grad_sync: Any = None  # PriorityGradSync for lina / monta+priority
+    lancet: Any = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def grad_items(model: MoETransformer, pgs: ProcessGroups, sync_pgs: ProcessGroups):
+    """What DeepSpeed's ZeRO reduction does, per parameter: divide by DP size, sum over DP (dense) or EDP (experts)."""
+    from deepspeed.moe.utils import is_moe_param
+
+    from monta.comm.priority import GradItem
+
+    dp = pgs.layout.dp
+    items = []
+    for p in model.parameters():
+        if is_moe_param(p):
+            items.append(GradItem(p, sync_pgs.edp, pgs.layout.expert_dp, float(dp)))
+        else:
+            items.append(GradItem(p, sync_pgs.dp, dp, float(dp)))
+    return items
+
+
+def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPGroup, *, chunks=4,
+                  seed: int = 1234, zero_stage: int = 1, lr: float = 1e-3, sync_pgs: ProcessGroups | None = None,
+                  lina_chunk_bytes: int = 30 * 2**20, lancet_partitions: int = 2) -> Variant:
+    """Construct the model, its DeepSpeed engine and the variant's schedule (collective: all ranks)."""
+    import deepspeed
+    from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
+    exchange = EXCHANGE_OF[name]
+    model = MoETransformer(cfg, pgs, model_tp, exchange=exchange,
+                           chunks=chunks if exchange == "monta" else 1, seed=seed)
+    bf16 = torch.cuda.is_available()
+    if bf16:
+        model = model.cuda()
+    groups = split_params_into_different_moe_groups_for_optimizer(
+        {"params": list(model.parameters()), "name": "params"})
+    opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
+    for moe in model.moe_layers():
+        # monta.moe.MoE binds its groups at construction and the engine binds them again
+        # (set_deepspeed_parallelism); DeepSpeed's gate asserts on a second bind, so release it.
+        moe.deepspeed_moe.gate.ep_group = None
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16),
+                                           mpu=MPU(pgs))
+    v = Variant(name, engine, model)
+    if name in ("lina", "monta+priority"):
+        from monta.comm.priority import PriorityGradSync
+
+        if sync_pgs is None:
+            raise ValueError(f"variant {name} needs sync_pgs (its own process groups for the background thread)")
+        v.grad_sync = PriorityGradSync(grad_items(model, pgs, sync_pgs),
+                                       chunk_bytes=lina_chunk_bytes if name == "lina" else None)
+    if name == "lina":
+        from baselines.lina import LinaSchedule
+
+        model.set_schedule(LinaSchedule(chunks))
+    if name == "lancet":
+        from baselines.lancet import LancetSchedule
+
+        v.lancet = LancetSchedule(lancet_partitions)
+        model.set_schedule(v.lancet)
+    return v
+
+
+def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int, timed: bool = False) -> dict:
+    """One forward/backward/gradient-sync/optimizer step; returns loss and (when timed) phase seconds."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokens, labels = synthetic_batch(cfg, seed, step, dp_rank, device)
+    torch.manual_seed(seed * 1000 + step)  # gate noise: identical for every variant and TP rank
+    engine, model = v.engine, v.model
+    model.record_times(timed)
+    sync = lambda: torch.cuda.synchronize() if torch.cuda.is_available() else None  # noqa: E731
+    sync()
+    t0 = time.perf_counter()
+    loss, lm_loss = engine(tokens, labels)
+    sync()
+    t1 = time.perf_counter()
+    engine.enable_backward_allreduce = False  # we call the reduction ourselves, to time it
+    if v.grad_sync is not None:
+        v.grad_sync.attach()
+        v.grad_sync.start()
+    if v.lancet is not None:
+        v.lancet.begin_backward()
+    try:
+        engine.backward(loss)
+    finally:
+        if v.lancet is not None:
+            v.lancet.end_backward()
+    sync()
+    t2 = time.perf_counter()
+    if v.grad_sync is not None:
+        v.grad_sync.finish()
+        v.grad_sync.detach()
+        with zero_handoff(engine.optimizer):
+            engine.allreduce_gradients()
+    else:
+        engine.allreduce_gradients()
+    sync()
+    t3 = time.perf_counter()
+    engine.step()
+    sync()
+    t4 = time.perf_counter()
+    out = {"loss": float(loss.detach()), "lm_loss": float(lm_loss), "step_s": t4 - t0}
+    if timed:
+        ph = model.phase_times()
+        out["breakdown_s"] = {
+            "attention": ph.get("attention", 0.0), "gate": ph.get("gate", 0.0),
+            "dispatch_exchange": ph.get("dispatch", 0.0), "experts": ph.get("experts", 0.0),
+            "combine_exchange": ph.get("combine", 0.0), "forward_total": t1 - t0, "backward": t2 - t1,
+            "gradient_sync": t3 - t2, "optimizer": t4 - t3}
+    return out
+
+
+def dp_rank_of(pgs: ProcessGroups) -> int:
+    return MPU(pgs).get_data_parallel_rank()
+
+
+def make_tp_group(pgs_for_model: ProcessGroups) -> TPGroup:
+    """The model's TP group (a separate communicator from the exchange's, so they never interleave)."""
+    tp = pgs_for_model.tp
+    size = pgs_for_model.layout.tp
+    return TPGroup(tp, size, dist.get_rank(tp) if size > 1 else 0)

@@ -1,0 +1,81 @@
+"""Building blocks of the decoder: RMSNorm, RoPE, grouped-query attention and the SwiGLU expert,
+with Megatron-style tensor parallelism (column- then row-parallel) inside a node.
+
+Notation: B micro-batch, S sequence, H hidden, Hq/Hkv query/KV heads on this TP rank, D head dim.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, copy_to_tp
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.to(x.dtype) * self.weight
+
+
+def rope_tables(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [S, D/2]; computed in fp64 then cast so every rank gets identical bits."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    ang = torch.outer(torch.arange(seq, dtype=torch.float64), inv)
+    return ang.cos().float().to(device), ang.sin().float().to(device)
+
+
+def apply_rope(x_BSHD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x_BSHD[..., 0::2], x_BSHD[..., 1::2]
+    c, s = cos[None, :, None, :].to(x_BSHD.dtype), sin[None, :, None, :].to(x_BSHD.dtype)
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    """Causal grouped-query attention; heads split over TP (q/k/v column-, o row-parallel)."""
+
+    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, tp: TPGroup, rope: bool, theta: float):
+        super().__init__()
+        self.head_dim = hidden // num_heads
+        self.hq, self.hkv = num_heads // tp.size, num_kv_heads // tp.size
+        self.rope, self.theta = rope, theta
+        self.wq = ColumnParallelLinear(hidden, num_heads * self.head_dim, tp)
+        self.wk = ColumnParallelLinear(hidden, num_kv_heads * self.head_dim, tp)
+        self.wv = ColumnParallelLinear(hidden, num_kv_heads * self.head_dim, tp)
+        self.wo = RowParallelLinear(num_heads * self.head_dim, hidden, tp)
+
+    def forward(self, x_BSH: torch.Tensor) -> torch.Tensor:
+        B, S, _ = x_BSH.shape
+        x_BSH = copy_to_tp(x_BSH, self.wq.tp)
+        q = self.wq(x_BSH, copied=True).view(B, S, self.hq, self.head_dim)
+        k = self.wk(x_BSH, copied=True).view(B, S, self.hkv, self.head_dim)
+        v = self.wv(x_BSH, copied=True).view(B, S, self.hkv, self.head_dim)
+        if self.rope:
+            cos, sin = rope_tables(S, self.head_dim, self.theta, x_BSH.device)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rep = self.hq // self.hkv
+        k = k.repeat_interleave(rep, dim=2)
+        v = v.repeat_interleave(rep, dim=2)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return self.wo(o.transpose(1, 2).reshape(B, S, self.hq * self.head_dim))
+
+
+class SwiGLUExpert(nn.Module):
+    """One expert: w2(silu(w1 x) * w3 x), ffn split over TP (w1/w3 column-, w2 row-parallel)."""
+
+    def __init__(self, hidden: int, ffn: int, tp: TPGroup):
+        super().__init__()
+        self.w1 = ColumnParallelLinear(hidden, ffn, tp)
+        self.w3 = ColumnParallelLinear(hidden, ffn, tp)
+        self.w2 = RowParallelLinear(ffn, hidden, tp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = copy_to_tp(x, self.w1.tp)
+        return self.w2(F.silu(self.w1(x, copied=True)) * self.w3(x, copied=True))

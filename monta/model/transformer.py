@@ -1,0 +1,155 @@
+"""The MoE decoder: embedding, N x (RMSNorm, GQA attention, RMSNorm, MoE of SwiGLU experts), head.
+
+Weights are drawn from the full (unsharded) matrices seeded by name, so a model is the same
+function whatever its TP/EP split; the MoE is ``monta.moe.MoE`` with a swappable schedule.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from contextlib import contextmanager
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from monta.groups import ProcessGroups
+from monta.model.config import ModelConfig
+from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
+from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, linear
+
+# A schedule runs one MoE layer: (moe module, x [B, S, H]) -> (out [B, S, H], l_aux).
+MoESchedule = Callable[[nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    out, l_aux, _ = moe(x)
+    return out, l_aux
+
+
+class PhaseTimer:
+    """Wall time per phase name, summed over a step (CUDA-synchronized when on GPU)."""
+
+    def __init__(self):
+        self.enabled = False
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        if not self.enabled:
+            yield
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+    def add(self, name: str, seconds: float) -> None:
+        self.times[name] = self.times.get(name, 0.0) + seconds
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: TPGroup, pgs: ProcessGroups, exchange: str, chunks, timer: PhaseTimer):
+        super().__init__()
+        from monta.moe import MoE  # deepspeed import deferred to model construction
+
+        self.timer = timer
+        self.norm1 = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.attn = Attention(cfg.hidden, cfg.num_heads, cfg.num_kv_heads, tp, cfg.rope, cfg.rope_theta)
+        self.norm2 = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.moe = MoE(cfg.hidden, SwiGLUExpert(cfg.hidden, cfg.ffn, tp), num_experts=cfg.num_experts,
+                       ep_size=pgs.layout.ep, k=cfg.top_k, capacity_factor=cfg.capacity_factor,
+                       eval_capacity_factor=cfg.capacity_factor, min_capacity=cfg.min_capacity,
+                       enable_expert_tensor_parallelism=True, exchange=exchange, chunks=chunks, groups=pgs)
+        self.schedule: MoESchedule = stock_schedule
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.timer("attention"):
+            h = x + self.attn(self.norm1(x))
+        out, l_aux = self.schedule(self.moe, self.norm2(h))
+        return h + out, l_aux
+
+
+class MoETransformer(nn.Module):
+    """Llama-shaped decoder with MoE FFNs; ``forward(tokens, labels) -> (loss, lm_loss)``."""
+
+    def __init__(self, cfg: ModelConfig, pgs: ProcessGroups, tp: TPGroup, exchange: str = "deepspeed",
+                 chunks=1, seed: int = 1234):
+        super().__init__()
+        cfg.check_layout(pgs.layout.tp, pgs.layout.ep)
+        self.cfg = cfg
+        self.timer = PhaseTimer()
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, tp, pgs, exchange, chunks, self.timer)
+                                    for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.head = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))  # replicated over TP
+        ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
+        self._init_weights(seed, ep_rank)
+        for layer in self.layers:
+            layer.moe.deepspeed_moe.record_times = False
+
+    def _init_weights(self, seed: int, ep_rank: int) -> None:
+        def full(name: str, shape, std: float = 0.02) -> torch.Tensor:
+            g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            return torch.randn(shape, generator=g) * std
+
+        with torch.no_grad():
+            self.embed.weight.copy_(full("embed", self.embed.weight.shape, 1.0))
+            self.head.copy_(full("head", self.head.shape))
+            for i, layer in enumerate(self.layers):
+                for proj in ("wq", "wk", "wv", "wo"):
+                    m = getattr(layer.attn, proj)
+                    m.load_full(full(f"layers.{i}.attn.{proj}", m.full_shape))
+                gate = layer.moe.deepspeed_moe.gate.wg
+                gate.weight.copy_(full(f"layers.{i}.gate", gate.weight.shape))
+                local = layer.moe.deepspeed_moe.experts.deepspeed_experts
+                for j, expert in enumerate(local):
+                    e = ep_rank * len(local) + j  # global expert id: same weights wherever it lives
+                    for proj in ("w1", "w3", "w2"):
+                        m = getattr(expert, proj)
+                        m.load_full(full(f"layers.{i}.expert{e}.{proj}", m.full_shape))
+
+    def set_schedule(self, schedule: MoESchedule) -> None:
+        for layer in self.layers:
+            layer.schedule = schedule
+
+    def moe_layers(self):
+        return [layer.moe for layer in self.layers]
+
+    def record_times(self, on: bool) -> None:
+        self.timer.enabled = on
+        self.timer.times.clear()
+        for moe in self.moe_layers():
+            moe.deepspeed_moe.record_times = on
+            moe.deepspeed_moe.times.clear()
+
+    def phase_times(self) -> dict[str, float]:
+        """Forward phase seconds of the last step: attention and the MoE's gate/dispatch/experts/combine."""
+        out = dict(self.timer.times)
+        for moe in self.moe_layers():
+            for k, v in moe.deepspeed_moe.times.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def forward(self, tokens_BS: torch.Tensor, labels_BS: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(tokens_BS)
+        l_aux_total = x.new_zeros((), dtype=torch.float32)
+        for layer in self.layers:
+            x, l_aux = layer(x)
+            l_aux_total = l_aux_total + l_aux
+        logits = linear(self.norm(x), self.head)
+        lm_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels_BS.reshape(-1))
+        return lm_loss + self.cfg.aux_loss_coef * l_aux_total, lm_loss.detach()
+
+
+__all__ = ["MoETransformer", "DecoderLayer", "PhaseTimer", "stock_schedule", "ColumnParallelLinear",
+           "RowParallelLinear"]
