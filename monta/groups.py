@@ -108,10 +108,11 @@ def init_deepspeed_groups(pgs: ProcessGroups, expert_tp: bool) -> None:
 
     DeepSpeed's non-expert-TP path with an mpu builds consecutive EP groups that ignore TP, so
     we build the TP-strided groups ourselves in both modes; they equal the layout's EP groups.
+    Existing groups of the same name are kept (DeepSpeed's rule); call ``reset_deepspeed_groups``
+    first to switch a world to another layout.
     """
     from deepspeed.utils import groups
 
-    reset_deepspeed_groups()
     layout = pgs.layout
     if layout.tp > 1:
         groups.mpu = MPU(pgs)

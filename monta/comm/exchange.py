@@ -1,0 +1,234 @@
+"""Token exchange strategies for the MoE dispatch/combine under tensor parallelism:
+``legacy`` (redundant full AllToAll), ``deepspeed`` (drop, AllToAll, AllGather) and ``monta`` (chunked pipeline).
+
+Notation: E experts (all EP ranks), C capacity, Cl = C / TP the capacity slice a TP rank owns,
+M model dim, n chunks. Buffers are [E, C, M]; dim 0 splits evenly over the EP group.
+
+One pass of an exchange is ``[drop] -> AllToAll(EP) -> [AllGather(TP)]`` (``PassSpec``). Its
+transpose swaps drop and gather, because the gradient of a drop is a gather and vice versa, and
+an AllToAll is its own transpose. So backward runs the same pipeline with the transposed spec:
+MoNTA's chunked overlap applies to dispatch and combine, forward and backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from monta.comm import activity
+from monta.comm.accounting import TrafficMeter
+from monta.comm.collectives import Streams, all_gather, all_to_all
+
+EXCHANGES = ("legacy", "deepspeed", "monta")
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """What one exchange pass does around its AllToAll."""
+
+    drop_in: bool  # input is TP-replicated at full capacity: keep only this TP rank's slice
+    gather_out: bool  # rebuild full capacity over the TP group after the AllToAll
+
+    def transpose(self) -> "PassSpec":
+        return PassSpec(drop_in=self.gather_out, gather_out=self.drop_in)
+
+
+@dataclass(frozen=True)
+class ExchangeGroups:
+    """The groups one exchange uses, with their global ranks (for byte accounting)."""
+
+    ep: Any
+    ep_ranks: tuple[int, ...]
+    tp: Any
+    tp_ranks: tuple[int, ...]
+    rank: int
+
+    @property
+    def tp_size(self) -> int:
+        return len(self.tp_ranks)
+
+    @property
+    def tp_rank(self) -> int:
+        return self.tp_ranks.index(self.rank)
+
+    @property
+    def ep_size(self) -> int:
+        return len(self.ep_ranks)
+
+
+def chunk_sizes(capacity: int, chunks: int) -> list[int]:
+    """Split ``capacity`` into ``chunks`` near-equal pieces (the first ones one larger)."""
+    base, extra = divmod(capacity, chunks)
+    return [base + (1 if i < extra else 0) for i in range(chunks)]
+
+
+@dataclass
+class _Fault:
+    """Test-only fault injection for ``--check``: corrupt one element of the first chunk."""
+
+    rank: int = 0
+    enabled: bool = False
+
+
+FAULT = _Fault()
+
+
+def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
+             meter: TrafficMeter | None = None, phase: str = "") -> torch.Tensor:
+    """One exchange pass over ``x`` [E, Cin, M]; ``chunks`` > 1 pipelines AllToAll and AllGather.
+
+    AllToAll(i+1) on the EP group (inter-node link) runs while AllGather(i) on the TP group
+    (intra-node link) and the copy of chunk i into place run. On CPU/gloo each group's work
+    runs on that group's own threads; on CUDA each step has its own stream.
+    """
+    tp = g.tp_size
+    drop, gather = spec.drop_in and tp > 1, spec.gather_out and tp > 1
+    E, c_in, M = x.shape
+    if drop and c_in % tp:
+        raise ValueError(f"capacity {c_in} is not divisible by the tensor-parallel size {tp}")
+    cl = c_in // tp if drop else c_in
+    if not 1 <= chunks <= cl:
+        raise ValueError(f"chunks={chunks} must be between 1 and the capacity slice {cl}")
+    if E % g.ep_size:
+        raise ValueError(f"{E} experts do not split over the expert-parallel group of {g.ep_size}")
+    x_local = x.view(E, tp, cl, M)[:, g.tp_rank] if drop else x
+    out = x.new_empty(E, cl * tp if gather else cl, M)
+    out_view = out.view(E, tp, cl, M) if gather else out.view(E, 1, cl, M)
+    sizes = chunk_sizes(cl, chunks)
+    offsets = [sum(sizes[:i]) for i in range(chunks)]
+    elsize = x.element_size()
+    streams = Streams.for_device(x.device)
+    streams.wait_current("a2a")  # the input was produced on the current stream
+
+    def start_a2a(i: int):
+        with streams.use("a2a"):
+            send = x_local[:, offsets[i]:offsets[i] + sizes[i]].contiguous()
+            if g.ep_size == 1:
+                return send, None
+            recv = torch.empty_like(send)
+            if meter is not None:
+                meter.all_to_all(g.ep_ranks, send.numel() * elsize, phase)
+            return recv, all_to_all(recv, send, g.ep)
+
+    def place(i: int, chunk: torch.Tensor, stream: str) -> None:
+        # chunk is [tp or 1, E, c_i, M]; the final place is out[:, t*cl + off_i : ...].
+        with streams.use(stream):
+            out_view[:, :, offsets[i]:offsets[i] + sizes[i]].copy_(chunk.transpose(0, 1))
+            streams.keep(chunk, stream)
+            streams.keep(out, stream)
+            if FAULT.enabled and i == 0 and g.rank == FAULT.rank:
+                out_view[0, 0, 0, 0] += 1.0
+
+    busy = g.ep_size > 1
+    if busy:
+        activity.ALLTOALL.enter()
+    try:
+        pending = start_a2a(0)
+        for i in range(chunks):
+            recv, work = pending
+            with streams.use("ag" if gather else "copy"):
+                if work is not None:
+                    work.wait()  # CPU: blocks; CUDA: the side stream waits for the AllToAll
+                streams.keep(recv, "ag" if gather else "copy")
+            if i + 1 < chunks:
+                pending = start_a2a(i + 1)  # overlaps this chunk's AllGather and copy
+            elif busy:
+                activity.ALLTOALL.exit()
+                busy = False
+            if gather:
+                with streams.use("ag"):
+                    gathered = recv.new_empty((tp,) + tuple(recv.shape))
+                    if meter is not None:
+                        meter.all_gather(g.tp_ranks, recv.numel() * elsize, phase)
+                    work_ag = all_gather(gathered, recv, g.tp)
+                with streams.use("copy"):
+                    work_ag.wait()
+                place(i, gathered, "copy")
+            else:
+                place(i, recv.unsqueeze(0), "copy")
+    finally:
+        if busy:
+            activity.ALLTOALL.exit()
+    streams.join()
+    return out
+
+
+class _PassFn(torch.autograd.Function):
+    """Autograd wrapper: backward is the transposed pass, pipelined the same way."""
+
+    @staticmethod
+    def forward(ctx, x, spec, groups, chunks, meter, phase):  # noqa: D401
+        ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase = spec, groups, chunks, meter, phase
+        return run_pass(x, spec, groups, chunks, meter, phase + "/fwd")
+
+    @staticmethod
+    def backward(ctx, grad):
+        dx = run_pass(grad.contiguous(), ctx.spec.transpose(), ctx.groups, ctx.chunks, ctx.meter,
+                      ctx.phase + "/bwd")
+        return dx, None, None, None, None, None
+
+
+class TokenExchange:
+    """A named exchange strategy bound to its groups; ``dispatch`` and ``combine`` are differentiable.
+
+    ``expert_tp``: experts are tensor-parallel (each TP rank needs the full capacity), the
+    MoNTA/paper setting. Without it each TP rank's expert replica serves its own capacity slice.
+    """
+
+    def __init__(self, name: str, groups: ExchangeGroups, chunks: int = 1, expert_tp: bool = True,
+                 meter: TrafficMeter | None = None):
+        validate_exchange(name, chunks)
+        self.name = name
+        self.groups = groups
+        self.chunks = 1 if name != "monta" else chunks
+        self.expert_tp = expert_tp
+        self.meter = meter
+        legacy_tp = name == "legacy" and expert_tp
+        # legacy = DeepSpeed before 0.14.5 with expert TP: the full buffer goes through the
+        # AllToAll on every TP rank (no drop, no gather): TP times the inter-node bytes.
+        self.dispatch_spec = PassSpec(drop_in=not legacy_tp, gather_out=expert_tp and not legacy_tp)
+        self.combine_spec = PassSpec(drop_in=expert_tp and not legacy_tp, gather_out=not legacy_tp)
+
+    def check(self, capacity: int) -> None:
+        """Raise ValueError before any collective if this capacity cannot be exchanged."""
+        tp = self.groups.tp_size
+        if tp > 1 and capacity % tp:
+            raise ValueError(f"expert capacity {capacity} is not divisible by the tensor-parallel size {tp}; "
+                             "adjust capacity_factor/min_capacity or the token count")
+        cl = capacity // tp
+        if self.chunks > cl:
+            raise ValueError(f"chunks={self.chunks} is larger than the capacity slice {cl} "
+                             f"(capacity {capacity} / TP {tp}); use at most {cl} chunks")
+
+    def dispatch(self, x_ECM: torch.Tensor) -> torch.Tensor:
+        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch")
+
+    def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
+        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine")
+
+
+def validate_exchange(name: str, chunks: Any) -> None:
+    if name not in EXCHANGES:
+        raise ValueError(f"unknown exchange {name!r}; choose one of {', '.join(EXCHANGES)}")
+    if isinstance(chunks, bool) or not isinstance(chunks, int):
+        raise ValueError(f"chunks={chunks!r} must be an integer >= 1 (or 'auto' where supported)")
+    if chunks < 1:
+        raise ValueError(f"chunks={chunks} must be >= 1")
+
+
+def exchange_groups(ep_group: Any, tp_group: Any, layout, rank: int | None = None) -> ExchangeGroups:
+    """Bind the EP/TP groups, checking them against the layout before any collective runs."""
+    rank = dist.get_rank() if rank is None else rank
+    ep_ranks = tuple(dist.get_process_group_ranks(ep_group)) if ep_group is not None else (rank,)
+    tp_ranks = tuple(dist.get_process_group_ranks(tp_group)) if tp_group is not None else (rank,)
+    want_ep = layout.group_of("ep", rank).ranks
+    want_tp = layout.group_of("tp", rank).ranks
+    if tuple(sorted(ep_ranks)) != tuple(sorted(want_ep)):
+        raise ValueError(f"rank {rank}: EP group {list(ep_ranks)} does not match the layout's "
+                         f"{list(want_ep)} ({layout.describe()}); build groups from the same layout")
+    if tuple(sorted(tp_ranks)) != tuple(sorted(want_tp)):
+        raise ValueError(f"rank {rank}: TP group {list(tp_ranks)} does not match the layout's {list(want_tp)}")
+    return ExchangeGroups(ep_group, ep_ranks, tp_group, tp_ranks, rank)

@@ -1,0 +1,180 @@
+"""``monta.moe.MoE``: DeepSpeed's real MoE layer (its gate, its experts, its parameter names)
+with the token exchange swapped for a named strategy; the phases are separate for schedulers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from deepspeed.moe import layer as ds_layer
+from deepspeed.moe.sharded_moe import MOELayer, _capacity, _route_slots, _sparse_decode, _sparse_encode
+from deepspeed.utils import groups as ds_groups
+
+from monta.comm.accounting import TrafficMeter
+from monta.comm.exchange import TokenExchange, exchange_groups, validate_exchange
+from monta.groups import ProcessGroups, init_deepspeed_groups
+
+
+@dataclass(frozen=True)
+class RoutingPlan:
+    """The gate's decision for one batch of S tokens (returned, never stored on the layer)."""
+
+    slots: torch.Tensor  # [k, S] flat slot of each route in the [E * C] buffer
+    gates: torch.Tensor  # [k, S] gate weight of each route (fp32)
+    capacity: int
+    num_experts: int
+    num_tokens: int
+    l_aux: torch.Tensor
+    exp_counts: torch.Tensor
+
+
+class ExchangeMOELayer(MOELayer):
+    """DeepSpeed's MOELayer whose forward is cut into phases around a ``TokenExchange``."""
+
+    def __init__(self, base: MOELayer, exchange: str, chunks: Any, groups: ProcessGroups | None,
+                 expert_tp: bool):
+        super().__init__(base.gate, base.experts, base.ep_group_name, base.ep_size, base.num_local_experts)
+        self.exchange_name = exchange
+        self.chunks_setting = chunks
+        self.pgs = groups
+        self.expert_tp = expert_tp
+        self.exchange: TokenExchange | None = None
+        self.meter: TrafficMeter | None = None
+        self.record_times = False
+        self.times: dict[str, float] = {}
+
+    # -- groups ---------------------------------------------------------------------------
+    def _set_ep_group(self, ep_group):
+        super()._set_ep_group(ep_group)
+        if self.pgs is None:
+            raise ValueError("monta.moe.MoE needs groups=ProcessGroups (monta.groups.build_process_groups(layout))")
+        g = exchange_groups(ep_group, self.pgs.tp, self.pgs.layout, self.pgs.rank)
+        self.meter = TrafficMeter(self.pgs.layout, self.pgs.rank)
+        chunks = self.chunks_setting if self.chunks_setting != "auto" else 1
+        self.exchange = TokenExchange(self.exchange_name, g, chunks, self.expert_tp and g.tp_size > 1, self.meter)
+
+    # -- phases ---------------------------------------------------------------------------
+    def expected_capacity(self, num_tokens: int) -> int | None:
+        """Capacity DeepSpeed's gate will pick (None when drop_tokens=False makes it data-dependent)."""
+        gate = self.gate
+        if not gate.drop_tokens:
+            return None
+        cf = gate.capacity_factor if self.training else gate.eval_capacity_factor
+        shape = SimpleNamespace(shape=(num_tokens, self.ep_size * self.num_local_experts))
+        return int(_capacity(shape, torch.tensor(cf * gate.k), torch.tensor(gate.min_capacity)))
+
+    def _resolve_chunks(self, capacity: int, x_SM: torch.Tensor) -> None:
+        if self.chunks_setting != "auto" or self.exchange.name != "monta":
+            return
+        from monta.comm.auto import auto_chunks  # perf-model backed; imported only when asked
+
+        tp = self.exchange.groups.tp_size
+        nbytes = self.ep_size * self.num_local_experts * (capacity // tp) * x_SM.shape[-1] * x_SM.element_size()
+        self.exchange.chunks = auto_chunks(nbytes, self.pgs.layout, max_chunks=capacity // tp)
+
+    def route(self, x_SM: torch.Tensor, used_token: torch.Tensor | None = None) -> RoutingPlan:
+        if self.exchange is None:
+            raise ValueError("MoE layer has no expert-parallel group yet; call set_deepspeed_parallelism() "
+                             "or construct monta.moe.MoE with groups=")
+        expected = self.expected_capacity(x_SM.shape[0])
+        if expected is not None:  # fail before the gate's or the exchange's collectives
+            self._resolve_chunks(expected, x_SM)
+            self.exchange.check(expected)
+        l_aux, C, E, indices, locations, gates, exp_counts = self.gate(x_SM, used_token, True, False)
+        C = int(C)
+        if expected is None:
+            self._resolve_chunks(C, x_SM)
+            self.exchange.check(C)
+        slots = _route_slots(indices, locations, E, C)
+        return RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts)
+
+    def encode(self, x_SM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
+        return _sparse_encode(x_SM, plan.slots, plan.num_experts, plan.capacity)
+
+    def dispatch(self, x_ECM: torch.Tensor) -> torch.Tensor:
+        return self.exchange.dispatch(x_ECM)
+
+    def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
+        E, C, M = x_ECM.shape
+        out = self.experts(x_ECM.reshape(self.ep_size, self.num_local_experts, C, M))
+        return out.reshape(E, C, M)
+
+    def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
+        return self.exchange.combine(y_ECM)
+
+    def decode(self, y_ECM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
+        E, C, M = y_ECM.shape
+        return _sparse_decode(y_ECM.reshape(E * C, M), plan.slots, plan.gates, plan.num_tokens)
+
+    def _timed(self, name: str, fn, *args):
+        if not self.record_times:
+            return fn(*args)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn(*args)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    def forward(self, *input: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        x = input[0]
+        used_token = input[1] if len(input) > 1 else None
+        x_SM = x.reshape(-1, x.shape[-1])
+        plan = self._timed("gate", self.route, x_SM, used_token)
+        self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
+        x_ECM = self.encode(x_SM, plan)
+        dispatched = self._timed("dispatch", self.dispatch, x_ECM)
+        expert_out = self._timed("experts", self.run_experts, dispatched)
+        combined = self._timed("combine", self.combine, expert_out)
+        return self.decode(combined, plan).reshape(x.shape)
+
+
+class MoE(ds_layer.MoE):
+    """``deepspeed.moe.layer.MoE`` with ``exchange=`` ('legacy' | 'deepspeed' | 'monta') and ``chunks=``.
+
+    Same constructor, parameters and outputs as DeepSpeed's layer; only the token exchange
+    differs, so variants compare apples to apples. ``groups`` carries the layout's process groups.
+    """
+
+    def __init__(self, hidden_size: int, expert: torch.nn.Module, num_experts: int = 1, ep_size: int = 1,
+                 k: int = 1, capacity_factor: float = 1.0, eval_capacity_factor: float = 1.0,
+                 min_capacity: int = 4, use_residual: bool = False, noisy_gate_policy: str | None = None,
+                 drop_tokens: bool = True, use_rts: bool = True, use_tutel: bool = False,
+                 enable_expert_tensor_parallelism: bool = False, top2_2nd_expert_sampling: bool = True, *,
+                 exchange: str = "monta", chunks: int | str = 4, groups: ProcessGroups | None = None) -> None:
+        validate_exchange(exchange, 1 if chunks == "auto" else chunks)
+        if use_tutel:
+            raise ValueError("use_tutel=True is not supported by monta.moe.MoE; the exchange replaces Tutel's")
+        if groups is not None and groups.layout.ep != ep_size:
+            raise ValueError(f"ep_size={ep_size} does not match the layout's EP degree {groups.layout.ep} "
+                             f"({groups.layout.describe()})")
+        if num_experts % ep_size:
+            raise ValueError(f"num_experts={num_experts} is not divisible by ep_size={ep_size}")
+        super().__init__(hidden_size, expert, num_experts, ep_size, k, capacity_factor, eval_capacity_factor,
+                         min_capacity, use_residual, noisy_gate_policy, drop_tokens, use_rts, False,
+                         enable_expert_tensor_parallelism, top2_2nd_expert_sampling)
+        self.pgs = groups
+        self.deepspeed_moe = ExchangeMOELayer(self.deepspeed_moe, exchange, chunks, groups,
+                                              enable_expert_tensor_parallelism)
+        if groups is not None:
+            self.set_deepspeed_parallelism()
+
+    def _create_process_groups(self, use_data_before_expert_parallel_: bool = False) -> None:
+        if self.pgs is not None and self.expert_group_name not in ds_groups._get_expert_parallel_group_dict():
+            # Build DeepSpeed's expert groups from our layout (TP-strided, as the layout says).
+            init_deepspeed_groups(self.pgs, self.enable_expert_tensor_parallelism)
+        super()._create_process_groups(use_data_before_expert_parallel_)
+
+    @property
+    def exchange(self) -> TokenExchange | None:
+        return self.deepspeed_moe.exchange
+
+    @property
+    def traffic(self) -> TrafficMeter | None:
+        return self.deepspeed_moe.meter

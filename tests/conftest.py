@@ -1,0 +1,33 @@
+"""Shared pytest fixtures: persistent gloo worlds of 4 and 8 ranks (started lazily, once per session)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("WANDB_MODE", "offline")
+sys.path.insert(0, os.path.dirname(__file__))
+
+from dist_world import DistWorld  # noqa: E402
+
+_worlds: dict[int, DistWorld] = {}
+
+
+def get_world(size: int) -> DistWorld:
+    if size not in _worlds:
+        for other in list(_worlds):  # one world at a time: 2 cores, and ranks idle-poll
+            _worlds.pop(other).close()
+        _worlds[size] = DistWorld(size)
+    return _worlds[size]
+
+
+@pytest.fixture(scope="session")
+def dist_world():
+    """Factory: ``dist_world(n)`` returns the session's n-rank world."""
+    yield get_world
+    for w in _worlds.values():
+        w.close()
+    _worlds.clear()

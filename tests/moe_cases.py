@@ -1,0 +1,172 @@
+"""Worker-side cases for the exchange tests: run inside a DistWorld rank, return plain data.
+
+The reference is stock ``deepspeed.moe.layer.MoE`` on the same layout, seed, input and weights.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+_state: dict[str, Any] = {"layout_key": None, "pgs": {}, "refs": {}}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def setup_layout(nodes: int, gpn: int, tp: int, ep: int, expert_tp: bool):
+    """Build (once per layout) and register this layout's groups with DeepSpeed."""
+    from monta.groups import build_process_groups, init_deepspeed_groups, reset_deepspeed_groups
+    from monta.parallel import ParallelLayout
+
+    key = (nodes, gpn, tp, ep, expert_tp)
+    layout = ParallelLayout(nodes, gpn, tp, ep)
+    if layout not in _state["pgs"]:
+        _state["pgs"][layout] = build_process_groups(layout)
+    pgs = _state["pgs"][layout]
+    if _state["layout_key"] != key:
+        reset_deepspeed_groups()
+        init_deepspeed_groups(pgs, expert_tp)
+        _state["layout_key"] = key
+    return pgs
+
+
+def _expert(hidden: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(hidden, 2 * hidden), torch.nn.GELU(), torch.nn.Linear(2 * hidden, hidden))
+
+
+def _inputs(pgs, tokens: int, hidden: int, dtype: torch.dtype):
+    # Every TP rank of a group holds the same tokens (no sequence parallelism): seed by DP index.
+    g = torch.Generator().manual_seed(1000 + pgs.rank // pgs.layout.tp)
+    x = torch.randn(2, tokens // 2, hidden, generator=g).to(dtype)
+    w = torch.randn(2, tokens // 2, hidden, generator=g).to(dtype)
+    return x, w
+
+
+def _run_layer(layer: torch.nn.Module, x: torch.Tensor, w: torch.Tensor, seed: int) -> dict[str, Any]:
+    x = x.clone().requires_grad_(True)
+    torch.manual_seed(seed)  # the gate samples (RTS, 2nd-expert Gumbel): same draws in both runs
+    out, l_aux, exp_counts = layer(x)
+    loss = (out.float() * w.float()).sum() + l_aux
+    loss.backward()
+    return {
+        "out": out.detach(),
+        "x_grad": x.grad.detach(),
+        "grads": {n: p.grad.detach().clone() for n, p in layer.named_parameters() if p.grad is not None},
+        "exp_counts": exp_counts.detach(),
+    }
+
+
+def _ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity):
+    return dict(hidden_size=hidden, num_experts=experts, ep_size=ep, k=k, capacity_factor=capacity_factor,
+                min_capacity=min_capacity, enable_expert_tensor_parallelism=expert_tp)
+
+
+def reference(pgs, *, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed):
+    """Stock DeepSpeed MoE on this layout (cached per configuration)."""
+    from deepspeed.moe.layer import MoE as DSMoE
+
+    from monta.compat import gloo_safe_deepspeed_gather
+
+    key = (pgs.layout, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed)
+    if key not in _state["refs"]:
+        torch.manual_seed(seed)
+        layer = DSMoE(expert=_expert(hidden), **_ds_kwargs(hidden, experts, pgs.layout.ep, k, expert_tp,
+                                                          capacity_factor, min_capacity)).to(DTYPES[dtype])
+        layer.set_deepspeed_parallelism()
+        x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
+        with gloo_safe_deepspeed_gather():
+            res = _run_layer(layer, x, w, seed)
+        res["state"] = copy.deepcopy(layer.state_dict())
+        _state["refs"].clear()  # keep one: the matrix walks configurations in order
+        _state["refs"][key] = res
+    return _state["refs"][key]
+
+
+def compare_case(*, nodes, gpn, tp, ep, k, expert_tp, exchange, chunks, dtype="float32", tokens=64, hidden=8,
+                 experts=4, capacity_factor=1.0, min_capacity=4, seed=7) -> dict[str, Any]:
+    """monta.moe.MoE with ``exchange``/``chunks`` vs stock DeepSpeed: max abs differences and traffic."""
+    from monta.moe import MoE
+
+    pgs = setup_layout(nodes, gpn, tp, ep, expert_tp)
+    common = dict(k=k, expert_tp=expert_tp, tokens=tokens, hidden=hidden, experts=experts, dtype=dtype,
+                  capacity_factor=capacity_factor, min_capacity=min_capacity, seed=seed)
+    ref = reference(pgs, **common)
+    layer = MoE(expert=_expert(hidden), exchange=exchange, chunks=chunks, groups=pgs,
+                **_ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity)).to(DTYPES[dtype])
+    layer.load_state_dict(ref["state"])
+    x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
+    res = _run_layer(layer, x, w, seed)
+
+    def diff(a, b):
+        return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+
+    grad_diffs = {n: diff(g, ref["grads"][n]) for n, g in res["grads"].items()}
+    missing = sorted(set(ref["grads"]) ^ set(res["grads"]))
+    return {
+        "rank": pgs.rank,
+        "dtype": str(res["out"].dtype),
+        "out_diff": diff(res["out"], ref["out"]),
+        "x_grad_diff": diff(res["x_grad"], ref["x_grad"]),
+        "grad_diffs": grad_diffs,
+        "missing_grads": missing,
+        "bitwise": bool(torch.equal(res["out"], ref["out"]) and torch.equal(res["x_grad"], ref["x_grad"])
+                        and all(torch.equal(g, ref["grads"][n]) for n, g in res["grads"].items())),
+        "capacity": int(layer.deepspeed_moe.expected_capacity(tokens)),
+        "chunks_used": layer.exchange.chunks,
+        "inter_bytes": layer.traffic.inter,
+        "intra_bytes": layer.traffic.intra,
+        "phases": {ph: layer.traffic.bytes(phase=ph) for ph in ("dispatch/fwd", "dispatch/bwd",
+                                                                "combine/fwd", "combine/bwd")},
+    }
+
+
+def bad_input_case(*, nodes, gpn, tp, ep, expert_tp, exchange, chunks, tokens=64, hidden=8, experts=4,
+                   layout_ep=None) -> dict[str, Any]:
+    """Build/run a layer with bad settings; report the error and that no collective traffic happened."""
+    from monta.comm import activity
+    from monta.moe import MoE
+
+    pgs = setup_layout(nodes, gpn, tp, ep, expert_tp)
+    err, layer = None, None
+    try:
+        layer = MoE(expert=_expert(hidden), exchange=exchange, chunks=chunks, groups=pgs,
+                    **_ds_kwargs(hidden, experts, layout_ep or ep, 1, expert_tp, 1.0, 4))
+        x, _ = _inputs(pgs, tokens, hidden, torch.float32)
+        layer(x)
+    except ValueError as e:
+        err = str(e)
+    # The world must still be healthy (no rank stuck in a half-started collective).
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    traffic = (layer.traffic.inter + layer.traffic.intra) if layer is not None and layer.traffic else 0
+    return {"error": err, "traffic": traffic, "allreduce": float(t), "a2a_busy": activity.ALLTOALL.busy()}
+
+
+def wrong_group_case(*, nodes, gpn, tp, ep) -> str | None:
+    """An EP group that does not match the layout (here: the TP group) must be refused."""
+    from monta.comm.exchange import exchange_groups
+
+    pgs = setup_layout(nodes, gpn, tp, ep, True)
+    try:
+        exchange_groups(pgs.tp, pgs.tp, pgs.layout, pgs.rank)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def exchange_dtype_case(*, nodes, gpn, tp, ep, dtype, chunks) -> dict[str, Any]:
+    """The pipelined exchange moves bytes only: bf16/fp16 results equal the fp32 results cast."""
+    from monta.comm.exchange import PassSpec, exchange_groups, run_pass
+
+    pgs = setup_layout(nodes, gpn, tp, ep, True)
+    g = exchange_groups(pgs.ep, pgs.tp, pgs.layout, pgs.rank)
+    gen = torch.Generator().manual_seed(5 + pgs.rank // tp)
+    x = torch.randn(4, 8 * tp, 6, generator=gen)
+    spec = PassSpec(True, True)
+    ref = run_pass(x, spec, g, 1)
+    got = run_pass(x.to(DTYPES[dtype]), spec, g, chunks)
+    return {"dtype": str(got.dtype), "equal": bool(torch.equal(got, ref.to(DTYPES[dtype]))),
+            "shape": list(got.shape)}
