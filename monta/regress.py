@@ -1,0 +1,162 @@
+"""`monta regress`: compare current records with a stored baseline and fail on a significant slowdown.
+
+Matched by (kind, source, params minus run-specific fields); bootstrap CI on the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monta.results import read_records
+
+# Params that say how a point was measured (or by whom), not which point it is.
+RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
+# Metrics where bigger is better: the slowdown is baseline / current for them.
+HIGHER_IS_BETTER = frozenset({"algbw_GBps", "busbw_GBps", "tokens_per_s"})
+# Samples assumed behind a median that came without samples_* (p10/p90 only).
+_PSEUDO_N = 10
+_Z90 = 1.2815515655446004  # standard normal 90th percentile: p90 - p10 = 2 * z * sigma
+
+
+def point_key(rec: Mapping[str, Any]) -> tuple:
+    params = {k: v for k, v in rec["params"].items() if k not in RUN_SPECIFIC}
+    return (rec["kind"], rec["source"], json.dumps(params, sort_keys=True, default=str))
+
+
+def _samples_key(metric: str) -> str:
+    """time_us -> samples_us, step_ms -> samples_ms; other metrics: samples_<metric>."""
+    unit = metric.rsplit("_", 1)[-1]
+    return f"samples_{unit}" if unit in ("us", "ms", "s") else f"samples_{metric}"
+
+
+def samples(recs: Sequence[Mapping[str, Any]], metric: str, seed: int = 0) -> tuple[np.ndarray, str]:
+    """All per-iteration samples of ``metric`` in ``recs``; where a record has none, a normal
+    approximation from its median and p10/p90 (or the bare median). Returns (values, how)."""
+    out: list[np.ndarray] = []
+    how = "samples"
+    rng = np.random.default_rng(seed)
+    for r in recs:
+        m = r["metrics"]
+        if metric not in m or m[metric] is None:
+            continue
+        s = m.get(_samples_key(metric))
+        if isinstance(s, list) and s:
+            out.append(np.asarray(s, dtype=float))
+            continue
+        med = float(m[metric])
+        p10, p90 = m.get(f"{metric}_p10"), m.get(f"{metric}_p90")
+        if p10 is not None and p90 is not None and p90 >= p10:
+            sigma = (float(p90) - float(p10)) / (2 * _Z90)
+            out.append(med + sigma * rng.standard_normal(_PSEUDO_N))
+            how = "p10/p90" if how == "samples" else how
+        else:
+            out.append(np.array([med]))
+            how = "median"
+    return (np.concatenate(out) if out else np.array([])), how
+
+
+def bootstrap_ratio(base: np.ndarray, cur: np.ndarray, n_boot: int = 2000, confidence: float = 0.95,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """Ratio of medians cur/base and its percentile-bootstrap confidence interval."""
+    point = float(np.median(cur) / np.median(base))
+    if len(base) < 2 and len(cur) < 2:
+        return point, point, point
+    rng = np.random.default_rng(seed)
+    b = np.median(rng.choice(base, size=(n_boot, len(base))), axis=1)
+    c = np.median(rng.choice(cur, size=(n_boot, len(cur))), axis=1)
+    ratios = c / b
+    alpha = (1.0 - confidence) / 2
+    lo, hi = np.quantile(ratios, [alpha, 1 - alpha])
+    return point, float(lo), float(hi)
+
+
+def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]], metric: str = "time_us",
+            threshold: float = 0.10, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per matched point: slowdown (>1 = worse) with its CI and a status."""
+    groups: dict[tuple, list[list]] = defaultdict(lambda: [[], []])
+    for side, recs in ((0, baseline), (1, current)):
+        for r in recs:
+            if metric in r["metrics"]:
+                groups[point_key(r)][side].append(r)
+    rows = []
+    for i, (key, (b, c)) in enumerate(sorted(groups.items())):
+        if not b or not c:
+            continue
+        bs, bhow = samples(b, metric, seed + 2 * i)
+        cs, chow = samples(c, metric, seed + 2 * i + 1)
+        if not len(bs) or not len(cs):
+            continue
+        shown = float(np.median(bs)), float(np.median(cs))
+        if metric in HIGHER_IS_BETTER:  # slowdown = base/cur  <=>  ratio of (1/x) medians
+            bs, cs = 1.0 / bs, 1.0 / cs
+        ratio, lo, hi = bootstrap_ratio(bs, cs, n_boot, confidence, seed + i)
+        status = "REGRESSED" if lo > 1 + threshold else ("improved" if hi < 1 / (1 + threshold) else "ok")
+        params = json.loads(key[2])
+        rows.append({"kind": key[0], "source": key[1], "point": _short(params), "baseline": shown[0],
+                     "current": shown[1], "slowdown": ratio, "ci_lo": lo, "ci_hi": hi,
+                     "n": f"{len(bs)}/{len(cs)}", "from": bhow if bhow == chow else f"{bhow}/{chow}", "status": status})
+    return rows
+
+
+def _short(params: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: float, confidence: float) -> str:
+    head = (f"regress: metric {metric}, slowdown = current/baseline median"
+            f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
+            f"{confidence:.0%} bootstrap CI, fail when CI low > {1 + threshold:.2f}\n\n")
+    lines = ["| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
+             "|---|---|---|---|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {r['baseline']:.4g} | "
+                     f"{r['current']:.4g} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {r['from']} |")
+    bad = sum(r["status"] == "REGRESSED" for r in rows)
+    return head + "\n".join(lines) + f"\n\n{len(rows)} matched points, {bad} regressed.\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.confidence < 1:
+        raise ValueError(f"--confidence {args.confidence}: must be between 0 and 1, e.g. 0.95")
+    if args.threshold < 0:
+        raise ValueError(f"--threshold {args.threshold}: must be >= 0, e.g. 0.10 for 10%")
+    for p in args.baseline + args.current:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"record file {p} not found")
+    base, cur = read_records(*args.baseline), read_records(*args.current)
+    rows = compare(base, cur, args.metric, args.threshold, args.confidence, args.bootstrap, args.seed)
+    if not rows:
+        raise ValueError(f"no point of --current matches --baseline with metric {args.metric!r}: compare the same "
+                         "kind, source and params (size, variant, chunks, cluster shape)")
+    text = format_table(rows, args.metric, args.threshold, args.confidence)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    print(text, end="")
+    regressed = [r for r in rows if r["status"] == "REGRESSED"]
+    if regressed:
+        print(f"monta regress: {len(regressed)} point(s) regressed by more than {args.threshold:.0%}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("regress", help="compare records with a stored baseline; exit 1 on a regression",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", nargs="+", required=True, help="baseline record file(s) (JSONL)")
+    p.add_argument("--current", nargs="+", required=True, help="current record file(s) (JSONL)")
+    p.add_argument("--threshold", type=float, default=0.10, help="tolerated slowdown (default 0.10 = 10%%)")
+    p.add_argument("--metric", default="time_us", help="metric to compare (default time_us)")
+    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (results are reproducible)")
+    p.add_argument("--out", help="also write the table (markdown) here")
+    p.set_defaults(func=run)

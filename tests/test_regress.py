@@ -1,0 +1,82 @@
+"""`monta regress`: a synthetic 30% slowdown fails with a table, an unchanged run passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monta import regress
+from monta.cli import main
+from monta.results import make_record, write_records
+
+ENV = {"python": "3.11"}
+
+
+def recs(scale=1.0, seed=0, with_samples=True, variants=("legacy", "monta"), run_id=None):
+    rng = np.random.default_rng(seed)
+    out = []
+    for size in (1 << 20, 4 << 20):
+        for v in variants:
+            base = size / 500.0 * (2.0 if v == "legacy" else 1.0) * scale
+            s = (base * (1 + 0.03 * rng.standard_normal(20))).tolist()
+            metrics = {"time_us": float(np.median(s)), "time_us_p10": float(np.quantile(s, 0.1)),
+                       "time_us_p90": float(np.quantile(s, 0.9)), "busbw_GBps": size / float(np.median(s)) / 1e3}
+            if with_samples:
+                metrics["samples_us"] = s
+            out.append(make_record(kind="alltoall", source="emulated", experiment="t", env=ENV, run_id=run_id,
+                                   params={"size_bytes": size, "variant": v, "chunks": 2, "tp": 4, "iters": 20,
+                                           "host": f"h{seed}"},
+                                   metrics=metrics))
+    return out
+
+
+def test_unchanged_run_passes(tmp_path, capsys):
+    b = write_records(tmp_path / "b.jsonl", recs(seed=1))
+    c = write_records(tmp_path / "c.jsonl", recs(seed=2))  # same distribution, other noise and host
+    assert main(["regress", "--baseline", str(b), "--current", str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "4 matched points, 0 regressed" in out and "REGRESSED" not in out
+
+
+def test_thirty_percent_regression_fails_with_table(tmp_path, capsys):
+    b = write_records(tmp_path / "b.jsonl", recs(seed=1))
+    c = write_records(tmp_path / "c.jsonl", recs(scale=1.3, seed=2))
+    table = tmp_path / "t.md"
+    assert main(["regress", "--baseline", str(b), "--current", str(c), "--out", str(table)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("| REGRESSED |") == 4
+    assert "4 matched points, 4 regressed" in table.read_text()
+    rows = regress.compare(recs(seed=1), recs(scale=1.3, seed=2))
+    assert all(1.2 < r["ci_lo"] <= r["slowdown"] <= r["ci_hi"] < 1.4 for r in rows)
+
+
+def test_only_one_point_regressed_and_bandwidth_metric(tmp_path):
+    base = recs(seed=1)
+    cur = recs(seed=2)
+    slow = cur[0]
+    slow["metrics"]["samples_us"] = [x * 1.5 for x in slow["metrics"]["samples_us"]]
+    slow["metrics"]["time_us"] *= 1.5
+    slow["metrics"]["busbw_GBps"] /= 1.5
+    rows = regress.compare(base, cur)
+    assert [r["status"] for r in rows].count("REGRESSED") == 1
+    # Bandwidth: higher is better, so the slow point is still the one flagged (no samples: p10/p90 path).
+    bw = regress.compare(base, cur, metric="busbw_GBps")
+    assert [r["status"] for r in bw].count("REGRESSED") == 1
+
+
+def test_fallback_to_p10_p90_without_samples():
+    rows = regress.compare(recs(seed=1, with_samples=False), recs(scale=1.3, seed=2, with_samples=False))
+    assert all(r["status"] == "REGRESSED" and r["from"] == "p10/p90" for r in rows)
+    rows = regress.compare(recs(seed=1, with_samples=False), recs(seed=2, with_samples=False))
+    assert all(r["status"] != "REGRESSED" for r in rows)
+
+
+def test_no_match_and_missing_file_are_clear_errors(tmp_path, capsys):
+    b = write_records(tmp_path / "b.jsonl", recs(variants=("legacy",)))
+    c = write_records(tmp_path / "c.jsonl", recs(variants=("monta",)))
+    assert main(["regress", "--baseline", str(b), "--current", str(c)]) == 2
+    assert "no point of --current matches --baseline" in capsys.readouterr().err
+    assert main(["regress", "--baseline", str(tmp_path / "nope.jsonl"), "--current", str(c)]) == 2
+    assert "nope.jsonl not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["regress", "--baseline", str(b)])
