@@ -69,18 +69,23 @@ class CollTime:
 ZERO = CollTime(0.0)
 
 
-def _inter_us(cluster: Cluster, node_bytes: float, eff_size: float) -> float:
+def _inter_us(cluster: Cluster, node_bytes: float, eff_size: float, op: str | None = None) -> float:
     """Time for one node to push ``node_bytes`` through all its NICs."""
     if node_bytes <= 0:
         return 0.0
-    link = cluster.inter
+    link = cluster.link("inter", op)
     return link.latency_us + link.transfer_us(node_bytes, eff_size) / cluster.nics_per_node
 
 
-def _intra_us(cluster: Cluster, rank_bytes: float, eff_size: float) -> float:
+def _intra_us(cluster: Cluster, rank_bytes: float, eff_size: float, op: str | None = None,
+              concurrent: int = 1) -> float:
+    """Time for one rank's intra-node bytes; on a shared node link (the emulator's loopback) the
+    ``concurrent`` ranks of the node push theirs through the same link."""
     if rank_bytes <= 0:
         return 0.0
-    return cluster.intra.latency_us + cluster.intra.transfer_us(rank_bytes, eff_size)
+    link = cluster.link("intra", op)
+    moved = rank_bytes * (concurrent if cluster.intra_shared else 1)
+    return link.latency_us + link.transfer_us(moved, eff_size)
 
 
 def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = False) -> CollTime:
@@ -91,14 +96,14 @@ def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = Fal
     local = S * (p - 1) / n
     remote = S * (n - p) / n
     if not hierarchical or g.nodes == 1 or p == 1:
-        ti = _intra_us(cluster, local, S)
-        tn = _inter_us(cluster, remote * c, S)
+        ti = _intra_us(cluster, local, S, "alltoall", c)
+        tn = _inter_us(cluster, remote * c, S, "alltoall")
         return CollTime(max(ti, tn), ti, tn, local, remote)
     # 2D (Tutel-style): regroup inside the node first so each rank sends one p-times larger
     # message per remote node; the same NIC bytes, better efficiency, plus an extra NVLink phase.
     shuffle = S * (p - 1) / p
-    ti = _intra_us(cluster, shuffle, S)
-    tn = _inter_us(cluster, remote * c, S * p)
+    ti = _intra_us(cluster, shuffle, S, "alltoall", c)
+    tn = _inter_us(cluster, remote * c, S * p, "alltoall")
     return CollTime(ti + tn, ti, tn, shuffle, remote)
 
 
@@ -110,9 +115,9 @@ def allgather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
     sent = (n - 1) * in_bytes
     size = n * in_bytes  # nccl-tests size of an AllGather is the output
     m = g.nodes
-    ti = _intra_us(cluster, sent, size) if p > 1 else 0.0
+    ti = _intra_us(cluster, sent, size, "allgather", c) if p > 1 else 0.0
     # One ring edge per spanned node leaves the node; c/p rings pass through each node.
-    tn = _inter_us(cluster, sent * c / p, size) if m > 1 else 0.0
+    tn = _inter_us(cluster, sent * c / p, size, "allgather") if m > 1 else 0.0
     return CollTime(max(ti, tn), ti, tn, sent * (n - m) / n, sent * m / n if m > 1 else 0.0)
 
 
@@ -134,7 +139,7 @@ def p2p(nbytes: float, link: str, cluster: Cluster, concurrent_per_node: int = 1
     if nbytes <= 0:
         return ZERO
     if link == "intra":
-        t = _intra_us(cluster, nbytes, nbytes)
+        t = _intra_us(cluster, nbytes, nbytes, None, concurrent_per_node)
         return CollTime(t, t, 0.0, nbytes, 0.0)
     t = _inter_us(cluster, nbytes * concurrent_per_node, nbytes)
     return CollTime(t, 0.0, t, 0.0, nbytes)

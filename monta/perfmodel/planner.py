@@ -50,9 +50,16 @@ def _divisors(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
-def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int):
+def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int, pins: dict | None = None):
     world, gpn = cluster.world_size, cluster.gpus_per_node
+    pins = pins or {}
+
+    def ok(name: str, v: int) -> bool:
+        return pins.get(name) in (None, v)
+
     for tp in _divisors(gpn, gpn):
+        if not ok("tp", tp):
+            continue
         if m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads):
             continue
         rest = world // tp
@@ -60,33 +67,42 @@ def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int):
         while cp <= rest and seq % cp == 0 and (cp == 1 or seq // cp >= MIN_CP_TOKENS):
             for pp in _divisors(rest // cp, m.layers):
                 dp = rest // (cp * pp)
+                if not (ok("cp", cp) and ok("pp", pp) and ok("dp", dp)):
+                    continue
                 for ep in _divisors(m.experts, m.experts):
-                    if (cp * dp) % ep:
+                    if (cp * dp) % ep or not ok("ep", ep):
                         continue
                     for mb in MICRO_BATCHES:
-                        if global_batch % (dp * mb) == 0:
+                        if global_batch % (dp * mb) == 0 and ok("micro_batch", mb):
                             yield tp, cp, pp, dp, ep, mb
             cp *= 2
 
 
 def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = None, variant: str = "monta",
-         top: int = 5) -> Plan:
-    """Rank every strategy that fits; raise ValueError saying what would make one fit if none does."""
+         top: int = 5, pins: dict[str, int] | None = None, recompute: tuple[str, ...] = RECOMPUTE_ORDER,
+         zero: tuple[int, ...] = (1, 2, 3)) -> Plan:
+    """Rank every strategy that fits; raise ValueError saying what would make one fit if none does.
+
+    ``pins`` fixes degrees (tp, cp, pp, dp, ep, micro_batch); ``recompute``/``zero`` limit the options."""
     if seq < 1:
         raise ValueError(f"seq={seq}: must be a positive number of tokens")
+    if global_batch is not None and global_batch < 1:
+        raise ValueError(f"global batch {global_batch}: must be >= 1 sequence")
+    pins = {k: v for k, v in (pins or {}).items() if v is not None}
+    _check_pins(pins, m, cluster, seq)
     gb = global_batch or default_global_batch(seq)
     results: list[Choice] = []
     considered = 0
-    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb):
+    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb, pins):
         base = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, micro_batch=mb, variant=variant)
         num_micro = gb // (dp * mb)
         considered += 1
         # Step time grows with the recomputation level and with ZeRO-3 (ZeRO 0-2 move the same
         # bytes), so per structure only the first fitting option of each kind can win.
         seen_z3 = False
-        for rc in RECOMPUTE_ORDER:
+        for rc in (r for r in RECOMPUTE_ORDER if r in recompute):
             fit = None
-            for z in (1, 2, 3):
+            for z in sorted(zero):
                 if z == 3 and seen_z3:
                     continue
                 s = replace(base, recompute=rc, zero=z)
@@ -102,7 +118,11 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
                 break  # more recomputation only costs time
             seen_z3 = True
     if not results:
-        raise ValueError(_no_fit_message(m, cluster, seq, gb))
+        if considered == 0:
+            raise ValueError(f"no valid parallel degrees for {cluster.nodes} x {cluster.gpus_per_node} GPUs, seq {seq}, "
+                             f"global batch {gb} sequences" + (f" and pins {pins}" if pins else "")
+                             + ": drop a pin or pick a global batch divisible by the data-parallel degree")
+        raise ValueError(_no_fit_message(m, cluster, seq, gb, pins))
     results.sort(key=lambda c: c.step.total_us)
     best = results[:top]
     explained = tuple(replace(c, why=_why(c, best[0] if i else (best[1] if len(best) > 1 else None), i == 0))
@@ -110,9 +130,31 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
     return Plan(cluster, m, seq, gb, explained, considered, len(results))
 
 
-def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> tuple[float, Strategy | None]:
+def _check_pins(pins: dict[str, int], m: ModelSpec, cluster: Cluster, seq: int) -> None:
+    gpn, world = cluster.gpus_per_node, cluster.world_size
+    for k, v in pins.items():
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"--{k} {v!r}: must be a positive integer")
+    if "tp" in pins and gpn % pins["tp"]:
+        raise ValueError(f"--tp {pins['tp']} must divide gpus per node ({gpn}): tensor parallelism stays inside a node")
+    if "tp" in pins and (m.heads % pins["tp"] or (m.kv_heads % pins["tp"] and pins["tp"] % m.kv_heads)):
+        raise ValueError(f"--tp {pins['tp']} must divide the model's {m.heads} heads (and fit its {m.kv_heads} KV heads)")
+    if "ep" in pins and m.experts % pins["ep"]:
+        raise ValueError(f"--ep {pins['ep']} must divide the model's {m.experts} experts")
+    if "cp" in pins and seq % pins["cp"]:
+        raise ValueError(f"--cp {pins['cp']} must divide the sequence length {seq}")
+    if "pp" in pins and pins["pp"] > m.layers:
+        raise ValueError(f"--pp {pins['pp']} exceeds the model's {m.layers} layers")
+    prod = 1
+    for k in ("tp", "cp", "pp"):
+        prod *= pins.get(k, 1)
+    if world % prod:
+        raise ValueError(f"tp*cp*pp = {prod} does not divide the {world} GPUs")
+
+
+def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) -> tuple[float, Strategy | None]:
     best, arg = math.inf, None
-    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb):
+    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb, {k: v for k, v in (pins or {}).items() if k in ("tp", "ep")}):
         if mb != 1:
             continue
         s = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, recompute="full", zero=3)
@@ -122,8 +164,8 @@ def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> tuple[floa
     return best, arg
 
 
-def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> str:
-    need, s = _min_memory(m, cluster, seq, gb)
+def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) -> str:
+    need, s = _min_memory(m, cluster, seq, gb, pins)
     head = (f"no strategy for {m.name} ({m.layers} layers, seq {seq}) fits {cluster.nodes} x {cluster.gpus_per_node} "
             f"GPUs of {cluster.mem_GB:g} GB")
     if s is None:
@@ -132,13 +174,13 @@ def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> str:
     for k in range(1, 13):
         nodes = cluster.nodes * 2**k
         bigger = replace(cluster, nodes=nodes)
-        if _min_memory(m, bigger, seq, gb)[0] <= cluster.mem_GB * GB:
+        if _min_memory(m, bigger, seq, gb, pins)[0] <= cluster.mem_GB * GB:
             hints.append(f"it would fit on {nodes} nodes")
             break
     lo, hi = 0, m.layers
     while lo < hi:  # the most layers that fit here
         mid = (lo + hi + 1) // 2
-        if mid and _min_memory(replace(m, layers=mid), cluster, seq, gb)[0] <= cluster.mem_GB * GB:
+        if mid and _min_memory(replace(m, layers=mid), cluster, seq, gb, pins)[0] <= cluster.mem_GB * GB:
             lo = mid
         else:
             hi = mid - 1
@@ -146,7 +188,8 @@ def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int) -> str:
         hints.append(f"or with --layers {lo} or fewer")
     if seq > 1024:
         hints.append("or with a shorter --seq")
-    return head + " even with ZeRO-3 and full recomputation: " + "; ".join(hints)
+    tail = "" if not pins else " (the hints keep your --tp/--ep; other pins dropped)"
+    return head + " even with ZeRO-3 and full recomputation: " + "; ".join(hints) + tail
 
 
 _LABELS = {"compute_us": "compute", "recompute_us": "recomputation", "exchange_us": "exposed MoE exchange",

@@ -134,10 +134,10 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     # ZeRO-3 gathers the parameters before each forward and backward, prefetched under compute.
     dense, expert = params_per_rank(m, s)
     z3 = 0.0
+    zg = C.ZERO
     if s.zero == 3:
-        gather = (C.allgather(dense * 2 / s.lanes, g["dp"], cluster).time_us +
-                  C.allgather(expert * 2 / s.expert_dp, g["edp"], cluster).time_us)
-        z3 = num_micro * (max(0.0, gather - fwd_c) + max(0.0, gather - bwd_c))
+        zg = C.allgather(dense * 2 / s.lanes, g["dp"], cluster) + C.allgather(expert * 2 / s.expert_dp, g["edp"], cluster)
+        z3 = num_micro * (max(0.0, zg.time_us - fwd_c) + max(0.0, zg.time_us - bwd_c))
 
     # Gradient sync (AllReduce, or ReduceScatter + parameter AllGather: the same bytes), once per step,
     # overlapped with the last micro-batch's backward where it competes with the AllToAll for links.
@@ -165,9 +165,9 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     micro = num_micro * (1 if s.recompute != "full" else 1.5)  # full recompute redoes forward exchanges
     per_layer_x = 2 * (ex.inter_bytes + ex_b.inter_bytes), 2 * (ex.intra_bytes + ex_b.intra_bytes)
     inter = micro * layers * (per_layer_x[0] + 4 * tp_ar.inter_bytes + 3 * (s.cp - 1) * kv.inter_bytes) \
-        + gd.inter_bytes + ge.inter_bytes + num_micro * 2 * pp_send.inter_bytes
+        + gd.inter_bytes + ge.inter_bytes + num_micro * 2 * (pp_send.inter_bytes + zg.inter_bytes)
     intra = micro * layers * (per_layer_x[1] + 4 * tp_ar.intra_bytes + 3 * (s.cp - 1) * kv.intra_bytes) \
-        + gd.intra_bytes + ge.intra_bytes + num_micro * 2 * pp_send.intra_bytes
+        + gd.intra_bytes + ge.intra_bytes + num_micro * 2 * (pp_send.intra_bytes + zg.intra_bytes)
     return StepBreakdown(
         s.variant, total, num_micro * (fwd_c + bwd_c), num_micro * recompute,
         num_micro * layers * (ex_fwd + ex_bwd - hid_f - hid_b), num_micro * layers * (hid_f + hid_b),

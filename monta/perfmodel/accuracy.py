@@ -1,0 +1,117 @@
+"""Predicted vs measured TP AllToAll times: per-point error, MAPE, and whether the chunk count the
+model picks is within 5% of the best measured one (the issue's acceptance checks)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from monta.perfmodel.alltoall import make_layout
+from monta.perfmodel.chunks import choose_chunks
+from monta.perfmodel.exchange import exchange_time
+from monta.perfmodel.links import LinkProfile
+
+CHUNK_TOLERANCE = 0.05
+MEASURED_SOURCES = ("measured", "emulated")
+
+
+@dataclass(frozen=True)
+class Point:
+    size_bytes: int
+    variant: str
+    chunks: int
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    ep: int
+    measured_us: float
+    predicted_us: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_us - self.measured_us) / self.measured_us
+
+
+@dataclass(frozen=True)
+class ChunkCheck:
+    setup: tuple[int, int, int, int, int]  # size, nodes, gpus_per_node, tp, ep
+    best_measured: int
+    chosen: int
+    loss: float  # measured time at the chosen count / best measured - 1
+
+    @property
+    def ok(self) -> bool:
+        return self.loss <= CHUNK_TOLERANCE
+
+
+def _param(rec: dict, key: str, where: str) -> Any:
+    try:
+        return rec["params"][key]
+    except KeyError:
+        raise ValueError(f"{where}: params.{key} is missing (need size_bytes, variant, chunks, nodes, gpus_per_node, tp)") from None
+
+
+def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], list[ChunkCheck]]:
+    pts: list[Point] = []
+    for i, rec in enumerate(records):
+        if rec.get("kind") != "alltoall" or rec.get("source") not in MEASURED_SOURCES:
+            continue
+        where = f"record {i + 1} ({rec.get('run_id', '?')})"
+        size = int(_param(rec, "size_bytes", where))
+        variant = str(_param(rec, "variant", where))
+        chunks = _param(rec, "chunks", where)
+        nodes, gpn, tp = (int(_param(rec, k, where)) for k in ("nodes", "gpus_per_node", "tp"))
+        layout = make_layout(nodes, gpn, tp, rec["params"].get("ep"))
+        cluster = profile.cluster(nodes, gpn)
+        try:
+            measured = float(rec["metrics"]["time_us"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: metrics.time_us (median, microseconds) is missing") from None
+        if measured <= 0:
+            raise ValueError(f"{where}: metrics.time_us={measured} must be > 0")
+        b = exchange_time(variant, size, layout, cluster, chunks if chunks == "auto" else int(chunks))
+        pts.append(Point(size, variant, b.chunks, nodes, gpn, tp, layout.ep, measured, b.total_us))
+    if not pts:
+        raise ValueError("no measured AllToAll records (kind 'alltoall', source measured/emulated) in the input; "
+                         "produce them with `monta bench alltoall --out FILE.jsonl`")
+    checks = []
+    groups: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for p in pts:
+        if p.variant == "monta":
+            groups[(p.size_bytes, p.nodes, p.gpus_per_node, p.tp, p.ep)][p.chunks] = p.measured_us
+    for setup, by_k in sorted(groups.items()):
+        if len(by_k) < 2:
+            continue
+        size, nodes, gpn, tp, ep = setup
+        chosen = choose_chunks(size, make_layout(nodes, gpn, tp, ep), profile.cluster(nodes, gpn), candidates=by_k)
+        best = min(by_k, key=by_k.get)
+        checks.append(ChunkCheck(setup, best, chosen, by_k[chosen] / by_k[best] - 1))
+    return pts, checks
+
+
+def mape(points: list[Point]) -> float:
+    return sum(abs(p.error) for p in points) / len(points)
+
+
+def report(points: list[Point], checks: list[ChunkCheck]) -> str:
+    lines = [f"{'nodes':>5} {'gpn':>3} {'tp':>3} {'size(B)':>10} {'variant':>10} {'chunks':>6} {'measured(us)':>13} "
+             f"{'predicted(us)':>14} {'error':>8}"]
+    for p in points:
+        lines.append(f"{p.nodes:>5} {p.gpus_per_node:>3} {p.tp:>3} {p.size_bytes:>10} {p.variant:>10} {p.chunks:>6} "
+                     f"{p.measured_us:>13.1f} {p.predicted_us:>14.1f} {p.error:>+8.1%}")
+    by_v: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        by_v[p.variant].append(p)
+    lines.append("MAPE: " + ", ".join(f"{v} {mape(ps):.1%} ({len(ps)})" for v, ps in by_v.items())
+                 + f"; all {mape(points):.1%} over {len(points)} points (target <= 10%, goal 5%)")
+    if checks:
+        lines.append(f"chunk choice (model's pick among the measured counts, within {CHUNK_TOLERANCE:.0%} of the best):")
+        for c in checks:
+            size, nodes, gpn, tp, ep = c.setup
+            lines.append(f"  {nodes}x{gpn} TP{tp} {size:>10} B: best measured {c.best_measured}, model {c.chosen}, "
+                         f"{c.loss:+.1%} -> {'ok' if c.ok else 'MISS'}")
+        lines.append(f"chunk choice within {CHUNK_TOLERANCE:.0%}: {sum(c.ok for c in checks)}/{len(checks)}")
+    else:
+        lines.append("chunk choice: no setup with monta measured at two or more chunk counts")
+    return "\n".join(lines)

@@ -1,0 +1,176 @@
+"""``monta plan`` and ``monta predict {paper,alltoall,accuracy}``: thin wrappers over the model.
+
+Every command prints a table and, with ``--out FILE.jsonl``, writes ``source="predicted"`` records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def _size(text: str) -> int:
+    from monta.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _write(path: str | None, records: list[dict]) -> None:
+    if path:
+        from monta.results import write_records
+
+        write_records(path, records)
+        print(f"wrote {len(records)} records to {path}")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="rank parallel strategies for a cluster, model and sequence length",
+                              description="Enumerate TP/CP/EP/DP/PP, micro-batch, recomputation and ZeRO stage; "
+                                          "drop what does not fit; rank by predicted step time.")
+    p.add_argument("--cluster", default="a800", help="preset (a800, a800-8nic, a100, h100, h800) or emulator:PROFILE.json")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--gpus-per-node", type=int, default=None, help="default: the preset's (8)")
+    p.add_argument("--model", default="moe-2x70b", help="moe-2x70b or moe-2x70b-mini")
+    p.add_argument("--seq", type=_size, default=8192, help="sequence length, e.g. 8K, 32K, 128K")
+    p.add_argument("--layers", type=int, default=None, help="override the preset's layer count")
+    p.add_argument("--global-batch", type=int, default=None, help="sequences per step (default: 4M tokens' worth)")
+    p.add_argument("--variant", default="monta", help="exchange/schedule variant to predict with")
+    p.add_argument("--top", type=int, default=5)
+    for deg in ("tp", "ep", "pp", "cp"):
+        p.add_argument(f"--{deg}", type=int, default=None, help=f"pin the {deg.upper()} degree")
+    p.add_argument("--recompute", default="none,selective,full", help="allowed recomputation levels")
+    p.add_argument("--zero", default="1,2,3", help="allowed ZeRO stages")
+    p.add_argument("--out", default=None, help="write the ranked choices as JSONL records")
+    p.set_defaults(func=_cmd_plan)
+
+    pr = subparsers.add_parser("predict", help="performance-model predictions (paper, alltoall, accuracy)")
+    sub = pr.add_subparsers(dest="predict_command", metavar="WHAT", required=True)
+
+    pp = sub.add_parser("paper", help="the paper's two headline setups, predicted, next to the published numbers")
+    pp.add_argument("--cluster", default="a800-4nic,a800-8nic", help="comma list of presets")
+    pp.add_argument("--layers", type=int, default=None, help="layers of the 2x70B step (default: the most that fit)")
+    pp.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
+    pp.add_argument("--out", default=None)
+    pp.set_defaults(func=_cmd_paper)
+
+    pa = sub.add_parser("alltoall", help="predicted TP AllToAll sweep in the benchmark's columns")
+    pa.add_argument("--cluster", default="a800", help="preset or emulator:PROFILE.json")
+    pa.add_argument("--nodes", type=int, default=2)
+    pa.add_argument("--gpus-per-node", type=int, default=8)
+    pa.add_argument("--tp", type=int, default=8)
+    pa.add_argument("--ep", type=int, default=None, help="default: all data-parallel ranks (crosses nodes)")
+    pa.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes, min:max:factor")
+    pa.add_argument("--variants", default="legacy,deepspeed,monta")
+    pa.add_argument("--chunks", default="1,2,4,auto", help="monta chunk counts; 'auto' = the model's choice")
+    pa.add_argument("--out", default=None)
+    pa.set_defaults(func=_cmd_alltoall)
+
+    pc = sub.add_parser("accuracy", help="predicted vs measured AllToAll times, MAPE and chunk-choice check")
+    pc.add_argument("--measured", nargs="+", required=True, help="JSONL records from `monta bench alltoall`")
+    pc.add_argument("--profile", required=True, help="link profile JSON from `monta emulate calibrate`")
+    pc.add_argument("--out", default=None, help="write the predictions as records")
+    pc.set_defaults(func=_cmd_accuracy)
+
+
+def _cmd_plan(args) -> int:
+    from monta.perfmodel.links import get_cluster
+    from monta.perfmodel.memory import GB
+    from monta.perfmodel.models import get_model
+    from monta.perfmodel.planner import plan
+    from monta.perfmodel.strategy import RECOMPUTE, STEP_VARIANTS
+
+    if args.nodes < 1:
+        raise ValueError(f"--nodes {args.nodes}: must be >= 1")
+    if args.variant not in STEP_VARIANTS:
+        raise ValueError(f"--variant {args.variant!r}: choose one of {', '.join(STEP_VARIANTS)}")
+    recompute = tuple(x.strip() for x in args.recompute.split(",") if x.strip())
+    if not recompute or any(r not in RECOMPUTE for r in recompute):
+        raise ValueError(f"--recompute {args.recompute!r}: comma list of {', '.join(RECOMPUTE)}")
+    try:
+        zero = tuple(int(z) for z in args.zero.split(","))
+    except ValueError:
+        raise ValueError(f"--zero {args.zero!r}: comma list of ZeRO stages 0-3") from None
+    if not zero or any(z not in (0, 1, 2, 3) for z in zero):
+        raise ValueError(f"--zero {args.zero!r}: comma list of ZeRO stages 0-3")
+    cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
+    model = get_model(args.model, layers=args.layers)
+    t0 = time.perf_counter()
+    result = plan(model, cluster, args.seq, args.global_batch, args.variant, args.top,
+                  pins={"tp": args.tp, "ep": args.ep, "pp": args.pp, "cp": args.cp}, recompute=recompute, zero=zero)
+    dt = time.perf_counter() - t0
+    print(f"plan: {model.name} ({model.layers} layers, {model.total_params / 1e9:.1f}B params), seq {args.seq}, "
+          f"global batch {result.global_batch} sequences, variant {args.variant}")
+    print(f"      on {cluster.nodes} x {cluster.gpus_per_node} {cluster.name} ({cluster.mem_GB:g} GB/GPU): "
+          f"{result.considered} layouts, {result.fitting} fitting options ranked, answered in {dt:.2f} s")
+    print(f"{'#':>2} {'strategy':<52} {'step(s)':>8} {'tok/s':>9} {'mem(GB)':>7} {'inter(GB)':>9} {'intra(GB)':>9}  why")
+    tokens = result.global_batch * args.seq
+    for i, c in enumerate(result.choices, 1):
+        st = c.step
+        print(f"{i:>2} {c.strategy.describe():<52} {st.total_us / 1e6:>8.2f} {tokens / (st.total_us / 1e6):>9.0f} "
+              f"{c.memory.total / GB:>7.1f} {st.inter_bytes / 1e9:>9.2f} {st.intra_bytes / 1e9:>9.2f}  {c.why}")
+    print("bytes are per GPU per step; 'why' compares each choice with #1 (and #1 with #2)")
+    if args.out:
+        from monta.results import make_record
+
+        recs = [make_record(kind="plan", source="predicted", experiment="plan",
+                            params={"cluster": cluster.name, "nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
+                                    "model": model.name, "layers": model.layers, "seq": args.seq, "rank": i,
+                                    **c.strategy.to_dict()},
+                            metrics={"step_time_us": c.step.total_us, **c.step.to_dict(), **c.memory.to_dict()},
+                            config={"cluster": cluster.to_dict(), "model": model.to_dict(), "why": c.why,
+                                    "global_batch": result.global_batch})
+                for i, c in enumerate(result.choices, 1)]
+        _write(args.out, recs)
+    return 0
+
+
+def _cmd_paper(args) -> int:
+    from monta.perfmodel.paper import run
+
+    clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
+    if not clusters:
+        raise ValueError("--cluster: give at least one preset")
+    text, recs = run(clusters, args.layers, args.recompute)
+    print(text)
+    _write(args.out, recs)
+    return 0
+
+
+def _cmd_alltoall(args) -> int:
+    from monta.perfmodel.alltoall import format_table, make_layout, parse_chunks, parse_variants, records, sweep
+    from monta.perfmodel.links import get_cluster
+    from monta.units import size_range
+
+    sizes = size_range(args.sizes)
+    variants = parse_variants(args.variants)
+    chunks = parse_chunks(args.chunks)
+    layout = make_layout(args.nodes, args.gpus_per_node, args.tp, args.ep)
+    cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
+    rows = sweep(cluster, layout, sizes, variants, chunks)
+    print(f"# predicted TP AllToAll: {layout.describe()} on {cluster.name} ({cluster.source})")
+    print(f"# size = per-rank dispatch buffer; busbw = algbw x (n-1)/n with n = EP group size {layout.ep}; "
+          "speedup vs legacy; * = chunks chosen by 'auto'")
+    print(format_table(rows))
+    _write(args.out, records(rows, cluster, layout))
+    return 0
+
+
+def _cmd_accuracy(args) -> int:
+    from monta.perfmodel.accuracy import evaluate, report
+    from monta.perfmodel.links import LinkProfile
+    from monta.results import make_record, read_records
+
+    profile = LinkProfile.load(args.profile)
+    points, checks = evaluate(read_records(*args.measured), profile)
+    print(f"# predicted with link profile {profile.name} ({profile.source}) vs {', '.join(args.measured)}")
+    print(report(points, checks))
+    if args.out:
+        _write(args.out, [make_record(kind="alltoall", source="predicted", experiment="accuracy",
+                                      params={"size_bytes": p.size_bytes, "variant": p.variant, "chunks": p.chunks,
+                                              "nodes": p.nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "ep": p.ep},
+                                      metrics={"time_us": p.predicted_us, "measured_us": p.measured_us, "error": p.error},
+                                      config={"profile": profile.to_dict()}) for p in points])
+    return 0

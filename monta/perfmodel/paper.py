@@ -1,0 +1,116 @@
+"""``monta predict paper``: the model's figures for the paper's two headline setups (TP8 AllToAll on
+2 x 8 A800; 2x70B/8K step on 16 A800), next to the published 8x and 13%, assumptions printed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from monta.perfmodel.alltoall import make_layout, sweep
+from monta.perfmodel.links import get_cluster
+from monta.perfmodel.memory import GB, memory_per_rank
+from monta.perfmodel.models import get_model
+from monta.perfmodel.step import predict_step
+from monta.perfmodel.strategy import Strategy
+
+PUBLISHED_ALLTOALL_SPEEDUP = 8.0  # abstract: "8x AllToAll performance vs DeepSpeed under 8-card TP"
+PUBLISHED_STEP_IMPROVEMENT = 0.13  # abstract: "13% overall latency improvement ... 16 A800 ... 8K"
+PAPER_SIZES = [2**20 * k for k in (1, 2, 4, 8, 16, 32, 64)]
+STEP_VARIANTS = ("legacy", "deepspeed", "monta", "monta+priority", "lina", "lancet")
+
+
+def max_layers(model, strategy: Strategy, seq: int, mem_GB: float) -> int:
+    """The most layers that fit in memory with this strategy (0 if none)."""
+    lo, hi = 0, model.layers
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if memory_per_rank(replace(model, layers=mid), strategy, seq).fits(mem_GB):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def alltoall_setup(cluster_name: str) -> dict[str, Any]:
+    cluster = get_cluster(cluster_name, 2, 8)
+    layout = make_layout(2, 8, 8)
+    rows = sweep(cluster, layout, PAPER_SIZES, ["legacy", "deepspeed", "monta"], ["auto"])
+    best = max((r for r in rows if r["variant"] == "monta"), key=lambda r: r["speedup"])
+    return {"cluster": cluster, "layout": layout, "rows": rows, "best": best}
+
+
+def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int = 8192) -> dict[str, Any]:
+    cluster = get_cluster(cluster_name, 2, 8)
+    base = Strategy(tp=8, ep=2, dp=2, pp=1, cp=1, micro_batch=1, recompute=recompute, zero=1)
+    model = get_model("moe-2x70b")
+    fit = max_layers(model, base, seq, cluster.mem_GB)
+    if layers is None:
+        if fit == 0:
+            raise ValueError(f"no layer count of moe-2x70b fits 16 x {cluster.mem_GB:g} GB with {base.describe()}; "
+                             "try --recompute full")
+        layers = fit
+    model = replace(model, layers=layers)
+    steps = {v: predict_step(model, replace(base, variant=v), cluster, seq, global_batch=base.dp * base.micro_batch)
+             for v in STEP_VARIANTS}
+    mem = memory_per_rank(model, base, seq)
+    return {"cluster": cluster, "model": model, "strategy": base, "seq": seq, "steps": steps, "memory": mem,
+            "fits": mem.fits(cluster.mem_GB), "max_layers": fit}
+
+
+def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, list[dict]]:
+    """The printed report and the records (``source="predicted"``)."""
+    from monta.results import make_record
+
+    out, recs = [], []
+    out.append("Assumptions: 'DeepSpeed' in the 8x claim = legacy (every TP rank AllToAlls the whole buffer, "
+               "DeepSpeed < 0.14.5);\n  AllToAll sizes = per-rank dispatch buffer [E, C, M]; chunks = the model's "
+               "'auto'; both NIC counts of an A800 node shown.")
+    for name in clusters:
+        a = alltoall_setup(name)
+        c = a["cluster"]
+        out.append(f"\n[1] TP8 AllToAll, 2 x 8 {c.name} ({c.source})")
+        out.append(f"    {'size':>6} {'legacy(us)':>11} {'deepspeed(us)':>14} {'monta(us)':>10} {'chunks':>6} "
+                   f"{'vs legacy':>9} {'vs deepspeed':>12}")
+        by = {(r["size_bytes"], r["variant"]): r for r in a["rows"]}
+        for size in PAPER_SIZES:
+            lg, ds, mo = by[(size, "legacy")], by[(size, "deepspeed")], by[(size, "monta")]
+            out.append(f"    {size >> 20:>5}M {lg['time_us']:>11.1f} {ds['time_us']:>14.1f} {mo['time_us']:>10.1f} "
+                       f"{mo['chunks']:>6} {mo['speedup']:>8.2f}x {ds['time_us'] / mo['time_us']:>11.2f}x")
+            recs.append(make_record(kind="alltoall", source="predicted", experiment="paper",
+                                    params={"size_bytes": size, "variant": "monta", "chunks": mo["chunks"], "nodes": 2,
+                                            "gpus_per_node": 8, "tp": 8, "ep": 2, "cluster": c.name},
+                                    metrics={"time_us": mo["time_us"], "legacy_us": lg["time_us"],
+                                             "deepspeed_us": ds["time_us"], "speedup": mo["speedup"],
+                                             "speedup_vs_deepspeed": ds["time_us"] / mo["time_us"],
+                                             "published_speedup": PUBLISHED_ALLTOALL_SPEEDUP},
+                                    config={"cluster": c.to_dict()}))
+        b = a["best"]
+        out.append(f"    predicted monta vs legacy: up to {b['speedup']:.2f}x (at {b['size_bytes'] >> 20} MiB); "
+                   f"published: {PUBLISHED_ALLTOALL_SPEEDUP:g}x (the bound is TP = 8, reached only when the "
+                   "inter-node AllToAll is all that matters)")
+
+        st = step_setup(name, layers, recompute)
+        m, s, steps = st["model"], st["strategy"], st["steps"]
+        out.append(f"\n[2] moe-2x70b step, seq {st['seq']}, 16 x {c.name}: {s.describe()}, global batch "
+                   f"{s.dp * s.micro_batch} sequences (no gradient accumulation)")
+        out.append(f"    layers: {m.layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
+                   f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
+                   + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **"))
+        ref_ds, ref_lg = steps["deepspeed"].total_us, steps["legacy"].total_us
+        out.append(f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} {'vs deepspeed':>12} {'vs legacy':>9}")
+        for v, b in steps.items():
+            out.append(f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
+                       f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}")
+            recs.append(make_record(kind="step", source="predicted", experiment="paper",
+                                    params={"variant": v, "model": m.name, "layers": m.layers, "seq": st["seq"],
+                                            "nodes": 2, "gpus_per_node": 8, "cluster": c.name, **s.to_dict()},
+                                    metrics={**b.to_dict(), "step_time_us": b.total_us,
+                                             "improvement_vs_deepspeed": 1 - b.total_us / ref_ds,
+                                             "improvement_vs_legacy": 1 - b.total_us / ref_lg,
+                                             "published_improvement": PUBLISHED_STEP_IMPROVEMENT},
+                                    config={"cluster": c.to_dict(), "model": m.to_dict(),
+                                            "memory": st["memory"].to_dict()}))
+        mo = steps["monta"].total_us
+        out.append(f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
+                   f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)")
+    return "\n".join(out), recs
