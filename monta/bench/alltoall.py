@@ -1,0 +1,136 @@
+"""``monta bench alltoall``: the TP AllToAll sweep on an emulated cluster (or under torchrun/SLURM).
+
+Parses and validates every flag up front, then launches one worker per rank and logs the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from monta.comm.exchange import EXCHANGES
+from monta.parallel import ParallelLayout
+from monta.units import size_range
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from monta.emulate import add_topology_args
+
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--gpus-per-node", type=int, default=4, help="ranks per (emulated) node")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: a whole node)")
+    p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: the DP degree)")
+    p.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes: min:max:factor or a list "
+                                                      "(K/M/G suffixes)")
+    p.add_argument("--variants", default="legacy,deepspeed,monta", help=f"comma list of {', '.join(EXCHANGES)}")
+    p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
+    p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--check", action="store_true", help="verify every variant on fresh data after timing")
+    p.add_argument("--no-components", action="store_true", help="skip the a2a-alone / ag-alone rows")
+    p.add_argument("--out", default=None, help="JSONL records file (written atomically by rank 0)")
+    p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    p.add_argument("--experiment", default="alltoall", help="experiment name stored in the records")
+    p.add_argument("--launcher", choices=("emulate", "env"), default="emulate",
+                   help="emulate: start the ranks on the emulated cluster; env: this process is one rank "
+                        "started by torchrun/srun (reads RANK, WORLD_SIZE, MASTER_ADDR...)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--allow-unshaped", action="store_true",
+                   help="if user namespaces are unavailable, run unshaped on 127.0.0.1 (loud warning)")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds before the run is abandoned")
+    p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
+    p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
+    add_topology_args(p)
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--{what} {text!r}: expected a comma list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"--{what} {text!r}: every value must be >= 1")
+    return values
+
+
+def build_config(args: argparse.Namespace) -> dict:
+    """Validate the flags into the worker config (ValueError names what to change)."""
+    from monta.emulate import topology_from_args
+
+    tp = args.tp or args.gpus_per_node
+    layout_probe = ParallelLayout(args.nodes, args.gpus_per_node, tp, 1)
+    ep = args.ep or layout_probe.dp
+    layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, ep)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in variants:
+        if v not in EXCHANGES:
+            raise ValueError(f"--variants: unknown exchange {v!r}; choose from {', '.join(EXCHANGES)}")
+    sizes = size_range(args.sizes)
+    experts = args.experts or ep
+    if experts % ep:
+        raise ValueError(f"--experts {experts} is not divisible by EP={ep}")
+    elsize = {"float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
+    if args.chunks.strip() == "auto":
+        from monta.comm.auto import auto_chunks
+
+        chunks = sorted({auto_chunks(s // tp, layout, max(1, s // (experts * args.hidden * elsize * tp)))
+                         for s in sizes})
+    else:
+        chunks = _int_list(args.chunks, "chunks")
+    for s in sizes:
+        row = experts * args.hidden * elsize
+        if s % row or (s // row) % tp:
+            raise ValueError(f"--sizes: {s} B is not a whole [E={experts}, C, M={args.hidden}] {args.dtype} buffer "
+                             f"with C divisible by TP={tp}; use multiples of {row * tp} B or change --hidden")
+        if "monta" in variants and max(chunks) > s // row // tp:
+            raise ValueError(f"--chunks {max(chunks)} exceeds the capacity slice {s // row // tp} at size {s} B; "
+                             "use fewer chunks, larger sizes or a smaller --hidden")
+    for name in ("warmup", "iters"):
+        if getattr(args, name) < (0 if name == "warmup" else 1):
+            raise ValueError(f"--{name} {getattr(args, name)} is too small")
+    topo = topology_from_args(args)
+    return {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": ep, "sizes": sizes,
+            "variants": variants, "chunks": chunks, "dtype": args.dtype, "experts": experts, "hidden": args.hidden,
+            "warmup": args.warmup, "iters": args.iters, "check": bool(args.check or args.inject_fault),
+            "components": not args.no_components, "out": str(Path(args.out).resolve()) if args.out else None,
+            "append": args.append, "experiment": args.experiment, "backend": args.backend,
+            "inject_fault": args.inject_fault,
+            "topology": {**topo.to_dict(), "description": topo.describe()}, "chunks_arg": args.chunks}
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    if args.launcher == "env":  # we are one rank of torchrun/srun
+        from monta.bench import alltoall_worker
+
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(cfg, f)
+        return alltoall_worker.main(f.name)
+    from monta.emulate import EmulationError, Topology, launch
+
+    topo = Topology(**{k: v for k, v in cfg["topology"].items() if k != "description"})
+    with tempfile.TemporaryDirectory(prefix="monta-a2a-") as tmp:
+        cfg_path = Path(tmp) / "config.json"
+        cfg_path.write_text(json.dumps(cfg))
+        env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        try:
+            launch([sys.executable, "-m", "monta.bench.alltoall_worker", str(cfg_path)], args.nodes,
+                   args.gpus_per_node, topo, env=env, timeout_s=args.timeout, allow_unshaped=args.allow_unshaped)
+        except EmulationError as e:
+            print(f"monta: error: {e}", file=sys.stderr)
+            return 1
+    if cfg["out"] and not args.no_wandb:
+        from monta.results import read_records
+        from monta.tracking import log_records
+
+        log_records(read_records(cfg["out"]), group=cfg["experiment"], config=cfg, job_type="alltoall")
+    return 0
