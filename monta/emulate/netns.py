@@ -77,10 +77,24 @@ def _start_holder(index: int) -> subprocess.Popen:
     return holder
 
 
-def build(nodes: int, topology: Topology) -> list[Node]:
+def _add_hosts(nodes: int, scratch: str) -> None:
+    """Make node0..N resolvable (c10d looks peers' names up) via a bind mount over /etc/hosts;
+    the mount lives in our private mount namespace only. Best effort: names are cosmetic."""
+    try:
+        current = open("/etc/hosts").read()
+    except OSError:
+        current = ""
+    path = os.path.join(scratch, "hosts")
+    with open(path, "w") as f:
+        f.write(current.rstrip("\n") + "\n" + "".join(f"{node_addr(k)} {hostname(k)}\n" for k in range(nodes)))
+    subprocess.run(["mount", "--bind", path, "/etc/hosts"], capture_output=True)
+
+
+def build(nodes: int, topology: Topology, scratch: str) -> list[Node]:
     """Create the bridge, one namespace + veth per node, addresses and the tc qdiscs."""
     if not 1 <= nodes <= MAX_NODES:
         raise ValueError(f"nodes={nodes}: the emulated subnet holds 1..{MAX_NODES} nodes")
+    _add_hosts(nodes, scratch)
     _run(["ip", "link", "set", "lo", "up"])
     _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
     _run(["ip", "link", "set", BRIDGE, "up"])

@@ -78,7 +78,7 @@ class Supervisor:
             return layout(self.nodes, self.gpn, ["127.0.0.1"] * self.nodes,
                           [f"node{n}" for n in range(self.nodes)], "lo")
         from monta.emulate import netns
-        self.net_nodes = netns.build(self.nodes, self.topology)
+        self.net_nodes = netns.build(self.nodes, self.topology, str(self.log_dir))
         return layout(self.nodes, self.gpn, [n.addr for n in self.net_nodes],
                       [netns.hostname(n.index) for n in self.net_nodes], netns.NIC)
 

@@ -1,0 +1,190 @@
+"""Measures the emulated links with gloo and writes the link profile the performance model reads.
+
+Rank program (``python -m monta.emulate.calibrate --raw PATH``): point-to-point ping-pong within a
+node and between nodes, then AllToAll and AllGather sweeps on an intra-node group (the ranks of
+node 0) and an inter-node group (local rank 0 of every node). ``build_profile`` turns the raw
+numbers into ``monta.linkprofile/1``. Sizes: point-to-point = bytes per message; AllToAll = bytes
+each rank sends in total (nccl-tests' S); AllGather = bytes of the gathered output per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from monta.emulate.topology import Topology
+
+SCHEMA = "monta.linkprofile/1"
+_LATENCY_BYTES = 8
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:
+    if min_bytes < 1 or max_bytes < min_bytes or factor < 2:
+        raise ValueError(f"size sweep {min_bytes}..{max_bytes} x{factor}: need 1 <= min <= max and factor >= 2")
+    sizes, s = [], min_bytes
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def _iters(nbytes: int) -> int:
+    # Enough repeats for a stable median on small sizes, few on big ones to stay under 2 minutes.
+    return 10 if nbytes < (256 << 10) else 5
+
+
+# -- rank side (torch imported only here) ----------------------------------------------------
+def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gpn = int(os.environ["LOCAL_WORLD_SIZE"])
+    nodes = world // gpn
+    groups = {"intra": list(range(gpn)), "inter": [k * gpn for k in range(nodes)]}
+    handles = {link: dist.new_group(ranks) for link, ranks in groups.items()}  # collective: all ranks
+    pairs = {"intra": (0, 1), "inter": (0, gpn)}
+
+    def pingpong(a: int, b: int, nbytes: int, iters: int) -> float | None:
+        """Median one-way time (s) of an nbytes message a->b->a; None on ranks not in the pair."""
+        buf = torch.zeros(nbytes, dtype=torch.uint8)
+        times = []
+        for i in range(iters + 1):  # +1: warm-up (connection set-up, allocation)
+            if rank == a:
+                t0 = time.perf_counter()
+                dist.send(buf, b)
+                dist.recv(buf, b)
+                times.append(time.perf_counter() - t0)
+            elif rank == b:
+                dist.recv(buf, a)
+                dist.send(buf, a)
+        return statistics.median(times[1:]) / 2 if times else None
+
+    def collective(op: str, link: str, nbytes: int, iters: int) -> float | None:
+        """Median over iterations of the slowest member's time (s); None off the group."""
+        members, group = groups[link], handles[link]
+        if rank not in members:
+            return None
+        n = len(members)
+        elems = max(n, nbytes // 4 // n * n)  # float32, divisible by the group size
+        if op == "alltoall":
+            inp, out = torch.ones(elems), torch.empty(elems)
+            run = lambda: dist.all_to_all_single(out, inp, group=group)  # noqa: E731
+        else:
+            inp, out = torch.ones(elems // n), torch.empty(elems)
+            run = lambda: dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E731
+        run()  # warm-up
+        times = torch.zeros(iters, dtype=torch.float64)
+        for i in range(iters):
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            run()
+            times[i] = time.perf_counter() - t0
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
+        return float(times.median())
+
+    raw: dict[str, Any] = {"groups": groups, "latency_s": {}, "p2p": {}, "alltoall": {}, "allgather": {}}
+    for link, (a, b) in pairs.items():
+        raw["latency_s"][link] = pingpong(a, b, _LATENCY_BYTES, 50)
+        raw["p2p"][link] = [[s, pingpong(a, b, s, _iters(s))] for s in sizes]
+        dist.barrier()
+    for op in ("alltoall", "allgather"):
+        for link in groups:
+            raw[op][link] = [[s, collective(op, link, s, _iters(s))] for s in coll_sizes]
+            dist.barrier()
+    if rank == 0:
+        Path(raw_path).write_text(json.dumps(raw))
+    dist.destroy_process_group()
+
+
+# -- profile assembly (pure) -----------------------------------------------------------------
+def fit_bandwidth(points: list[list[float]]) -> float:
+    """Asymptotic bandwidth (bytes/s) of (size, seconds) points: the slope of t = a + size / B
+    fitted on the sizes within 16x of the largest (the best rate among them if the fit fails).
+
+    Mid-size messages can beat it (a full tbf bucket passes ~32 KiB unshaped), so an efficiency
+    above 1 is a measurement, not an error."""
+    largest = max(s for s, _ in points)
+    big = [(s, t) for s, t in points if s * 16 >= largest]
+    best_big = max(s / t for s, t in big)
+    if len(big) < 2:
+        return best_big
+    ms = statistics.fmean(s for s, _ in big)
+    mt = statistics.fmean(t for _, t in big)
+    var = sum((s - ms) ** 2 for s, _ in big)
+    slope = sum((s - ms) * (t - mt) for s, t in big) / var
+    # A slope far off the rates actually seen means noise dominated the fit.
+    if slope <= 0 or not 0.5 * best_big <= 1.0 / slope <= 2.0 * best_big:
+        return best_big
+    return 1.0 / slope
+
+
+def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_node: int,
+                  name: str | None = None) -> dict[str, Any]:
+    links = {}
+    for link in ("intra", "inter"):
+        points = raw["p2p"][link]
+        bw = fit_bandwidth(points)
+        links[link] = {
+            "bandwidth_GBps": round(bw / 1e9, 6),
+            "latency_us": round(raw["latency_s"][link] * 1e6, 3),
+            "efficiency": [[int(s), round(s / t / bw, 4)] for s, t in points],
+        }
+    collectives = {op: {link: [[int(s), round(t * 1e6, 3)] for s, t in raw[op][link]] for link in ("intra", "inter")}
+                   for op in ("alltoall", "allgather")}
+    return {
+        "schema": SCHEMA,
+        "name": name or topology.name,
+        "source": "emulated",
+        "topology": {**topology.to_dict(), "nodes": nodes, "gpus_per_node": gpus_per_node,
+                     "intra_group": raw["groups"]["intra"], "inter_group": raw["groups"]["inter"]},
+        "links": links,
+        "collectives": collectives,
+    }
+
+
+def calibrate(nodes: int, gpus_per_node: int, topology: Topology, out: str | os.PathLike, *,
+              name: str | None = None, min_bytes: int = 1 << 10, max_bytes: int = 16 << 20,
+              allow_unshaped: bool = False, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Run the measurement on an emulated cluster and write the profile to ``out`` atomically."""
+    from monta.emulate.launcher import launch
+
+    if nodes < 2 or gpus_per_node < 2:
+        raise ValueError(f"calibration needs >= 2 nodes and >= 2 ranks per node (got {nodes} x {gpus_per_node}) "
+                         "to measure both intra- and inter-node links")
+    sizes = sweep_sizes(min_bytes, max_bytes)
+    coll_sizes = sweep_sizes(max(min_bytes, 4 << 10), max_bytes)
+    out = Path(out)
+    raw_path = out.with_name(f".{out.name}.raw-{os.getpid()}")
+    try:
+        launch([sys.executable, "-m", "monta.emulate.calibrate", "--raw", str(raw_path),
+                "--sizes", ",".join(map(str, sizes)), "--coll-sizes", ",".join(map(str, coll_sizes))],
+               nodes, gpus_per_node, topology, allow_unshaped=allow_unshaped, timeout_s=timeout_s)
+        profile = build_profile(json.loads(raw_path.read_text()), topology, nodes, gpus_per_node, name)
+    finally:
+        raw_path.unlink(missing_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(profile, indent=1) + "\n")
+    tmp.replace(out)
+    return profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="rank side of `monta emulate calibrate`")
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--sizes", required=True)
+    ap.add_argument("--coll-sizes", required=True)
+    args = ap.parse_args(argv)
+    _measure(args.raw, [int(s) for s in args.sizes.split(",")], [int(s) for s in args.coll_sizes.split(",")])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
