@@ -5,7 +5,23 @@
 configfile: "config/default.yaml"
 
 
+# PATH is extended with this interpreter's bin folder (common.smk) and passed on to jobs.
+envvars:
+    "PATH",
+
+
 include: "workflows/rules/common.smk"
+wildcard_constraints:
+    variant=_alternatives(VARIANTS),
+    cluster=_alternatives(list(ALLTOALL_CLUSTERS) + list(STEP_CLUSTERS)),
+    tp=r"\d+",
+    gbps=r"\d+(\.\d+)?",
+    topk=r"\d+",
+    cf=r"\d+(\.\d+)?",
+    seq=r"\d+",
+    notebook="alltoall|step|paper",
+
+
 include: "workflows/rules/build.smk"
 include: "workflows/rules/alltoall.smk"
 include: "workflows/rules/step.smk"

@@ -2,21 +2,6 @@
 # intra:inter bandwidth ratio (emulated only), top-k, capacity factor. Sequence length 8K..128K
 # cannot run here, so it comes from the planner for the paper's cluster.
 
-ABL_CLUSTER = ABL["cluster"]
-ABL_VARIANTS = csv(config["alltoall"]["variants"])
-ABL_CHUNKS = csv(config["alltoall"]["chunks"])
-ABL_A = config["alltoall"]
-ABL_STEP_VARIANTS = csv(ABL["step_variants"])
-
-
-def ablation_step_args(topk=None, cf=None):
-    s = dict(config["step"])
-    if topk is not None:
-        s["topk"] = topk
-    if cf is not None:
-        s["capacity_factor"] = cf
-    return step_args(s)
-
 
 rule ablation_chunks:
     output:

@@ -2,19 +2,6 @@
 # report page linking every table and figure they wrote.
 
 
-def get_notebook_input(wildcards):
-    return {
-        "nb": f"analysis/nb_{wildcards.notebook}.py",
-        "paper": config["analysis"]["paper"],
-        "records": record_files(),
-    }
-
-
-def notebook_params(wildcards, input):
-    """Papermill parameters as one JSON document (JSON is YAML): record paths, output dir."""
-    return json.dumps({"records": list(input.records), "out_dir": "results", "paper": input.paper})
-
-
 rule notebook:
     input:
         unpack(get_notebook_input),
@@ -35,10 +22,6 @@ rule notebook:
         " --log-output --no-progress-bar >> {log} 2>&1"
 
 
-def get_report_input(wildcards):
-    return expand("results/analysis/{notebook}.json", notebook=config["analysis"]["notebooks"])
-
-
 rule report:
     input:
         get_report_input,
@@ -48,7 +31,8 @@ rule report:
         "results/logs/analysis/report.log",
     params:
         experiment=config["experiment"],
+        root=str(ROOT),
     conda:
         "../envs/monta.yaml"
     shell:
-        "python -m analysis.report --experiment {params.experiment} --out {output} {input} > {log} 2>&1"
+        "PYTHONPATH={params.root}${{PYTHONPATH:+:$PYTHONPATH}} python -m analysis.report --experiment {params.experiment} --out {output} {input} > {log} 2>&1"

@@ -1,5 +1,5 @@
-# Config loading and validation (before any rule runs), wildcard constraints, and the helpers the
-# topic rule files share: target lists, launcher prefixes, emulated-network flags.
+# Config loading and validation (before anything runs) and the helpers the topic files share,
+# i.e. target lists, launcher prefixes, emulated-network flags, input functions.
 
 import json
 import os
@@ -41,17 +41,6 @@ EMULATED = config["launcher"]["kind"] == "emulated"
 
 def _alternatives(values):
     return "|".join(sorted({str(v).replace(".", r"\.").replace("+", r"\+") for v in values})) or "^$"
-
-
-wildcard_constraints:
-    variant=_alternatives(VARIANTS),
-    cluster=_alternatives(list(ALLTOALL_CLUSTERS) + list(STEP_CLUSTERS)),
-    tp=r"\d+",
-    gbps=r"\d+(\.\d+)?",
-    topk=r"\d+",
-    cf=r"\d+(\.\d+)?",
-    seq=r"\d+",
-    notebook="alltoall|step|paper",
 
 
 def csv(values):
@@ -170,3 +159,70 @@ def cluster_resources(lookup):
     """bench_resources as per-job callables; lookup(wildcards) -> the job's cluster shape."""
     keys = bench_resources({"nodes": 1, "gpus_per_node": 1}).keys()
     return {k: (lambda wildcards, k=k: bench_resources(lookup(wildcards))[k]) for k in keys}
+
+
+# ---- per-topic helpers (input functions, argument builders) ----
+
+
+def step_args(s):
+    """Optional model overrides: 0 means "the preset's value" and is not passed."""
+    extra = [f"--topk {s['topk']}", f"--capacity-factor {s['capacity_factor']}"]
+    if s["layers"]:
+        extra.append(f"--layers {s['layers']}")
+    if s["seq"]:
+        extra.append(f"--seq {s['seq']}")
+    return " ".join(extra)
+
+
+ABL_CLUSTER = ABL["cluster"]
+ABL_VARIANTS = csv(config["alltoall"]["variants"])
+ABL_CHUNKS = csv(config["alltoall"]["chunks"])
+ABL_A = config["alltoall"]
+ABL_STEP_VARIANTS = csv(ABL["step_variants"])
+
+
+def ablation_step_args(topk=None, cf=None):
+    s = dict(config["step"])
+    if topk is not None:
+        s["topk"] = topk
+    if cf is not None:
+        s["capacity_factor"] = cf
+    return step_args(s)
+
+
+def get_accuracy_input(wildcards):
+    """Measured AllToAll records on the calibration cluster's shape, plus the link profile."""
+    name = PRED["calibrate_cluster"]["name"]
+    measured = f"results/alltoall/{name}.jsonl" if name in ALLTOALL_CLUSTERS else "results/ablation/chunks.jsonl"
+    return {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
+
+
+def get_notebook_input(wildcards):
+    return {
+        "nb": f"analysis/nb_{wildcards.notebook}.py",
+        "paper": config["analysis"]["paper"],
+        "records": record_files(),
+    }
+
+
+def notebook_params(wildcards, input):
+    """Papermill parameters as one JSON document (JSON is YAML): record paths, output dir.
+    Absolute, because the kernel runs in the repository root (to import `analysis`), which need
+    not be Snakemake's working directory."""
+    return json.dumps({"records": [os.path.abspath(p) for p in input.records],
+                       "out_dir": os.path.abspath("results"), "paper": os.path.abspath(input.paper)})
+
+
+def get_report_input(wildcards):
+    return expand("results/analysis/{notebook}.json", notebook=config["analysis"]["notebooks"])
+
+
+REG = config["regress"]
+
+
+def get_regress_input(wildcards):
+    """The current records, and the stored baseline when it exists (so a new baseline reruns)."""
+    files = {"current": f"results/alltoall/{REG['cluster']}.jsonl"}
+    if Path(REG["baseline"]).exists():
+        files["baseline"] = REG["baseline"]
+    return files

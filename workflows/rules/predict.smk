@@ -61,13 +61,6 @@ rule calibrate:
         " {params.net} --out {output} > {log} 2>&1"
 
 
-def get_accuracy_input(wildcards):
-    """Measured AllToAll records on the calibration cluster's shape, plus the link profile."""
-    name = PRED["calibrate_cluster"]["name"]
-    measured = f"results/alltoall/{name}.jsonl" if name in ALLTOALL_CLUSTERS else "results/ablation/chunks.jsonl"
-    return {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
-
-
 rule predict_accuracy:
     input:
         unpack(get_accuracy_input),

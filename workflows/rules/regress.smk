@@ -1,16 +1,6 @@
 # Regression check: the AllToAll records of this run against a stored baseline (bootstrap CI on
 # the ratio of medians). `snakemake regress` runs it alone.
 
-REG = config["regress"]
-
-
-def get_regress_input(wildcards):
-    """The current records, and the stored baseline when it exists (so a new baseline reruns)."""
-    files = {"current": f"results/alltoall/{REG['cluster']}.jsonl"}
-    if Path(REG["baseline"]).exists():
-        files["baseline"] = REG["baseline"]
-    return files
-
 
 rule regress:
     input:

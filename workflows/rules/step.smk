@@ -1,16 +1,6 @@
 # Experiment 2: one training step of the MoE model per variant (time, breakdown, memory).
 
 
-def step_args(s):
-    """Optional model overrides: 0 means "the preset's value" and is not passed."""
-    extra = [f"--topk {s['topk']}", f"--capacity-factor {s['capacity_factor']}"]
-    if s["layers"]:
-        extra.append(f"--layers {s['layers']}")
-    if s["seq"]:
-        extra.append(f"--seq {s['seq']}")
-    return " ".join(extra)
-
-
 rule step:
     output:
         "results/step/{cluster}.jsonl",

@@ -1,0 +1,132 @@
+"""The Snakemake pipeline: lint, dry runs (default, test, a800 on the SLURM profile), config errors,
+and a real run of its analysis half (notebooks via papermill, report) on synthetic records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monta.results import make_record, write_records
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+pytestmark = pytest.mark.timeout(300)
+
+
+def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_lint_clean():
+    proc = snakemake("--lint")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_dry_run_default_runs_every_experiment():
+    proc = snakemake("-n", "--profile", "profiles/local")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:8M:2" in out
+    assert "--inter-gbps 2.0 --latency-us 50" in out
+    assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
+    assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
+    for rule in ("build", "build_variant", "alltoall", "step", "ablation_chunks", "ablation_tp", "ablation_buffer",
+                 "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",
+                 "predict_alltoall", "predict_plan", "calibrate", "predict_accuracy", "notebook", "report", "regress"):
+        assert f"\nrule {rule}:" in out, rule
+    assert "srun" not in out  # the emulator launches its own ranks
+
+
+def test_dry_run_slurm_profile_a800_shows_srun_torchrun():
+    proc = snakemake("-n", "--profile", "profiles/slurm", "--configfile", "config/a800.yaml")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert ("srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=32 --gpus-per-node=8 --kill-on-bad-exit=1 "
+            "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d") in out
+    assert "--no-python monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:1G:2" in out
+    assert "--model moe-2x70b --variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
+    assert "nodes=2, tasks=2, mpi=srun, slurm_extra='--gpus-per-node=8 --exclusive'" in out
+    assert "--inter-gbps" not in out and "rule calibrate:" not in out  # real fabric: nothing emulated
+
+
+def test_dry_run_test_config():
+    proc = snakemake("-n", "--configfile", "config/test.yaml")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "results/alltoall/2x2.jsonl" in out and "results/alltoall/2x4.jsonl" not in out
+
+
+@pytest.mark.parametrize("bad, named", [
+    ("alltoall:\n  sizez: 1M\n", "alltoall.sizez"),
+    ("colour: blue\n", "colour"),
+    ("launcher:\n  kind: slurm\n", "launcher.kind"),
+    ("alltoall:\n  clusters:\n    - {name: x, nodes: 2, gpus_per_node: 4, tp: 3}\n", "alltoall.clusters"),
+])
+def test_bad_config_stops_before_anything_with_the_key_named(tmp_path, bad, named):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(bad)
+    proc = snakemake("-n", "--configfile", str(cfg))
+    err = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "invalid config" in err and named in err, err[-2000:]
+    assert "Building DAG" not in err
+
+
+def _a2a(cluster, size, variant, chunks, t, source="emulated", **extra):
+    n, g = cluster
+    return make_record(kind="alltoall", source=source, experiment="test", env={"python": "3"},
+                       params={"size_bytes": size, "variant": variant, "chunks": chunks, "nodes": n,
+                               "gpus_per_node": g, "tp": g, "dtype": "float32", **extra},
+                       metrics={"time_us": t, "busbw_GBps": size / t / 1e3, "inter_bytes": size, "intra_bytes": size,
+                                "wrong": 0})
+
+
+def _step(variant, ms, **extra):
+    return make_record(kind="step", source="emulated", experiment="test", env={"python": "3"},
+                       params={"variant": variant, "nodes": 2, "gpus_per_node": 2, "tp": 2, "model": "mini",
+                               "topk": 1, "capacity_factor": 1.0, **extra},
+                       metrics={"step_ms": ms, "breakdown_ms": {"attention": 1.0, "dispatch": ms / 3,
+                                                                "experts": 2.0, "combine": ms / 4}})
+
+
+@pytest.mark.slow
+def test_analysis_half_runs_for_real_on_synthetic_records(tmp_path):
+    """Real Snakemake + papermill on a working directory whose record files already exist (as the
+    benchmarks would have left them): the notebooks, tables, figures and report are produced."""
+    for name in ("Snakefile", "workflows", "config", "analysis", "profiles"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    res = tmp_path / "results"
+    shape = (2, 2)
+    a2a = [_a2a(shape, s, v, c, t * s / 65536, inter_gbps=1.0)
+           for s in (65536, 131072) for v, c, t in (("legacy", 1, 400.0), ("monta", 1, 250.0), ("monta", 2, 200.0))]
+    write_records(res / "alltoall/2x2.jsonl", a2a)
+    write_records(res / "ablation/chunks.jsonl", a2a)
+    write_records(res / "ablation/tp/2.jsonl", a2a)
+    write_records(res / "ablation/ratio/1.0.jsonl", a2a)
+    write_records(res / "step/2x2.jsonl", [_step("deepspeed", 30.0), _step("monta", 24.0)])
+    write_records(res / "ablation/topk/1.jsonl", [_step("monta", 25.0)])
+    pred = [_a2a(shape, 65536, "monta", 2, 190.0, source="predicted", inter_gbps=1.0)]
+    for f in ("predict/paper.jsonl", "predict/alltoall.jsonl", "predict/plan.jsonl",
+              "ablation/seq/8192.jsonl", "ablation/seq/32768.jsonl"):
+        write_records(res / f, pred)
+    proc = snakemake("results/report.md", "--cores", "2", "--configfile", "config/test.yaml", cwd=tmp_path, timeout=280)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    for t in ("alltoall_summary", "chunk_ablation", "step_summary", "step_breakdown", "paper_comparison",
+              "predicted_vs_measured"):
+        for ext in ("md", "csv", "tex"):
+            assert (res / "tables" / f"{t}.{ext}").exists(), t
+    for f in ("alltoall_comparison", "chunk_ablation", "step_breakdown", "predicted_vs_measured"):
+        assert (res / "figures" / f"{f}.png").stat().st_size > 5000
+    report = (res / "report.md").read_text()
+    assert "](figures/step_breakdown.png)" in report and "](tables/paper_comparison.csv)" in report
+    assert "5.3%" in (res / "tables" / "predicted_vs_measured.md").read_text() or \
+        "-5" in (res / "tables" / "predicted_vs_measured.csv").read_text()
+    assert (res / "analysis" / "nb_paper.ipynb").exists()
+    assert not (ROOT / "results" / "report.md").exists() or (ROOT / "results" / "report.md").stat().st_mtime < \
+        (res / "report.md").stat().st_mtime
