@@ -118,7 +118,10 @@ def allgather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
     ti = _intra_us(cluster, sent, size, "allgather", c) if p > 1 else 0.0
     # One ring edge per spanned node leaves the node; c/p rings pass through each node.
     tn = _inter_us(cluster, sent * c / p, size, "allgather") if m > 1 else 0.0
-    return CollTime(max(ti, tn), ti, tn, sent * (n - m) / n, sent * m / n if m > 1 else 0.0)
+    if m == 1:
+        return CollTime(ti, ti, 0.0, sent, 0.0)
+    # Ring order keeps a node's ranks adjacent: m of the n ring edges cross a node boundary.
+    return CollTime(max(ti, tn), ti, tn, sent * (n - m) / n, sent * m / n)
 
 
 def reducescatter(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:

@@ -8,6 +8,8 @@ points. Between points, eff is piecewise linear in log2(size); outside them it i
 end values, so the cost of small messages comes from the latency term (time = latency + bytes /
 (bandwidth x eff)). Extrapolating a curve below its smallest measurement invented overheads of
 hundreds of microseconds, so calibrate down to the smallest chunk you care about. No points: 1.
+In a link profile the points are end to end (size / time / bandwidth, what calibrate measures) and
+the latency is taken out of them on load; the presets' SimAI ratios are used as they are.
 ``bandwidth_GBps`` is the effective large-message bandwidth (1 GB = 1e9 B):
 for ``intra`` the per-GPU NVLink bus bandwidth, for ``inter`` the bandwidth of ONE NIC (a node has
 ``nics_per_node`` of them, shared by its GPUs).
@@ -41,9 +43,11 @@ class Link:
             raise ValueError(f"link latency_us={self.latency_us!r}: must be >= 0")
         pts = tuple(sorted((float(s), float(e)) for s, e in self.efficiency))
         for s, e in pts:
-            if s <= 0 or not 0 < e <= 10:
+            if s <= 0 or not 0 <= e < math.inf:
                 # > 1 is legal: a shaper's token bucket lets mid-size bursts beat the fitted rate.
-                raise ValueError(f"efficiency point ({s}, {e}): need size > 0 and 0 < eff <= 10")
+                raise ValueError(f"efficiency point ({s}, {e}): need size > 0 and a finite eff >= 0")
+        # A latency-bound point rounded to 0 in the profile still means "very slow", not "infinite".
+        pts = tuple((s, max(e, 1e-4)) for s, e in pts)
         object.__setattr__(self, "efficiency", pts)
 
     def eff(self, nbytes: float) -> float:
@@ -247,7 +251,8 @@ class LinkProfile:
         gpn = int(gpus_per_node or topo.get("gpus_per_node", 4))
         shared = bool(self.extra.get("intra_shared", self.source == "emulated" or bool(topo)))
         c = self.compute
-        base = Cluster(f"emulator:{self.name}", self.links["intra"], self.links["inter"], gpus_per_node=gpn,
+        intra, inter = (_without_latency(self.links[k]) for k in LINK_CLASSES)
+        base = Cluster(f"emulator:{self.name}", intra, inter, gpus_per_node=gpn,
                        nodes=nodes, nics_per_node=self.nics_per_node, peak_tflops=float(c.get("gemm_tflops", 0.05)),
                        gemm_eff=1.0, attn_eff=1.0, mem_GB=float(c.get("mem_GB", 8.0)),
                        copy_GBps=float(c.get("copy_GBps", 5.0)), hbm_GBps=float(c.get("copy_GBps", 5.0)) * 2,
@@ -285,9 +290,32 @@ class LinkProfile:
                     else:
                         moved, bw = per_rank, link.bandwidth_GBps * cl.nics_per_node
                     busy = max(t_us - link.latency_us, 0.05 * t_us)
-                    pts.append((size, min(10.0, moved / (busy * bw * 1e3))))
-                out.append(((op, cls), Link(link.bandwidth_GBps, link.latency_us, tuple(pts))))
+                    pts.append((size, moved / (busy * bw * 1e3)))
+                out.append(((op, cls), Link(link.bandwidth_GBps, link.latency_us, monotone(pts))))
         return tuple(out)
+
+
+def _without_latency(link: Link) -> Link:
+    """A profile's efficiency is end to end (size / time / bandwidth, as calibrate measures it);
+    the model adds the latency itself, so take it out of the curve once here."""
+    pts = []
+    for size, eff in link.efficiency:
+        t_us = size / (link.bandwidth_GBps * 1e3 * eff)
+        busy = max(t_us - link.latency_us, 0.05 * t_us)
+        pts.append((size, size / (busy * link.bandwidth_GBps * 1e3)))
+    return Link(link.bandwidth_GBps, link.latency_us, monotone(pts))
+
+
+def monotone(points) -> tuple[tuple[float, float], ...]:
+    """Make efficiency non-decreasing in size (running minimum from the largest size down).
+
+    A measured bump (a shaper's token bucket passing a mid-size burst unthrottled, noise) must not
+    let the model win by cutting a transfer into pieces that each ride the bump."""
+    out, floor = [], float("inf")
+    for size, eff in sorted(points, reverse=True):
+        floor = min(floor, eff)
+        out.append((size, floor))
+    return tuple(sorted(out))
 
 
 def get_cluster(spec: "str | Cluster | LinkProfile | None" = None, nodes: int | None = None,

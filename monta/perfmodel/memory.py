@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from monta.perfmodel.models import ModelSpec
 from monta.perfmodel.strategy import Strategy
@@ -41,10 +42,15 @@ class MemoryBreakdown:
 
 def params_per_rank(m: ModelSpec, s: Strategy) -> tuple[float, float]:
     """(dense, expert) parameters held by one rank before ZeRO sharding."""
-    layers = math.ceil(m.layers / s.pp)
-    emb = m.embedding_params if s.pp == 1 else m.vocab * m.hidden  # first stage: embedding only
-    dense = (layers * m.dense_params_per_layer + emb) / s.tp
-    expert = layers * m.expert_params_per_layer / (s.ep * s.tp)
+    return _params(m, s.tp, s.ep, s.pp)
+
+
+@lru_cache(maxsize=4096)  # the planner asks for the same (tp, ep, pp) many times
+def _params(m: ModelSpec, tp: int, ep: int, pp: int) -> tuple[float, float]:
+    layers = math.ceil(m.layers / pp)
+    emb = m.embedding_params if pp == 1 else m.vocab * m.hidden  # first stage: embedding only
+    dense = (layers * m.dense_params_per_layer + emb) / tp
+    expert = layers * m.expert_params_per_layer / (ep * tp)
     return dense, expert
 
 
@@ -60,6 +66,7 @@ def _states(params: float, shards: int, zero: int) -> tuple[float, float, float]
     return w, g, o
 
 
+@lru_cache(maxsize=1024)
 def activation_bytes_per_token(m: ModelSpec, tp: int, recompute: str) -> float:
     """Bytes one layer keeps per token for the backward pass (flash attention: no seq^2 term)."""
     h, f = m.hidden, m.ffn

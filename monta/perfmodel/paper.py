@@ -102,8 +102,8 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
             out.append(f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
                        f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}")
             recs.append(make_record(kind="step", source="predicted", experiment="paper",
-                                    params={"variant": v, "model": m.name, "layers": m.layers, "seq": st["seq"],
-                                            "nodes": 2, "gpus_per_node": 8, "cluster": c.name, **s.to_dict()},
+                                    params={**s.to_dict(), "variant": v, "model": m.name, "layers": m.layers,
+                                            "seq": st["seq"], "nodes": 2, "gpus_per_node": 8, "cluster": c.name},
                                     metrics={**b.to_dict(), "step_time_us": b.total_us,
                                              "improvement_vs_deepspeed": 1 - b.total_us / ref_ds,
                                              "improvement_vs_legacy": 1 - b.total_us / ref_lg,

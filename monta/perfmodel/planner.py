@@ -94,7 +94,6 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
     results: list[Choice] = []
     considered = 0
     for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb, pins):
-        base = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, micro_batch=mb, variant=variant)
         num_micro = gb // (dp * mb)
         considered += 1
         # Step time grows with the recomputation level and with ZeRO-3 (ZeRO 0-2 move the same
@@ -105,7 +104,7 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
             for z in sorted(zero):
                 if z == 3 and seen_z3:
                     continue
-                s = replace(base, recompute=rc, zero=z)
+                s = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, micro_batch=mb, recompute=rc, zero=z, variant=variant)
                 mem = memory_per_rank(m, s, seq, num_micro)
                 if mem.fits(cluster.mem_GB):
                     fit = (s, mem)
@@ -113,7 +112,7 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
             if fit is None:
                 continue
             s, mem = fit
-            results.append(Choice(s, predict_step(m, s, cluster, seq, gb), mem))
+            results.append(Choice(s, predict_step(m, s, cluster, seq, gb, validate=False), mem))
             if s.zero < 3:
                 break  # more recomputation only costs time
             seen_z3 = True

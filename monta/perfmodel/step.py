@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from monta.perfmodel import collectives as C
@@ -58,16 +59,24 @@ class StepBreakdown:
 
 
 def shapes(s: Strategy, gpn: int) -> dict[str, GroupShape]:
-    return {"tp": GroupShape.strided(s.tp, 1, gpn), "cp": GroupShape.strided(s.cp, s.tp, gpn),
-            "ep": GroupShape.strided(s.ep, s.tp, gpn), "dp": GroupShape.strided(s.lanes, s.tp, gpn),
-            "edp": GroupShape.strided(s.expert_dp, s.tp * s.ep, gpn)}
+    return _shapes(s.tp, s.cp, s.ep, s.lanes, gpn)
+
+
+@lru_cache(maxsize=4096)
+def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupShape]:
+    return {"tp": GroupShape.strided(tp, 1, gpn), "cp": GroupShape.strided(cp, tp, gpn),
+            "ep": GroupShape.strided(ep, tp, gpn), "dp": GroupShape.strided(lanes, tp, gpn),
+            "edp": GroupShape.strided(lanes // ep, tp * ep, gpn)}
 
 
 def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_batch: int,
-                 pipeline_backward: bool = True, measured_tflops: float | None = None) -> StepBreakdown:
-    """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed)."""
+                 pipeline_backward: bool = True, measured_tflops: float | None = None,
+                 validate: bool = True) -> StepBreakdown:
+    """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed).
+    ``validate=False`` is for the planner, whose enumeration only builds valid strategies."""
     gpn = cluster.gpus_per_node
-    s.validate(cluster.world_size, gpn, m, seq)
+    if validate:
+        s.validate(cluster.world_size, gpn, m, seq)
     if global_batch % (s.dp * s.micro_batch):
         raise ValueError(f"global batch {global_batch} is not a multiple of dp*micro_batch = {s.dp * s.micro_batch}")
     num_micro = global_batch // (s.dp * s.micro_batch)
