@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                       "(K/M/G suffixes)")
     p.add_argument("--variants", default="legacy,deepspeed,monta", help=f"comma list of {', '.join(EXCHANGES)}")
     p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
+    p.add_argument("--cluster", default=None, help="performance-model cluster for --chunks auto: a preset "
+                                                   "(a800, a800-8nic, h800, ...) or a link-profile JSON "
+                                                   "(default: $MONTA_CLUSTER, else a800)")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
@@ -82,7 +85,7 @@ def build_config(args: argparse.Namespace) -> dict:
     if args.chunks.strip() == "auto":
         from monta.comm.auto import auto_chunks
 
-        chunks = sorted({auto_chunks(s // tp, layout, max(1, s // (experts * args.hidden * elsize * tp)))
+        chunks = sorted({auto_chunks(s, layout, max(1, s // (experts * args.hidden * elsize * tp)), args.cluster)
                          for s in sizes})
     else:
         chunks = _int_list(args.chunks, "chunks")

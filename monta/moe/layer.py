@@ -73,8 +73,8 @@ class ExchangeMOELayer(MOELayer):
         from monta.comm.auto import auto_chunks  # perf-model backed; imported only when asked
 
         tp = self.exchange.groups.tp_size
-        nbytes = self.ep_size * self.num_local_experts * (capacity // tp) * x_SM.shape[-1] * x_SM.element_size()
-        self.exchange.chunks = auto_chunks(nbytes, self.pgs.layout, max_chunks=capacity // tp)
+        nbytes = self.ep_size * self.num_local_experts * capacity * x_SM.shape[-1] * x_SM.element_size()
+        self.exchange.chunks = auto_chunks(nbytes, self.pgs.layout, max(1, capacity // tp))
 
     def route(self, x_SM: torch.Tensor, used_token: torch.Tensor | None = None) -> RoutingPlan:
         if self.exchange is None:
