@@ -138,8 +138,9 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
 
     Each rank gets torchrun's environment (MASTER_ADDR = node 0, RANK, WORLD_SIZE, LOCAL_RANK,
     LOCAL_WORLD_SIZE, GROUP_RANK), GLOO_SOCKET_IFNAME = its node's NIC, and MONTA_NODE,
-    MONTA_NODES, MONTA_GPUS_PER_NODE, MONTA_HOST, MONTA_BIND_ADDR, MONTA_EMULATED; ``env`` is
-    added on top of the caller's environment. Rank 0's stdout is streamed to ``stdout``
+    MONTA_NODES, MONTA_GPUS_PER_NODE, MONTA_HOST, MONTA_BIND_ADDR, MONTA_NODE_ADDRS,
+    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS
+    defaults to 1, as under torchrun). Rank 0's stdout is streamed to ``stdout``
     (default sys.stdout); every rank's stderr (and other ranks' stdout) goes to
     ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if not given).
     When a rank fails, the others are killed at once and RankFailed names it (``check=False``
@@ -166,7 +167,8 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     spec = {
         "mode": "netns" if emulated else "plain",
         "nodes": nodes, "gpus_per_node": gpus_per_node, "topology": topology.to_dict(),
-        "argv": list(argv), "env": {**os.environ, **(env or {})}, "timeout_s": timeout_s,
+        # As torchrun does with several ranks per machine: one OpenMP thread each unless told otherwise.
+        "argv": list(argv), "env": {"OMP_NUM_THREADS": "1", **os.environ, **(env or {})}, "timeout_s": timeout_s,
         "log_dir": str(logs), "result_path": str(result_path),
         # Each node has its own network stack, so a fixed port cannot clash; the fallback shares ours.
         "master_port": master_port if emulated else _free_port(),

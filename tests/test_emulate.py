@@ -1,0 +1,268 @@
+"""The emulated cluster: shaping really throttles inter-node traffic only, teardown leaves nothing.
+
+Real namespaces, real tc, real gloo; skipped (with the reason) where user namespaces are forbidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from monta.emulate import (NamespaceUnavailable, RankFailed, Topology, launch, namespace_problem)
+from monta.emulate.calibrate import build_profile, fit_bandwidth
+from monta.emulate.shaping import link_commands
+
+PROBLEM = namespace_problem()
+PY = sys.executable
+
+
+def _host_net_state() -> tuple[str, str, str]:
+    run = lambda *c: subprocess.run(c, capture_output=True, text=True).stdout  # noqa: E731
+    return run("ip", "-br", "link"), run("tc", "qdisc", "show"), run("ip", "netns", "list")
+
+
+def _processes_with(marker: str) -> list[str]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmd and str(os.getpid()) != d.name:
+                found.append(f"{d.name}: {cmd}")
+    return found
+
+
+def _children() -> list[int]:
+    me, kids = str(os.getpid()), []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == me:  # field 4: ppid
+                kids.append(int(d.name))
+    return kids
+
+
+def _assert_nothing_left(marker: str, before: tuple[str, str, str]) -> None:
+    deadline = time.monotonic() + 5  # the kernel reaps a dead PID namespace asynchronously
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(marker) == []
+    assert _children() == []
+    assert _host_net_state() == before  # no interface, qdisc or named namespace appeared or vanished
+
+
+# -- topology and shaping spec (no namespaces needed) ------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"inter_gbps": 0}, "inter_gbps=0: must be between"),
+    ({"intra_gbps": -2.0}, "intra_gbps=-2.0: must be between"),
+    ({"inter_gbps": float("nan")}, "must be a number"),
+    ({"inter_gbps": "1"}, "must be a number"),
+    ({"latency_us": -1}, "latency_us=-1: must be between"),
+])
+def test_bad_topology_is_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Topology(**kwargs)
+
+
+def _emulate_cli(argv: list[str]) -> int:
+    """`monta emulate ...` without importing every other topic's CLI (monta.cli does, slowly)."""
+    import argparse
+
+    from monta.emulate.cli import register
+
+    parser = argparse.ArgumentParser(prog="monta")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["emulate", *argv])
+    return args.func(args)
+
+
+def test_bad_topology_flags_give_a_clear_error():
+    with pytest.raises(ValueError) as info:
+        _emulate_cli(["run", "--topology", "a900", "--", "true"])
+    assert str(info.value) == "unknown topology preset 'a900'; choose one of unshaped, a800-4nic, a800-8nic"
+    with pytest.raises(ValueError, match=r"^inter_gbps=0.0: must be between 0.001 and 400 Gbit/s$"):
+        _emulate_cli(["run", "--inter-gbps", "0", "--", "true"])
+    with pytest.raises(ValueError, match="no command given"):
+        _emulate_cli(["run", "--inter-gbps", "1"])
+
+
+def test_presets_keep_the_a800_ratio():
+    assert Topology.preset("a800-4nic").ratio == pytest.approx(160 / 22, rel=0.01)
+    assert Topology.preset("a800-8nic").ratio == pytest.approx(160 / 44, rel=0.01)
+    assert not Topology.preset("unshaped").shaped
+    assert Topology.preset("a800-4nic", latency_us=5).name == "a800-4nic+custom"
+
+
+def test_launch_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="nodes=0"):
+        launch([PY, "-c", "pass"], 0, 1, Topology())
+    with pytest.raises(ValueError, match="argv="):
+        launch("python -c pass", 1, 1, Topology())
+
+
+def test_link_commands_shape_rate_and_prioritise_small_packets():
+    assert link_commands("eth0", None) == []
+    cmds = [" ".join(c) for c in link_commands("eth0", 2.0)]
+    assert cmds[0] == "tc qdisc add dev eth0 root handle 1: htb default 20"
+    assert "classid 1:1 htb rate 2000000000bit ceil 2000000000bit" in cmds[1]
+    assert cmds[-1].endswith("match u16 0x0000 0xff80 at 2 flowid 1:10")
+    delayed = [" ".join(c) for c in link_commands("eth0", 2.0, 25.0)]
+    assert sum("netem delay 25us" in c for c in delayed) == 2  # leaf of both classes
+
+
+def test_profile_from_raw_measurements():
+    bw = 1e8  # bytes/s, 20 us latency
+    points = [[s, 20e-6 + s / bw] for s in (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22)]
+    assert fit_bandwidth(points) == pytest.approx(bw, rel=1e-6)
+    raw = {"groups": {"intra": [0, 1], "inter": [0, 2]}, "latency_s": {"intra": 1e-5, "inter": 2e-5},
+           "p2p": {"intra": points, "inter": points},
+           "alltoall": {"intra": [[4096, 1e-4]], "inter": [[4096, 2e-4]]},
+           "allgather": {"intra": [[4096, 1e-4]], "inter": [[4096, 3e-4]]}}
+    prof = build_profile(raw, Topology(inter_gbps=1.0), 2, 2)
+    assert prof["schema"] == "monta.linkprofile/1" and prof["source"] == "emulated"
+    assert prof["links"]["inter"]["bandwidth_GBps"] == pytest.approx(0.1)
+    assert prof["links"]["inter"]["latency_us"] == pytest.approx(20.0)
+    eff = dict(prof["links"]["intra"]["efficiency"])
+    assert eff[1 << 22] == pytest.approx((1 << 22) / bw / points[-1][1], rel=1e-3) and eff[1 << 10] < 0.5
+    assert prof["collectives"]["allgather"]["inter"] == [[4096, 300.0]]
+    assert prof["topology"]["inter_gbps"] == 1.0 and prof["topology"]["nodes"] == 2
+
+
+# -- the real thing ----------------------------------------------------------------------------
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_inter_node_traffic_is_throttled_and_intra_node_is_not():
+    gbps, nbytes = 1.0, 24 << 20
+    res = launch([PY, "-m", "monta.emulate.probe", "--bytes", str(nbytes)], 2, 2, Topology(inter_gbps=gbps),
+                 timeout_s=60, stdout=open(os.devnull, "w"))
+    rates = json.loads(res.stdout.strip().splitlines()[-1])
+    print(rates)
+    configured = gbps * 1e9 / 8 / 1e9
+    assert 0.8 * configured <= rates["inter_GBps"] <= 1.2 * configured
+    assert rates["intra_GBps"] > 2 * configured  # loopback: not shaped
+    node0 = res.links["0"]
+    assert node0["lo"]["tx_bytes"] >= nbytes  # the intra-node transfer stayed on loopback...
+    assert nbytes <= node0["eth0"]["tx_bytes"] < 1.1 * nbytes  # ...only the inter-node one used the NIC
+    assert [r.addr for r in res.ranks] == ["198.18.0.1", "198.18.0.1", "198.18.0.2", "198.18.0.2"]
+
+
+GLOO_ROUTES = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    r = dist.get_rank()
+    x = torch.ones((8 << 20) // 4)
+    if r == 0:
+        dist.send(x, 1)          # same node
+        dist.barrier()
+        dist.send(x, 2)          # other node
+    elif r == 1:
+        dist.recv(x, 0); dist.barrier()
+    elif r == 2:
+        dist.barrier(); dist.recv(x, 0); assert bool((x == 1).all())
+    else:
+        dist.barrier()
+    print(os.environ["MONTA_HOST"], os.environ["MONTA_BIND_ADDR"], os.environ["GLOO_SOCKET_IFNAME"], flush=True)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_gloo_intra_node_traffic_stays_off_the_shaped_nic():
+    res = launch([PY, "-c", GLOO_ROUTES], 2, 2, Topology(inter_gbps=2.0), timeout_s=90,
+                 env={"OMP_NUM_THREADS": "1"}, stdout=open(os.devnull, "w"))
+    assert res.stdout.split() == ["node0", "198.18.0.1", "eth0"]
+    eth0_tx = res.links["0"]["eth0"]["tx_bytes"]
+    # Exactly one 8 MiB payload crossed node 0's NIC (plus rendezvous and barriers): the
+    # intra-node send went over loopback even though gloo is bound to eth0's address.
+    assert (8 << 20) <= eth0_tx < (8 << 20) * 1.25
+    assert res.links["0"]["lo"]["tx_bytes"] >= 8 << 20
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_killed_rank_is_named_and_nothing_is_left(tmp_path):
+    marker = f"monta-test-{uuid.uuid4().hex[:8]}"
+    before = _host_net_state()
+    code = ("import os, signal, time, sys; r = int(os.environ['RANK']); "
+            "time.sleep(0.3) if r == 1 else None; "
+            "os.kill(os.getpid(), signal.SIGKILL) if r == 1 else time.sleep(60)")
+    t0 = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        launch([PY, "-c", code, marker], 2, 2, Topology(inter_gbps=1.0), timeout_s=60, log_dir=tmp_path)
+    assert time.monotonic() - t0 < 30  # the survivors (sleeping 60 s) were killed, not waited for
+    assert "rank 1 (node 0) exited with signal 9 (SIGKILL)" in str(info.value)
+    codes = info.value.result.returncodes
+    assert codes[1] == -9 and all(c == -9 for c in codes)  # the others were SIGKILLed by us
+    _assert_nothing_left(marker, before)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_signal_to_the_launcher_tears_everything_down(sig, tmp_path):
+    marker = f"monta-test-{uuid.uuid4().hex[:8]}"
+    before = _host_net_state()
+    started = tmp_path / "started"
+    rank = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    driver = (f"from monta.emulate import launch, Topology; import sys; "
+              f"launch([sys.executable, '-c', {rank!r}, {marker!r}], 2, 1, Topology(inter_gbps=1.0))")
+    proc = subprocess.Popen([PY, "-c", driver], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no start"
+        time.sleep(0.05)
+    assert _processes_with(marker)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=20) != 0
+    _assert_nothing_left(marker, before)
+
+
+def test_unavailable_namespaces_name_the_sysctl_or_fall_back(monkeypatch, capsys):
+    from monta.emulate import launcher
+
+    monkeypatch.setattr(launcher, "namespace_problem",
+                        lambda: "user namespaces are unavailable; enable them with sysctl "
+                                "kernel.unprivileged_userns_clone=1")
+    with pytest.raises(NamespaceUnavailable, match="kernel.unprivileged_userns_clone"):
+        launch([PY, "-c", "pass"], 2, 1, Topology(inter_gbps=1.0))
+    code = "import os; print(os.environ['RANK'], os.environ['MONTA_BIND_ADDR'], os.environ['MONTA_EMULATED'])"
+    with pytest.warns(RuntimeWarning, match="UNSHAPED"):
+        res = launch([PY, "-c", code], 2, 1, Topology(inter_gbps=1.0), allow_unshaped=True)
+    assert not res.emulated and res.returncodes == [0, 0]
+    assert res.stdout == "0 127.0.0.1 0\n"
+    assert "UNSHAPED" in capsys.readouterr().err
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_calibrate_writes_a_link_profile(tmp_path):
+    out = tmp_path / "linkprofile.json"
+    assert _emulate_cli(["calibrate", "--nodes", "2", "--gpus-per-node", "2", "--inter-gbps", "1",
+                         "--max-bytes", "256K", "--out", str(out)]) == 0
+    prof = json.loads(out.read_text())
+    assert set(prof) == {"schema", "name", "source", "topology", "links", "collectives"}
+    assert prof["schema"] == "monta.linkprofile/1" and prof["source"] == "emulated"
+    for link in ("intra", "inter"):
+        assert set(prof["links"][link]) == {"bandwidth_GBps", "latency_us", "efficiency"}
+        assert prof["links"][link]["bandwidth_GBps"] > 0 and prof["links"][link]["latency_us"] > 0
+        assert [s for s, _ in prof["links"][link]["efficiency"]] == [1024, 4096, 16384, 65536, 262144]
+        for op in ("alltoall", "allgather"):
+            assert [s for s, _ in prof["collectives"][op][link]] == [4096, 16384, 65536, 262144]
+    # The shaped NIC is the slower link (1 Gbit/s = 0.125 GB/s; loopback is unshaped).
+    assert prof["links"]["inter"]["bandwidth_GBps"] < 0.2
+    assert not list(tmp_path.glob(".linkprofile.json*"))  # no temporary files left behind
