@@ -81,12 +81,12 @@ def test_monta_one_chunk_is_deepspeed_and_pipelining_never_loses_to_its_lower_bo
         ds = exchange_time("deepspeed", size, layout, cl)
         m1 = exchange_time("monta", size, layout, cl, chunks=1)
         assert (m1.total_us, m1.inter_bytes, m1.intra_bytes) == (ds.total_us, ds.inter_bytes, ds.intra_bytes)
-        assert ds.total_us == pytest.approx(ds.a2a_us + ds.ag_us + ds.copy_us)
+        assert ds.total_us == pytest.approx(ds.pack_us + ds.a2a_us + ds.ag_us + ds.copy_us)
         for k in (2, 4, 8):
             mk = exchange_time("monta", size, layout, cl, chunks=k)
             # Overlap can hide at most the shorter of the two collectives.
             assert mk.total_us >= max(mk.a2a_us, mk.ag_us) * 0.999
-            assert [o.name for o in mk.ops][:3] == ["alltoall[0]", "allgather[0]", "copy[0]"]
+            assert [o.name for o in mk.ops][:4] == ["pack[0]", "alltoall[0]", "allgather[0]", "copy[0]"]
             ends = {o.name: o for o in mk.ops}
             for i in range(1, k):  # chunk i's AllGather waits for its AllToAll and the previous AllGather
                 ag = ends[f"allgather[{i}]"]
@@ -231,7 +231,8 @@ def test_planner_answers_quickly_and_shifts_with_sequence_length(gpus):
         # the real figure (< 1 s) is printed above and in the report.
         assert cpu < 5.0
         assert p.choices and all(c.memory.fits(80) for c in p.choices)
-        assert [c.step.total_us for c in p.choices] == sorted(c.step.total_us for c in p.choices)
+        times = [c.step.total_us for c in p.choices]
+        assert all(b >= a * 0.998 for a, b in zip(times, times[1:]))  # ranked; ties (0.1%) by traffic
         assert all(c.why for c in p.choices)
         best[seq] = p.choices[0].strategy
     levels = {"none": 0, "selective": 1, "full": 2}

@@ -59,7 +59,7 @@ def sweep(cluster: Cluster, layout, sizes: list[int], variants: list[str], chunk
                              "time_us": b.total_us, "algbw_GBps": algbw_GBps(size, b.total_us),
                              "busbw_GBps": busbw_GBps("alltoall", size, b.total_us, ep.size),
                              "inter_bytes": b.inter_bytes, "intra_bytes": b.intra_bytes,
-                             "a2a_us": b.a2a_us, "ag_us": b.ag_us, "copy_us": b.copy_us,
+                             "a2a_us": b.a2a_us, "ag_us": b.ag_us, "copy_us": b.copy_us, "pack_us": b.pack_us,
                              "speedup": legacy_t / b.total_us if b.total_us else float("nan")})
     return rows
 
@@ -82,7 +82,7 @@ def records(rows: list[dict[str, Any]], cluster: Cluster, layout, experiment: st
                   "chunks_requested": r["chunks_requested"], "nodes": layout.nodes,
                   "gpus_per_node": layout.gpus_per_node, "tp": layout.tp, "ep": layout.ep, "cluster": cluster.name}
         metrics = {k: r[k] for k in ("time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "speedup",
-                                      "a2a_us", "ag_us", "copy_us")}
+                                      "a2a_us", "ag_us", "copy_us", "pack_us")}
         out.append(make_record(kind="alltoall", source="predicted", experiment=experiment, params=params,
                                metrics=metrics, config={"cluster": cluster.to_dict(), "layout": layout.to_dict()}))
     return out

@@ -16,8 +16,8 @@ VARIANTS = ("legacy", "deepspeed", "monta")
 
 # Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
 # identical on every TP rank. legacy: every TP rank AllToAlls all S over the EP group (inter-node
-# bytes x TP). deepspeed: keep the own 1/TP capacity slice -> AllToAll(EP) -> AllGather(TP) ->
-# copy into place, sequentially. monta: the slice cut into `chunks` pieces, AllToAll(i+1) runs
+# bytes x TP), then copies the received buffer into place. deepspeed: pack the own 1/TP capacity
+# slice -> AllToAll(EP) -> AllGather(TP) -> copy into place, sequentially. monta: the slice cut into `chunks` pieces, AllToAll(i+1) runs
 # while AllGather(i) and copy(i) run. Combine and both backward passes have the same shape.
 
 
@@ -73,10 +73,11 @@ class Breakdown:
     inter_bytes: float
     intra_bytes: float
     ops: tuple[Op, ...] = field(default=(), compare=False, repr=False)
+    pack_us: float = 0.0  # gathering the own capacity slice into a contiguous send buffer
 
     def to_dict(self) -> dict:
         return {"variant": self.variant, "chunks": self.chunks, "time_us": self.total_us, "a2a_us": self.a2a_us,
-                "ag_us": self.ag_us, "copy_us": self.copy_us, "inter_bytes": self.inter_bytes,
+                "ag_us": self.ag_us, "copy_us": self.copy_us, "pack_us": self.pack_us, "inter_bytes": self.inter_bytes,
                 "intra_bytes": self.intra_bytes}
 
 
@@ -93,23 +94,29 @@ def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, clus
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
     ntp = tp.size
-    copy_us = S / (cluster.copy_GBps * 1e3) if ntp > 1 else 0.0
+    copy_us = S / (cluster.copy_GBps * 1e3)  # the received (and gathered) buffer copied into place
     tl = Timeline()
     if variant == "legacy" or ntp == 1:
         a2a = alltoall(S, ep, cluster)
-        tl.add("alltoall", _res(a2a))
-        return Breakdown(variant, 1, tl.makespan, a2a.time_us, 0.0, 0.0, a2a.inter_bytes, a2a.intra_bytes, tuple(tl.ops))
+        end = tl.add("alltoall", _res(a2a))
+        tl.add("copy", {"copy": copy_us}, after=(end,))
+        return Breakdown(variant, 1, tl.makespan, a2a.time_us, 0.0, copy_us, a2a.inter_bytes, a2a.intra_bytes,
+                         tuple(tl.ops))
     part = S / ntp
     whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
     k = 1 if variant == "deepspeed" else chunks
     a2a, ag = alltoall(part / k, ep, cluster), allgather(part / k, tp, cluster)
-    prev_ag = 0.0
+    # The own capacity slice is strided in [E, C, M]: packing it is a copy on the AllToAll's stream.
+    pack_us = part / (cluster.copy_GBps * 1e3)
+    prev_a2a = prev_ag = 0.0
     for i in range(k):
-        a_end = tl.add(f"alltoall[{i}]", _res(a2a))
-        prev_ag = tl.add(f"allgather[{i}]", _res(ag), after=(a_end, prev_ag))
+        packed = tl.add(f"pack[{i}]", {"a2a_stream": pack_us / k}, after=(prev_a2a,))
+        prev_a2a = tl.add(f"alltoall[{i}]", _res(a2a), after=(packed,))
+        prev_ag = tl.add(f"allgather[{i}]", _res(ag), after=(prev_a2a, prev_ag))
         tl.add(f"copy[{i}]", {"copy": copy_us / k}, after=(prev_ag,))
     return Breakdown(variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us,
-                     k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes, tuple(tl.ops))
+                     k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes,
+                     tuple(tl.ops), pack_us)
 
 
 def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:

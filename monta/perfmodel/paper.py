@@ -64,7 +64,7 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
     out, recs = [], []
     out.append("Assumptions: 'DeepSpeed' in the 8x claim = legacy (every TP rank AllToAlls the whole buffer, "
                "DeepSpeed < 0.14.5);\n  AllToAll sizes = per-rank dispatch buffer [E, C, M]; chunks = the model's "
-               "'auto'; both NIC counts of an A800 node shown.")
+               "'auto';\n  clusters: " + ", ".join(clusters) + " (an A800 node has 4 or 8 HDR NICs; BRIEF.md section 3).")
     for name in clusters:
         a = alltoall_setup(name)
         c = a["cluster"]

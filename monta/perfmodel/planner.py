@@ -122,7 +122,9 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
                              f"global batch {gb} sequences" + (f" and pins {pins}" if pins else "")
                              + ": drop a pin or pick a global batch divisible by the data-parallel degree")
         raise ValueError(_no_fit_message(m, cluster, seq, gb, pins))
-    results.sort(key=lambda c: c.step.total_us)
+    # Predicted times within 0.1% are a tie: prefer less inter-node traffic, then less memory.
+    results.sort(key=lambda c: (round(math.log(c.step.total_us) / math.log(1.001)), c.step.inter_bytes,
+                                c.memory.total))
     best = results[:top]
     explained = tuple(replace(c, why=_why(c, best[0] if i else (best[1] if len(best) > 1 else None), i == 0))
                       for i, c in enumerate(best))
@@ -209,4 +211,8 @@ def _why(c: Choice, other: Choice | None, winner: bool) -> str:
         elif not winner and d > 0:
             parts.append(f"{d / 1e3:.0f} ms more {lab}")
     ref = "than #2" if winner else "than #1"
-    return (", ".join(parts) + f" {ref}; {mem}") if parts else f"within noise of {ref[5:]}; {mem}"
+    if parts:
+        return ", ".join(parts) + f" {ref}; {mem}"
+    dx = (other.step.inter_bytes - c.step.inter_bytes) / 1e9
+    traffic = f"{abs(dx):.0f} GB/step {'less' if dx >= 0 else 'more'} inter-node traffic" if abs(dx) >= 0.5 else "same traffic"
+    return f"same predicted time as {ref[5:]} (within 0.1%), {traffic}; {mem}"
