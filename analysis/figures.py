@@ -11,6 +11,7 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless: papermill kernels and CI have no display
 
 import matplotlib  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -49,7 +50,10 @@ def alltoall_comparison(table: pd.DataFrame, out_dir: str | Path) -> Path | None
     y = "busbw_GBps" if t["busbw_GBps"].notna().any() else "time_us"
     g = sns.relplot(data=t, x="size_MiB", y=y, hue="variant_label", col="series", kind="line", marker="o",
                     col_wrap=min(3, t["series"].nunique()), facet_kws={"sharey": False}, height=3.2)
-    g.set(xscale="log")
+    g.set_titles("{col_name}")
+    for ax in g.axes.flat:  # buffer sizes are powers of two: base-2 axis with plain MiB labels
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     g.set_axis_labels("buffer size (MiB)", "bus bandwidth (GB/s)" if y == "busbw_GBps" else "time (us)")
     g.figure.suptitle("TP AllToAll: legacy vs deepspeed vs MoNTA", y=1.02)
     return _save(g.figure, out_dir, "alltoall_comparison")

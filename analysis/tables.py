@@ -271,12 +271,21 @@ def _ours(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any]) -> dict
     return out
 
 
+def _display(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop what the cluster label already says and columns with no value at all."""
+    if "cluster" in df.columns:
+        df = df.drop(columns=[c for c in ("nodes", "gpus_per_node", "tp") if c in df.columns])
+    return df.dropna(axis=1, how="all")
+
+
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str) -> list[Path]:
     """Write results/tables/<name>.{md,csv,tex}; an empty frame becomes a 'no data' table."""
     tables = Path(out_dir) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     if df.empty:
         df = pd.DataFrame({"status": [f"no data ({caption})"]})
+    else:
+        df = _display(df)
     paths = [tables / f"{name}.md", tables / f"{name}.csv", tables / f"{name}.tex"]
     paths[0].write_text(f"**{caption}**\n\n" + df.to_markdown(index=False, floatfmt=".4g") + "\n")
     df.to_csv(paths[1], index=False)
