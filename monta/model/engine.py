@@ -105,10 +105,6 @@ def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPG
     groups = split_params_into_different_moe_groups_for_optimizer(
         {"params": list(model.parameters()), "name": "params"})
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
-    for moe in model.moe_layers():
-        # monta.moe.MoE binds its groups at construction and the engine binds them again
-        # (set_deepspeed_parallelism); DeepSpeed's gate asserts on a second bind, so release it.
-        moe.deepspeed_moe.gate.ep_group = None
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16),
                                            mpu=MPU(pgs))
     v = Variant(name, engine, model)

@@ -166,6 +166,10 @@ class MoE(ds_layer.MoE):
             self.set_deepspeed_parallelism()
 
     def _create_process_groups(self, use_data_before_expert_parallel_: bool = False) -> None:
+        if self.deepspeed_moe.exchange is not None:
+            # Already bound at construction; deepspeed.initialize() calls this again, and
+            # DeepSpeed's gate refuses a second EP group.
+            return
         if self.pgs is not None and self.expert_group_name not in ds_groups._get_expert_parallel_group_dict():
             # Build DeepSpeed's expert groups from our layout (TP-strided, as the layout says).
             init_deepspeed_groups(self.pgs, self.enable_expert_tensor_parallelism)
