@@ -2,17 +2,6 @@
 
 A ``Cluster`` is a node type (links, NICs, compute, memory) times a node count; the emulator's is
 read from the link profile that ``monta emulate calibrate`` writes (schema ``monta.linkprofile/1``).
-
-Efficiency form (documented decision). ``efficiency`` is a list of measured ``(size_bytes, eff)``
-points. Between points, eff is piecewise linear in log2(size); outside them it is clamped to the
-end values, so the cost of small messages comes from the latency term (time = latency + bytes /
-(bandwidth x eff)). Extrapolating a curve below its smallest measurement invented overheads of
-hundreds of microseconds, so calibrate down to the smallest chunk you care about. No points: 1.
-In a link profile the points are end to end (size / time / bandwidth, what calibrate measures) and
-the latency is taken out of them on load; the presets' SimAI ratios are used as they are.
-``bandwidth_GBps`` is the effective large-message bandwidth (1 GB = 1e9 B):
-for ``intra`` the per-GPU NVLink bus bandwidth, for ``inter`` the bandwidth of ONE NIC (a node has
-``nics_per_node`` of them, shared by its GPUs).
 """
 
 from __future__ import annotations
@@ -23,6 +12,18 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+# Efficiency form (documented decision). ``efficiency`` is a list of measured ``(size_bytes, eff)``
+# points. Between points, eff is piecewise linear in log2(size); outside them it is clamped to the
+# end values, so the cost of small messages comes from the latency term (time = latency + bytes /
+# (bandwidth x eff)). Extrapolating a curve below its smallest measurement invented overheads of
+# hundreds of microseconds, so calibrate down to the smallest chunk you care about. No points: 1.
+# In a link profile the points are end to end (size / time / bandwidth, what calibrate measures) and
+# the latency is taken out of them on load, then the curve is made non-decreasing in size (see
+# monotone()); the presets' SimAI ratios are used as they are.
+# ``bandwidth_GBps`` is the effective large-message bandwidth (1 GB = 1e9 B):
+# for ``intra`` the per-GPU NVLink bus bandwidth, for ``inter`` the bandwidth of ONE NIC (a node has
+# ``nics_per_node`` of them, shared by its GPUs).
 
 PROFILE_SCHEMA = "monta.linkprofile/1"
 LINK_CLASSES = ("intra", "inter")

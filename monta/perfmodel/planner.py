@@ -125,9 +125,9 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
     # Predicted times within 0.1% are a tie: prefer less inter-node traffic, then less memory.
     results.sort(key=lambda c: (round(math.log(c.step.total_us) / math.log(1.001)), c.step.inter_bytes,
                                 c.memory.total))
-    best = results[:top]
-    explained = tuple(replace(c, why=_why(c, best[0] if i else (best[1] if len(best) > 1 else None), i == 0))
-                      for i, c in enumerate(best))
+    runner_up = results[1] if len(results) > 1 else None
+    explained = tuple(replace(c, why=_why(c, results[0] if i else runner_up, i == 0))
+                      for i, c in enumerate(results[:max(1, top)]))
     return Plan(cluster, m, seq, gb, explained, considered, len(results))
 
 
