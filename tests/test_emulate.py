@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from monta.emulate import (NamespaceUnavailable, RankFailed, Topology, launch, namespace_problem)
+from monta.emulate import EmulationError, NamespaceUnavailable, RankFailed, Topology, launch, namespace_problem
 from monta.emulate.calibrate import build_profile, fit_bandwidth
 from monta.emulate.shaping import link_commands
 
@@ -213,6 +213,19 @@ def test_killed_rank_is_named_and_nothing_is_left(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_timeout_and_unstartable_command_are_clear_errors(tmp_path):
+    marker = f"monta-test-{uuid.uuid4().hex[:8]}"
+    before = _host_net_state()
+    with pytest.raises(RankFailed, match=r"timed out after 1 s; ranks still running: 0, 1"):
+        launch([PY, "-c", "import time; time.sleep(60)", marker], 2, 1, Topology(), timeout_s=1, log_dir=tmp_path)
+    _assert_nothing_left(marker, before)
+    with pytest.raises(EmulationError, match=r"cannot start rank 0: .*No such file or directory"):
+        launch(["/nonexistent/monta-rank"], 2, 1, Topology(), log_dir=tmp_path)
+    _assert_nothing_left(marker, before)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_signal_to_the_launcher_tears_everything_down(sig, tmp_path):
     marker = f"monta-test-{uuid.uuid4().hex[:8]}"
@@ -266,3 +279,39 @@ def test_calibrate_writes_a_link_profile(tmp_path):
     # The shaped NIC is the slower link (1 Gbit/s = 0.125 GB/s; loopback is unshaped).
     assert prof["links"]["inter"]["bandwidth_GBps"] < 0.2
     assert not list(tmp_path.glob(".linkprofile.json*"))  # no temporary files left behind
+
+
+PINGPONG = textwrap.dedent("""
+    import os, socket, time
+    rank, addrs = int(os.environ["RANK"]), os.environ["MONTA_NODE_ADDRS"].split(",")
+    port = int(os.environ["MASTER_PORT"]) + 7
+    if rank == 1:
+        with socket.create_server((os.environ["MONTA_BIND_ADDR"], port)) as srv:
+            conn, _ = srv.accept()
+            while (b := conn.recv(1)):
+                conn.sendall(b)
+    else:
+        for _ in range(200):
+            try:
+                conn = socket.create_connection((addrs[1], port)); break
+            except OSError:
+                time.sleep(0.05)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rtts = []
+        for _ in range(20):
+            t0 = time.perf_counter(); conn.sendall(b"x"); conn.recv(1); rtts.append(time.perf_counter() - t0)
+        conn.close()
+        print(sorted(rtts)[10] * 1e6)
+""")
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_latency_is_added_or_refused_clearly(tmp_path):
+    try:
+        res = launch([PY, "-c", PINGPONG], 2, 1, Topology(latency_us=2000), timeout_s=60, log_dir=tmp_path,
+                     stdout=open(os.devnull, "w"))
+    except EmulationError as e:  # kernels without sch_netem (this CI box's among them)
+        assert "--latency-us needs the netem qdisc (kernel module sch_netem)" in str(e)
+        return
+    assert float(res.stdout) >= 2 * 2000  # one-way 2 ms each way

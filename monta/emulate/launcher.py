@@ -217,7 +217,7 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
                              f"logs in {logs}")
     res_json = json.loads(result_path.read_text())
     if res_json.get("error"):
-        raise EmulationError(f"emulated cluster setup failed: {res_json['error']} (logs in {logs})")
+        raise EmulationError(f"emulated run failed before its ranks ran: {res_json['error']} (logs in {logs})")
     result = LaunchResult(
         returncodes=res_json["returncodes"], ranks=[RankInfo(**r) for r in res_json.get("ranks", [])],
         log_dir=logs, stdout="".join(captured), emulated=emulated, failure=res_json.get("failure"),

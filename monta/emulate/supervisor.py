@@ -62,7 +62,7 @@ class Supervisor:
             result["failure"] = self._watch(ranks)
             result["links"] = self._link_stats()
         except Exception as e:  # setup errors: reported to the launcher as one line
-            result["error"] = f"{type(e).__name__}: {e}"
+            result["error"] = str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}"
         finally:
             self._kill_all()
             result["returncodes"] = [self.codes.get(r) for r in range(self.nodes * self.gpn)]
@@ -99,13 +99,17 @@ class Supervisor:
                     from monta.emulate.netns import enter
                     enter(fds)
 
-            self.procs[info.rank] = subprocess.Popen(
-                self.spec["argv"], env=env, stdin=subprocess.DEVNULL,
-                stdout=None if info.rank == 0 else log, stderr=log,
-                start_new_session=True, preexec_fn=preexec, pass_fds=[fd for fd, _ in fds])
-            log.close()
-            for fd, _ in fds:
-                os.close(fd)
+            try:
+                self.procs[info.rank] = subprocess.Popen(
+                    self.spec["argv"], env=env, stdin=subprocess.DEVNULL,
+                    stdout=None if info.rank == 0 else log, stderr=log,
+                    start_new_session=True, preexec_fn=preexec, pass_fds=[fd for fd, _ in fds])
+            except OSError as e:
+                raise RuntimeError(f"cannot start rank {info.rank}: {e}") from None
+            finally:
+                log.close()
+                for fd, _ in fds:
+                    os.close(fd)
 
     def _watch(self, ranks: list[RankInfo]) -> dict[str, Any] | None:
         timeout = self.spec.get("timeout_s")
