@@ -102,13 +102,19 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
     elsize = x.element_size()
     streams = Streams.for_device(x.device)
     streams.wait_current("a2a")  # the input was produced on the current stream
+    # Every chunk buffer stays referenced until the pass has joined the current stream: on CUDA a
+    # side-stream allocation freed early could be reused while a collective on the communicator's
+    # own stream still reads it (record_stream cannot name that stream).
+    alive: list[torch.Tensor] = []
 
     def start_a2a(i: int):
         with streams.use("a2a"):
             send = x_local[:, offsets[i]:offsets[i] + sizes[i]].contiguous()
+            alive.append(send)
             if g.ep_size == 1:
                 return send, None
             recv = torch.empty_like(send)
+            alive.append(recv)
             if meter is not None:
                 meter.all_to_all(g.ep_ranks, send.numel() * elsize, phase)
             return recv, all_to_all(recv, send, g.ep)
@@ -141,6 +147,7 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
             if gather:
                 with streams.use("ag"):
                     gathered = recv.new_empty((tp,) + tuple(recv.shape))
+                    alive.append(gathered)
                     if meter is not None:
                         meter.all_gather(g.tp_ranks, recv.numel() * elsize, phase)
                     work_ag = all_gather(gathered, recv, g.tp)
@@ -153,6 +160,7 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
         if busy:
             activity.ALLTOALL.exit()
     streams.join()
+    alive.clear()
     return out
 
 
