@@ -167,8 +167,7 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     spec = {
         "mode": "netns" if emulated else "plain",
         "nodes": nodes, "gpus_per_node": gpus_per_node, "topology": topology.to_dict(),
-        # As torchrun does with several ranks per machine: one OpenMP thread each unless told otherwise.
-        "argv": list(argv), "env": {"OMP_NUM_THREADS": "1", **os.environ, **(env or {})}, "timeout_s": timeout_s,
+        "argv": list(argv), "timeout_s": timeout_s,
         "log_dir": str(logs), "result_path": str(result_path),
         # Each node has its own network stack, so a fixed port cannot clash; the fallback shares ours.
         "master_port": master_port if emulated else _free_port(),
@@ -177,7 +176,10 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     spec_path.write_text(json.dumps(spec))
 
     package_root = str(Path(__file__).resolve().parents[2])
-    sup_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    # The ranks inherit the supervisor's environment (never written to disk: it may hold secrets).
+    # As torchrun does with several ranks per machine: one OpenMP thread each unless told otherwise.
+    sup_env = {"OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
+    sup_env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, sup_env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
     if emulated:
         cmd = UNSHARE + ["--"] + cmd

@@ -83,7 +83,7 @@ class Supervisor:
                       [netns.hostname(n.index) for n in self.net_nodes], netns.NIC)
 
     def _start(self, ranks: list[RankInfo]) -> None:
-        base_env = dict(self.spec["env"])
+        base_env = dict(os.environ)
         node_addrs = [r.addr for r in ranks if r.local_rank == 0]
         for info in ranks:
             if self.stop_reason:
