@@ -136,7 +136,3 @@ def link_stats(node: Node) -> dict[str, dict[str, int]]:
             out[link["ifname"]] = {"tx_bytes": st.get("tx", {}).get("bytes", 0),
                                    "rx_bytes": st.get("rx", {}).get("bytes", 0)}
     return out
-
-
-def qdiscs(node: Node) -> list[dict]:
-    return json.loads(_run(["tc", "-s", "-j", "qdisc", "show"], node) or "[]")
