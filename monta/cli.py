@@ -10,37 +10,36 @@ import argparse
 import importlib
 import sys
 
-# (subcommand, module). A module's register() adds its parser(s) and sets func=callable(args)->int.
+# (subcommand, module, help). A module's register() adds its parser(s) and sets func=callable(args)->int.
+# Only the module of the subcommand being run is imported: torch/deepspeed take seconds to load.
 _TOPICS = [
-    ("bench", "monta.bench.cli"),
-    ("emulate", "monta.emulate.cli"),
-    ("plan", "monta.perfmodel.cli"),
-    ("predict", "monta.perfmodel.cli"),
-    ("regress", "monta.regress"),
+    ("bench", "monta.bench.cli", "run a benchmark: alltoall (TP exchange sweep), step (MoE training step)"),
+    ("emulate", "monta.emulate.cli", "emulated multi-node cluster: run, probe, calibrate, presets"),
+    ("plan", "monta.perfmodel.cli", "rank parallel strategies for a cluster, model and sequence length"),
+    ("predict", "monta.perfmodel.cli", "performance-model predictions: paper, alltoall, accuracy"),
+    ("regress", "monta.regress", "compare two record files and fail on a performance regression"),
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s topic module is imported (all of them when ``command`` is None)."""
     parser = argparse.ArgumentParser(prog="monta", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"monta {__import__('monta').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    seen: set[str] = set()
-    for _, module in _TOPICS:
-        if module in seen:
-            continue
-        seen.add(module)
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("monta"):
-                continue  # topic not built yet
-            raise
-        mod.register(sub)
+    wanted = {module for name, module, _ in _TOPICS if command is None or name == command}
+    for module in dict.fromkeys(m for _, m, _ in _TOPICS if m in wanted):
+        importlib.import_module(module).register(sub)
+    for name, module, help_text in _TOPICS:
+        if module not in wanted:
+            sub.add_parser(name, help=help_text, add_help=False)  # listed in --help, loaded on use
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = {name for name, _, _ in _TOPICS}
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in names else "")
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
