@@ -41,11 +41,15 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
                 row.update({f"{k}.{sk}": sv for sk, sv in v.items() if _is_number(sv)})
             elif _is_number(v) or v is None:
                 row[k] = v
+        if r.get("kind") == "step" and row.get("step_ms") is None and _is_number(row.get("step_time_us")):
+            row["step_ms"] = row["step_time_us"] / 1000.0  # the performance model states step time in us
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty and {"nodes", "gpus_per_node"} <= set(df.columns):
-        df["cluster"] = [_cluster_label(n, g, t) for n, g, t in
-                         zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * len(df))))]
+        n = len(df)
+        named = df["cluster"] if "cluster" in df.columns else pd.Series([None] * n)  # e.g. a800-8nic
+        df["cluster"] = [_cluster_label(nd, g, t, c) for nd, g, t, c in
+                         zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * n)), named)]
     return df
 
 
@@ -53,9 +57,11 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _cluster_label(nodes: Any, gpus: Any, tp: Any) -> str:
+def _cluster_label(nodes: Any, gpus: Any, tp: Any, name: Any = None) -> str:
     label = f"{int(nodes)}x{int(gpus)}"
-    return f"{label} TP{int(tp)}" if tp is not None and not _isnan(tp) else label
+    if tp is not None and not _isnan(tp):
+        label += f" TP{int(tp)}"
+    return f"{name} {label}" if isinstance(name, str) and name else label
 
 
 def _isnan(v: Any) -> bool:
@@ -172,6 +178,14 @@ def predicted_vs_measured(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     df = to_frame(records, "alltoall")
     if df.empty:
         return df
+    # `monta predict accuracy` writes each prediction with the measurement it was scored against.
+    paired = pd.DataFrame()
+    if "measured_us" in df.columns:
+        paired = df[(df["source"] == "predicted") & df["measured_us"].notna()]
+        paired = paired.assign(predicted_us=paired["time_us"])[
+            [c for c in ("nodes", "gpus_per_node", "tp", "size_bytes", "variant", "chunks") if c in paired.columns]
+            + ["predicted_us", "measured_us"]]
+        df = df[~df.index.isin(paired.index)]
     keys = ["nodes", "gpus_per_node", "tp", "inter_gbps", "size_bytes", "variant", "chunks"]
     df = _ensure(df, keys + ["time_us"])
     for k in keys:  # NaN never equals NaN in a merge; a sentinel makes "absent on both" match
@@ -179,6 +193,7 @@ def predicted_vs_measured(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     pred = df[df["source"] == "predicted"].groupby(keys)["time_us"].median().rename("predicted_us")
     meas = df[df["source"].isin(MEASURED)].groupby(keys)["time_us"].median().rename("measured_us")
     out = pd.concat([pred, meas], axis=1, join="inner").reset_index()
+    out = pd.concat([paired, out], ignore_index=True) if len(paired) else out
     if out.empty:
         return out
     out["error_pct"] = 100.0 * (out["predicted_us"] - out["measured_us"]) / out["measured_us"]

@@ -129,3 +129,23 @@ def test_figures_written(tmp_path):
              figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path)]
     for p in paths:
         assert p is not None and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_record_shapes_of_the_real_producers():
+    """Shapes the benchmarks and the performance model actually write: accuracy records carry
+    their measurement, predicted steps state step_time_us, named clusters stay apart."""
+    acc = make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
+                      params={"size_bytes": 1 << 20, "variant": "monta", "chunks": 2, "nodes": 2, "gpus_per_node": 4,
+                              "tp": 4, "ep": 2},
+                      metrics={"time_us": 900.0, "measured_us": 1000.0, "error": -0.1})
+    pvm = tables.predicted_vs_measured([acc])
+    assert pvm["error_pct"].tolist() == pytest.approx([-10.0])
+    steps = [make_record(kind="step", source="predicted", experiment="p", env=ENV,
+                         params={"variant": v, "nodes": 2, "gpus_per_node": 8, "tp": 8, "cluster": c,
+                                 "model": "moe-2x70b", "seq": 8192, "layers": 24},
+                         metrics={"step_time_us": t * (2 if c == "a800-4nic" else 1)})
+             for c in ("a800-4nic", "a800-8nic") for v, t in (("deepspeed", 2000.0), ("monta", 1600.0))]
+    t = tables.step_table(steps)
+    assert sorted(set(t["cluster"])) == ["a800-4nic 2x8 TP8", "a800-8nic 2x8 TP8"]
+    assert t["speedup_vs_deepspeed"].max() == pytest.approx(1.25)
+    assert t.loc[t["cluster"].str.startswith("a800-8nic") & (t["variant"] == "monta"), "step_ms"].item() == 1.6

@@ -9,6 +9,7 @@ rule ablation_chunks:
     log:
         "results/logs/ablation/chunks.log",
     params:
+        run=launcher_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -23,7 +24,7 @@ rule ablation_chunks:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --sizes {params.size} --variants legacy,monta --chunks {params.chunks} {params.net}"
         " --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
-        " --out {output} > {log} 2>&1"
+        " {params.run} --out {output} > {log} 2>&1"
 
 
 rule ablation_tp:
@@ -32,6 +33,7 @@ rule ablation_tp:
     log:
         "results/logs/ablation/tp/{tp}.log",
     params:
+        run=launcher_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -47,7 +49,7 @@ rule ablation_tp:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {wildcards.tp} --sizes {params.size} --variants {params.variants} --chunks {params.chunks}"
         " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
-        " --out {output} > {log} 2>&1"
+        " {params.run} --out {output} > {log} 2>&1"
 
 
 rule ablation_buffer:
@@ -56,6 +58,7 @@ rule ablation_buffer:
     log:
         "results/logs/ablation/buffer.log",
     params:
+        run=launcher_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -71,7 +74,7 @@ rule ablation_buffer:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --sizes {params.sizes} --variants {params.variants} --chunks {params.chunks}"
         " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
-        " --out {output} > {log} 2>&1"
+        " {params.run} --out {output} > {log} 2>&1"
 
 
 rule ablation_ratio:
@@ -80,6 +83,7 @@ rule ablation_ratio:
     log:
         "results/logs/ablation/ratio/{gbps}.log",
     params:
+        run=launcher_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -95,7 +99,7 @@ rule ablation_ratio:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --sizes {params.size} --variants {params.variants} --chunks {params.chunks}"
         " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
-        " --out {output} > {log} 2>&1"
+        " {params.run} --out {output} > {log} 2>&1"
 
 
 rule ablation_topk:
@@ -104,6 +108,7 @@ rule ablation_topk:
     log:
         "results/logs/ablation/topk/{topk}.log",
     params:
+        run=step_launcher_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         s=config["step"],
@@ -116,7 +121,7 @@ rule ablation_topk:
     shell:
         "{params.launch} monta bench step --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --model {params.s[model]} --variants {params.variants}"
-        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} --out {output} > {log} 2>&1"
+        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} {params.run} --out {output} > {log} 2>&1"
 
 
 rule ablation_capacity:
@@ -125,6 +130,7 @@ rule ablation_capacity:
     log:
         "results/logs/ablation/capacity/{cf}.log",
     params:
+        run=step_launcher_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         s=config["step"],
@@ -137,7 +143,7 @@ rule ablation_capacity:
     shell:
         "{params.launch} monta bench step --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --model {params.s[model]} --variants {params.variants}"
-        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} --out {output} > {log} 2>&1"
+        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} {params.run} --out {output} > {log} 2>&1"
 
 
 rule ablation_seq:
@@ -147,8 +153,10 @@ rule ablation_seq:
         "results/logs/ablation/seq/{seq}.log",
     params:
         p=PRED,
+        layers=f"--layers {PRED['layers']}" if PRED["layers"] else "",
     conda:
         "../envs/monta.yaml"
     shell:
-        "monta plan --cluster {params.p[cluster]} --nodes {params.p[nodes]} --model {params.p[model]}"
+        "monta plan --cluster {params.p[cluster]} --nodes {params.p[nodes]} --gpus-per-node {params.p[gpus_per_node]}"
+        " --model {params.p[model]} {params.layers}"
         " --seq {wildcards.seq} --out {output} > {log} 2>&1"

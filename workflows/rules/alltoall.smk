@@ -9,6 +9,7 @@ rule alltoall:
     benchmark:
         "results/benchmarks/alltoall/{cluster}.tsv"
     params:
+        run=launcher_args(),
         launch=lambda wildcards: launch(ALLTOALL_CLUSTERS[wildcards.cluster]),
         c=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster],
         net=net_args(),
@@ -24,4 +25,4 @@ rule alltoall:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]}"
         " --gpus-per-node {params.c[gpus_per_node]} --tp {params.c[tp]} --sizes {params.a[sizes]}"
         " --variants {params.variants} --chunks {params.chunks} {params.net} --dtype {params.a[dtype]}"
-        " --warmup {params.a[warmup]} --iters {params.a[iters]} {params.check} --out {output} > {log} 2>&1"
+        " --warmup {params.a[warmup]} --iters {params.a[iters]} {params.check} {params.run} --out {output} > {log} 2>&1"

@@ -48,14 +48,36 @@ def csv(values):
 
 
 def net_args(inter_gbps=None):
-    """Emulated-link flags for `monta bench`; none on real nodes (the fabric is what it is)."""
+    """Emulated-network flags for `monta bench` / `monta emulate calibrate`; none on real nodes."""
     if not EMULATED:
         return ""
     net = config["network"]
-    if inter_gbps is None and net["preset"]:
-        return f"--preset {shlex.quote(net['preset'])}"
-    gbps = net["inter_gbps"] if inter_gbps is None else inter_gbps
-    return f"--inter-gbps {gbps} --latency-us {net['latency_us']}"
+    args = []
+    if net["topology"] and inter_gbps is None:
+        args.append(f"--topology {shlex.quote(net['topology'])}")
+    else:
+        gbps = net["inter_gbps"] if inter_gbps is None else inter_gbps
+        args.append(f"--inter-gbps {gbps}")
+        if net["latency_us"]:
+            args.append(f"--latency-us {net['latency_us']}")
+        if net["intra_gbps"]:
+            args.append(f"--intra-gbps {net['intra_gbps']}")
+    if net["allow_unshaped"]:
+        args.append("--allow-unshaped")
+    return " ".join(args)
+
+
+def launcher_args():
+    """How `monta bench alltoall` gets its ranks: it spawns them on the emulator, or it is one
+    rank of a torchrun started by srun (reads RANK, WORLD_SIZE, MASTER_ADDR)."""
+    lc = config["launcher"]
+    kind = "emulate" if EMULATED else "env"
+    return f"--launcher {kind} --backend {lc['backend']} --experiment {config['experiment']}"
+
+
+def step_launcher_args():
+    """`monta bench step` runs on the emulator with --emulate, else as a torchrun rank."""
+    return f"--emulate {net_args()}" if EMULATED else ""
 
 
 def launch(cluster):

@@ -37,10 +37,12 @@ rule predict_plan:
         "results/logs/predict/plan.log",
     params:
         p=PRED,
+        layers=f"--layers {PRED['layers']}" if PRED["layers"] else "",
     conda:
         "../envs/monta.yaml"
     shell:
-        "monta plan --cluster {params.p[cluster]} --nodes {params.p[nodes]} --model {params.p[model]}"
+        "monta plan --cluster {params.p[cluster]} --nodes {params.p[nodes]} --gpus-per-node {params.p[gpus_per_node]}"
+        " --model {params.p[model]} {params.layers}"
         " --seq {params.p[seq]} --out {output} > {log} 2>&1"
 
 

@@ -9,6 +9,7 @@ rule step:
     benchmark:
         "results/benchmarks/step/{cluster}.tsv"
     params:
+        run=step_launcher_args(),
         launch=lambda wildcards: launch(STEP_CLUSTERS[wildcards.cluster]),
         c=lambda wildcards: STEP_CLUSTERS[wildcards.cluster],
         s=config["step"],
@@ -21,4 +22,4 @@ rule step:
     shell:
         "{params.launch} monta bench step --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --model {params.s[model]} --variants {params.variants}"
-        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} --out {output} > {log} 2>&1"
+        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} {params.run} --out {output} > {log} 2>&1"
