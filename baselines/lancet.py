@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from deepspeed.moe.sharded_moe import _route_slots, gumbel_rsample
 
 from baselines.pipeline import pipelined_experts
-from monta.comm import activity
 from monta.model.tp import DeferredWeightGrad
+from monta.model.transformer import BACKWARD_CLOCK
 from monta.moe import RoutingPlan
 
 
@@ -69,15 +69,19 @@ def top2_route_with_carry(logit_parts: list[torch.Tensor], noise_parts: list[tor
 
 
 class DeferredDW:
-    """Backward dW queue drained by a worker thread while an AllToAll is in flight (greedy fill);
-    whatever is left runs when backward ends, before the gradients are synchronized."""
+    """Backward dW queue drained by a worker thread while an exchange's backward (its AllToAlls) is in
+    flight (greedy fill); whatever is left runs when backward ends, before gradients are synchronized.
 
-    def __init__(self, tracker: activity.ActivityTracker = activity.ALLTOALL, poll_s: float = 0.0005):
-        self.tracker = tracker
-        self.poll_s = poll_s
+    The worker is woken by events (a dW queued, an exchange backward opening or closing), never by
+    polling: with 8 ranks on 2 cores a sub-millisecond poll steals the cores the other ranks need.
+    """
+
+    def __init__(self, clock=BACKWARD_CLOCK):
+        self.clock = clock
         self._q: deque = deque()
         self._cond = threading.Condition()
         self._drain = False
+        self._in_flight = 0
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.deferred = 0
@@ -89,16 +93,24 @@ class DeferredDW:
             self.deferred += 1
             self._cond.notify_all()
 
+    def _on_mark(self, role: str) -> None:
+        with self._cond:
+            self._in_flight = max(0, self._in_flight + (1 if role == "open" else -1))
+            self._cond.notify_all()
+
     def begin(self) -> None:
         self._q.clear()
-        self._drain, self._error = False, None
+        self._drain, self._error, self._in_flight = False, None, 0
         self.deferred = self.during_alltoall = 0
         DeferredWeightGrad.sink = self
+        self.clock.listeners.append(self._on_mark)
         self._thread = threading.Thread(target=self._run, name="lancet-dw", daemon=True)
         self._thread.start()
 
     def end(self) -> None:
         DeferredWeightGrad.sink = None
+        if self._on_mark in self.clock.listeners:
+            self.clock.listeners.remove(self._on_mark)
         with self._cond:
             self._drain = True
             self._cond.notify_all()
@@ -111,14 +123,11 @@ class DeferredDW:
             with torch.no_grad():
                 while True:
                     with self._cond:
-                        while not (self._drain or (self._q and self.tracker.busy())):
-                            self._cond.wait(self.poll_s)
+                        self._cond.wait_for(lambda: self._drain or (self._q and self._in_flight > 0))
                         if not self._q:
-                            if self._drain:
-                                return
-                            continue
+                            return  # drained and empty
                         fn = self._q.popleft()
-                        in_a2a = self.tracker.busy()
+                        in_a2a = self._in_flight > 0
                     fn()
                     self.during_alltoall += int(in_a2a)
         except BaseException as e:  # surfaced by end()

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from monta.comm.exchange import chunk_sizes
+from monta.model.transformer import timed_exchange
 
 
 def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
@@ -38,23 +39,23 @@ def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int) -> torch.Tensor:
     pieces = x_ECM.split(sizes, dim=1)
     grad_on = torch.is_grad_enabled()
 
-    def comm(fn, t):
+    def comm(name, t):
         with torch.set_grad_enabled(grad_on):
-            return fn(t)
+            return timed_exchange(layer, name, t)
 
     times = {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
-    pending = _POOL.submit(comm, layer.dispatch, pieces[0].contiguous())
+    pending = _POOL.submit(comm, "dispatch", pieces[0].contiguous())
     combined = []
     for i in range(len(pieces)):
         t0 = time.perf_counter()
         got = pending.result()
         times["dispatch"] += time.perf_counter() - t0
         if i + 1 < len(pieces):
-            pending = _POOL.submit(comm, layer.dispatch, pieces[i + 1].contiguous())
+            pending = _POOL.submit(comm, "dispatch", pieces[i + 1].contiguous())
         t0 = time.perf_counter()
         y = layer.run_experts(got)
         times["experts"] += time.perf_counter() - t0
-        combined.append(_POOL.submit(comm, layer.combine, y))
+        combined.append(_POOL.submit(comm, "combine", y))
     t0 = time.perf_counter()
     out = torch.cat([f.result() for f in combined], dim=1)
     times["combine"] += time.perf_counter() - t0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import statistics
@@ -21,8 +22,21 @@ from monta.model.config import PRESETS, resolve_config
 from monta.model.engine import VARIANTS
 from monta.parallel import ParallelLayout
 
-BREAKDOWN = ("attention", "gate", "dispatch_exchange", "experts", "combine_exchange", "backward",
-             "gradient_sync", "optimizer")
+# record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)
+BREAKDOWN = {"attention": "attention", "gate": "gate", "dispatch": "dispatch_exchange", "experts": "experts",
+             "combine": "combine_exchange", "backward": "backward", "dispatch_bwd": "dispatch_exchange_bwd",
+             "combine_bwd": "combine_exchange_bwd", "grad_sync": "gradient_sync", "optimizer": "optimizer"}
+
+# Default shaping of the emulated run (no --topology/--*-gbps flag): intra 4 : inter 0.3 Gbit/s,
+# ratio 13.3 ~ NVLink 160 GB/s (A800/A100 node, BRIEF.md) over one 100 Gb/s IB NIC per node
+# (12.5 GB/s: Lina's 4x4 A100 testbed). Why not `a800-4nic` (8 : 1.1, ratio 7.3): 8 ranks on 2 cores
+# push gloo's intra-node AllGather at only ~4 Gbit/s per node idle and far less when the box is
+# shared, so at the A800 ratio the "NVLink" side is CPU-bound and as slow as the inter-node link,
+# and the TP AllGather that DeepSpeed and MoNTA pay for costs more than the inter-node bytes they
+# save: the opposite of the hardware the paper measures. 4 Gbit/s is what the box itself gives the
+# intra link; the inter-node link is set to the slowest common real ratio so that it, as on real
+# clusters, is the bottleneck of the exchange. Pass --topology a800-4nic to measure the other regime.
+DEFAULT_INTRA_GBPS, DEFAULT_INTER_GBPS = 4.0, 0.3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gpus per node)")
     p.add_argument("--model", default="moe-2x70b-mini", choices=sorted(PRESETS))
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
-    p.add_argument("--chunks", default="4", help="chunks for monta/lina/lancet partitions (int)")
+    p.add_argument("--chunks", default="4",
+                   help="chunks of the monta exchange and of the lina/lancet pipelines: an integer, or 'auto' "
+                        "(the performance model's choice for the dispatch buffer on --cluster)")
+    p.add_argument("--cluster", default=None,
+                   help="performance-model cluster for --chunks auto: a preset (a800, ...) or "
+                        "emulator:PROFILE.json from `monta emulate calibrate` with the same topology "
+                        "(default: $MONTA_CLUSTER; required on the emulated cluster)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
@@ -39,7 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag in ("layers", "hidden", "heads", "kv-heads", "experts", "topk", "seq", "micro-batch"):
         p.add_argument(f"--{flag}", type=int, default=None, help="model override")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override")
-    p.add_argument("--emulate", action="store_true", help="run on the emulated cluster (monta.emulate)")
+    p.add_argument("--emulate", action="store_true",
+                   help="run on the emulated cluster (monta.emulate); without shaping flags it is shaped "
+                        f"intra {DEFAULT_INTRA_GBPS:g} : inter {DEFAULT_INTER_GBPS:g} Gbit/s (see DEFAULT_INTER_GBPS)")
     try:
         from monta.emulate.topology import add_topology_args
 
@@ -56,12 +78,21 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
         raise ValueError(f"--variants: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(VARIANTS)}")
-    try:
-        chunks = int(args.chunks)
-    except ValueError:
-        raise ValueError(f"--chunks={args.chunks!r}: give an integer >= 1") from None
-    if chunks < 1:
-        raise ValueError(f"--chunks={chunks}: must be >= 1")
+    if args.chunks == "auto":
+        chunks: int | str = "auto"
+        cluster = args.cluster or os.environ.get("MONTA_CLUSTER")
+        if cluster is None and args.emulate:
+            raise ValueError("--chunks auto on the emulated cluster needs --cluster emulator:PROFILE.json; write one "
+                             "with `monta emulate calibrate --nodes N --gpus-per-node G <same topology flags> --out "
+                             "PROFILE.json`")
+    else:
+        try:
+            chunks = int(args.chunks)
+        except ValueError:
+            raise ValueError(f"--chunks={args.chunks!r}: give an integer >= 1 or 'auto'") from None
+        if chunks < 1:
+            raise ValueError(f"--chunks={chunks}: must be >= 1")
+        cluster = args.cluster
     if args.steps < 1 or args.warmup < 0:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
     tp = args.tp if args.tp is not None else args.gpus_per_node
@@ -74,8 +105,30 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("the lancet variant needs --topk 2 (it carries capacity for DeepSpeed's top-2 gate)")
     return {"layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
             "model": args.model, "overrides": {k: v for k, v in cfg.to_dict().items()}, "variants": variants,
-            "chunks": chunks, "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
+            "chunks": chunks, "cluster": cluster, "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
             "zero_stage": args.zero_stage, "out": args.out, "emulated": False}
+
+
+def _topology(args: argparse.Namespace):
+    """The flags' topology; with no shaping flag at all, the default A800-ratio shaping above."""
+    from monta.emulate.topology import Topology, topology_from_args
+
+    if args.topology is None and args.inter_gbps is None and args.intra_gbps is None and args.latency_us is None:
+        return Topology(name="nvlink-ib100", intra_gbps=DEFAULT_INTRA_GBPS, inter_gbps=DEFAULT_INTER_GBPS)
+    return topology_from_args(args)
+
+
+def resolve_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
+    """The chunk count every variant uses: the flag's integer, or the performance model's choice for
+    this rank's full [E, C, M] dispatch buffer (as ``monta.moe`` computes it for chunks='auto')."""
+    if spec["chunks"] != "auto":
+        return int(spec["chunks"])
+    from monta.comm.auto import auto_chunks
+
+    tokens = cfg.tokens_per_micro_batch
+    capacity = max(cfg.min_capacity, math.ceil(tokens / cfg.num_experts * cfg.capacity_factor * cfg.top_k))
+    nbytes = cfg.num_experts * capacity * cfg.hidden * element_size
+    return auto_chunks(nbytes, layout, max(1, capacity // layout.tp), spec["cluster"])
 
 
 def _free_port() -> int:
@@ -95,9 +148,10 @@ def main(args: argparse.Namespace) -> int:
         from monta.emulate.launcher import launch
         from monta.emulate.topology import topology_from_args
 
+        topo = _topology(args)
         spec["emulated"] = True
-        spec["topology"] = topology_from_args(args).name
-        result = launch(argv + [json.dumps(spec)], lay["nodes"], lay["gpus_per_node"], topology_from_args(args),
+        spec["topology"] = topo.to_dict()
+        result = launch(argv + [json.dumps(spec)], lay["nodes"], lay["gpus_per_node"], topo,
                         env=env, timeout_s=args.timeout)
         spec["emulated"] = bool(result.emulated)
         return 0
@@ -135,11 +189,15 @@ def _worker(spec: dict[str, Any]) -> int:
     from monta.model.config import ModelConfig
 
     init_from_env()
+    import torch
+
     layout = ParallelLayout(**spec["layout"])
     cfg = ModelConfig(**spec["overrides"])
-    res = run_interleaved(layout, cfg, spec["variants"], chunks=spec["chunks"], steps=spec["steps"],
+    chunks = resolve_chunks(spec, cfg, layout, 2 if torch.cuda.is_available() else 4)
+    spec = dict(spec, chunks_requested=spec["chunks"], chunks=chunks)
+    res = run_interleaved(layout, cfg, spec["variants"], chunks=chunks, steps=spec["steps"],
                           warmup=spec["warmup"], seed=spec["seed"], zero_stage=spec["zero_stage"],
-                          lancet_partitions=spec["chunks"])
+                          lancet_partitions=chunks)
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(res, gathered, dst=0)
     if dist.get_rank() == 0:
@@ -160,8 +218,8 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         step_ms = [1e3 * max(r[v]["step_s"][i] for r in per_rank) for i in range(n)]  # slowest rank
         med = statistics.median(step_ms)
         base = med if v == "deepspeed" else base
-        bd = {k: 1e3 * statistics.median(statistics.fmean(r[v]["breakdown_s"][i][k] for r in per_rank)
-                                         for i in range(n)) for k in BREAKDOWN}
+        bd = {k: 1e3 * statistics.median(statistics.fmean(r[v]["breakdown_s"][i][src] for r in per_rank)
+                                         for i in range(n)) for k, src in BREAKDOWN.items()}
         peak = max(r.get("peak_mem_bytes", r["peak_rss_bytes"]) for r in per_rank)
         loss = statistics.fmean(r[v]["loss"][-1] for r in per_rank)
         metrics = {"step_ms": med, "step_ms_p10": _pct(step_ms, 0.1), "step_ms_p90": _pct(step_ms, 0.9),
@@ -170,15 +228,28 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         records.append(make_record(kind="step", source="emulated" if spec["emulated"] else "measured",
                                    experiment="step", run_id=run_id,
                                    params={"variant": v, "model": cfg.name, "chunks": spec["chunks"],
+                                           "chunks_requested": spec["chunks_requested"],
+                                           "inter_gbps": (spec.get("topology") or {}).get("inter_gbps"),
+                                           "intra_gbps": (spec.get("topology") or {}).get("intra_gbps"),
                                            "tp": layout.tp, "ep": layout.ep, "dp": layout.dp,
                                            "nodes": layout.nodes, "gpus_per_node": layout.gpus_per_node,
                                            "layers": cfg.num_layers, "seq": cfg.seq, "steps": n},
                                    metrics=metrics, config={"spec": spec, "layout": layout.to_dict()}))
         rows.append((v, metrics))
     write_records(spec["out"], records)
-    print(f"# monta bench step: {cfg.name} on {layout.describe()}, {spec['steps']} steps after "
+    topo = spec.get("topology")
+    ratio = (f", intra:inter {topo['intra_gbps'] / topo['inter_gbps']:.2f}"
+             if topo and topo.get("intra_gbps") and topo.get("inter_gbps") else "")
+    print(f"# monta bench step: {cfg.name} ({cfg.num_layers} layers, hidden {cfg.hidden}, "
+          f"{cfg.tokens_per_micro_batch} tokens/micro-batch) on {layout.describe()}, {spec['steps']} steps after "
           f"{spec['warmup']} warm-up, variants interleaved; source={records[0]['source']}")
-    hdr = ["variant", "step_ms", "p10", "p90", "speedup", "tok/s", "loss"] + [k[:10] for k in BREAKDOWN]
+    if topo:
+        print(f"# topology {topo['name']}: intra {topo.get('intra_gbps')} Gbit/s, inter {topo.get('inter_gbps')} "
+              f"Gbit/s{ratio}")
+    print(f"# chunks {spec['chunks']} (requested {spec['chunks_requested']}"
+          f"{', cluster ' + str(spec['cluster']) if spec['chunks_requested'] == 'auto' else ''}); "
+          "breakdown ms, median over steps of the mean over ranks; *_bwd = exchange inside backward")
+    hdr = ["variant", "step_ms", "p10", "p90", "speedup", "tok/s", "loss"] + list(BREAKDOWN)
     print(" ".join(f"{h:>10}" for h in hdr))
     for v, m in rows:
         cells = [v, f"{m['step_ms']:.1f}", f"{m['step_ms_p10']:.1f}", f"{m['step_ms_p90']:.1f}",

@@ -172,6 +172,7 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
             "attention": ph.get("attention", 0.0), "gate": ph.get("gate", 0.0),
             "dispatch_exchange": ph.get("dispatch", 0.0), "experts": ph.get("experts", 0.0),
             "combine_exchange": ph.get("combine", 0.0), "forward_total": t1 - t0, "backward": t2 - t1,
+            "dispatch_exchange_bwd": ph.get("dispatch_bwd", 0.0), "combine_exchange_bwd": ph.get("combine_bwd", 0.0),
             "gradient_sync": t3 - t2, "optimizer": t4 - t3}
     return out
 

@@ -6,6 +6,7 @@ function whatever its TP/EP split; the MoE is ``monta.moe.MoE`` with a swappable
 
 from __future__ import annotations
 
+import itertools
 import time
 import zlib
 from contextlib import contextmanager
@@ -26,8 +27,82 @@ MoESchedule = Callable[[nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tens
 
 
 def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    out, l_aux, _ = moe(x)
-    return out, l_aux
+    """DeepSpeed's MoE forward phase by phase (the same ops as ``ExchangeMOELayer.forward``), with
+    the exchanges wrapped so their backward (the transposed exchange) is timed too."""
+    layer = moe.deepspeed_moe
+    x_SM = x.reshape(-1, x.shape[-1])
+    plan = layer._timed("gate", layer.route, x_SM)
+    layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
+    x_ECM = layer.encode(x_SM, plan)
+    dispatched = layer._timed("dispatch", timed_exchange, layer, "dispatch", x_ECM)
+    expert_out = layer._timed("experts", layer.run_experts, dispatched)
+    combined = layer._timed("combine", timed_exchange, layer, "combine", expert_out)
+    return layer.decode(combined, plan).reshape(x.shape), plan.l_aux
+
+
+class _BackwardMark(torch.autograd.Function):
+    """Identity whose backward stamps a clock: 'open' after an exchange's output, 'close' before its input."""
+
+    @staticmethod
+    def forward(ctx, x, clock, key, role):
+        ctx.clock, ctx.key, ctx.role = clock, key, role
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.clock.stamp(ctx.key, ctx.role)
+        return grad, None, None, None
+
+
+class BackwardClock:
+    """Seconds spent in each exchange's backward (from its output gradient to its input gradient).
+
+    CPU autograd runs a chain in one thread, so the interval is the transposed exchange itself;
+    where several chunks are in flight (Lina/Lancet pipelines) other ready nodes may run inside it.
+    """
+
+    def __init__(self):
+        self.enabled = False
+        self.times: dict[str, float] = {}
+        self.listeners: list[Callable[[str], None]] = []  # told "open"/"close" (Lancet's dW filler)
+        self._open: dict[int, tuple[str, float]] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.enabled or bool(self.listeners)
+
+    def stamp(self, key: tuple[int, str], role: str) -> None:
+        if self.enabled and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        if role == "open":
+            self._open[key[0]] = (key[1], now)
+        elif key[0] in self._open:
+            name, t0 = self._open.pop(key[0])
+            if self.enabled:
+                self.times[name] = self.times.get(name, 0.0) + now - t0
+        else:
+            return  # a close without its open (graph cut between them): nothing was in flight
+        for fn in self.listeners:
+            fn(role)
+
+    def clear(self) -> None:
+        self.times.clear()
+        self._open.clear()
+
+
+BACKWARD_CLOCK = BackwardClock()
+_KEYS = itertools.count()
+
+
+def timed_exchange(layer, name: str, x: torch.Tensor) -> torch.Tensor:
+    """``layer.dispatch`` / ``layer.combine`` of ``x`` with its backward timed as ``<name>_bwd``."""
+    fn = getattr(layer, name)
+    clock = BACKWARD_CLOCK
+    if not (clock.active and torch.is_grad_enabled() and x.requires_grad):
+        return fn(x)
+    key = (next(_KEYS), f"{name}_bwd")
+    return _BackwardMark.apply(fn(_BackwardMark.apply(x, clock, key, "close")), clock, key, "open")
 
 
 class PhaseTimer:
@@ -128,13 +203,17 @@ class MoETransformer(nn.Module):
     def record_times(self, on: bool) -> None:
         self.timer.enabled = on
         self.timer.times.clear()
+        BACKWARD_CLOCK.enabled = on
+        BACKWARD_CLOCK.clear()
         for moe in self.moe_layers():
             moe.deepspeed_moe.record_times = on
             moe.deepspeed_moe.times.clear()
 
     def phase_times(self) -> dict[str, float]:
-        """Forward phase seconds of the last step: attention and the MoE's gate/dispatch/experts/combine."""
+        """Phase seconds of the last step: forward attention and the MoE's gate/dispatch/experts/combine,
+        and the backward of the exchanges (dispatch_bwd, combine_bwd)."""
         out = dict(self.timer.times)
+        out.update(BACKWARD_CLOCK.times)
         for moe in self.moe_layers():
             for k, v in moe.deepspeed_moe.times.items():
                 out[k] = out.get(k, 0.0) + v
@@ -151,5 +230,5 @@ class MoETransformer(nn.Module):
         return lm_loss + self.cfg.aux_loss_coef * l_aux_total, lm_loss.detach()
 
 
-__all__ = ["MoETransformer", "DecoderLayer", "PhaseTimer", "stock_schedule", "ColumnParallelLinear",
+__all__ = ["MoETransformer", "DecoderLayer", "PhaseTimer", "stock_schedule", "timed_exchange", "ColumnParallelLinear",
            "RowParallelLinear"]
