@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test test-fast reproduce bench-alltoall lint clean
+.PHONY: setup test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,14 @@ test-fast: setup
 reproduce: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local
 
+pipeline-test: setup
+	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml
+
 bench-alltoall: setup
-	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 4 --tp 4 --sizes 1M:8M:2 --variants legacy,deepspeed,monta --chunks 2,4
+	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --sizes 1M:16M:2 --chunks 2,4,8 --inter-gbps 0.5 --check
+
+bench-step: setup
+	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --topology a800-4nic --steps 6 --warmup 2
 
 lint: setup
 	$(VENV)/bin/snakemake --lint
