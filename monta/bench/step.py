@@ -24,19 +24,21 @@ from monta.parallel import ParallelLayout
 
 # record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)
 BREAKDOWN = {"attention": "attention", "gate": "gate", "dispatch": "dispatch_exchange", "experts": "experts",
-             "combine": "combine_exchange", "backward": "backward", "dispatch_bwd": "dispatch_exchange_bwd",
-             "combine_bwd": "combine_exchange_bwd", "grad_sync": "gradient_sync", "optimizer": "optimizer"}
+             "combine": "combine_exchange", "forward": "forward_total", "backward": "backward",
+             "dispatch_bwd": "dispatch_exchange_bwd", "combine_bwd": "combine_exchange_bwd",
+             "grad_sync": "gradient_sync", "optimizer": "optimizer"}
 
-# Default shaping of the emulated run (no --topology/--*-gbps flag): intra 4 : inter 0.3 Gbit/s,
-# ratio 13.3 ~ NVLink 160 GB/s (A800/A100 node, BRIEF.md) over one 100 Gb/s IB NIC per node
-# (12.5 GB/s: Lina's 4x4 A100 testbed). Why not `a800-4nic` (8 : 1.1, ratio 7.3): 8 ranks on 2 cores
-# push gloo's intra-node AllGather at only ~4 Gbit/s per node idle and far less when the box is
-# shared, so at the A800 ratio the "NVLink" side is CPU-bound and as slow as the inter-node link,
-# and the TP AllGather that DeepSpeed and MoNTA pay for costs more than the inter-node bytes they
-# save: the opposite of the hardware the paper measures. 4 Gbit/s is what the box itself gives the
-# intra link; the inter-node link is set to the slowest common real ratio so that it, as on real
-# clusters, is the bottleneck of the exchange. Pass --topology a800-4nic to measure the other regime.
-DEFAULT_INTRA_GBPS, DEFAULT_INTER_GBPS = 4.0, 0.3
+EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
+
+# Default shaping of the emulated run (no --topology/--*-gbps flag): the `a800-4nic` preset, intra
+# 8 : inter 1.1 Gbit/s per node, ratio 7.27 = A800 NVLink 160 GB/s : 4 HDR NICs 22 GB/s (BRIEF.md),
+# the paper's own cluster. With the mini preset's 8 MiB buffer the inter-node AllToAll moves 4 MiB
+# per node per pass (~30 ms at 1.1 Gbit/s, 4x that for legacy) and the TP AllGather 24 MiB per node
+# over the loopback (~30-60 ms: gloo on 2 cores is CPU-bound near the 8 Gbit/s cap), the balanced
+# regime in which MoNTA's overlap pays; the exchange is about a third of the step. Slower inter
+# rates were tried and rejected: below ~1 Gbit/s this shaping's 256 KiB queue drops bursts and TCP
+# stalls on its 200 ms retransmission timeout (a 2 MiB AllToAll at 0.3 Gbit/s took 264 ms, ideal 28).
+DEFAULT_TOPOLOGY = "a800-4nic"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,12 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--zero-stage", type=int, default=1, choices=(0, 1))
-    for flag in ("layers", "hidden", "heads", "kv-heads", "experts", "topk", "seq", "micro-batch"):
+    for flag in ("layers", "hidden", "heads", "kv-heads", "ffn", "experts", "topk", "seq", "micro-batch"):
         p.add_argument(f"--{flag}", type=int, default=None, help="model override")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override")
     p.add_argument("--emulate", action="store_true",
-                   help="run on the emulated cluster (monta.emulate); without shaping flags it is shaped "
-                        f"intra {DEFAULT_INTRA_GBPS:g} : inter {DEFAULT_INTER_GBPS:g} Gbit/s (see DEFAULT_INTER_GBPS)")
+                   help=f"run on the emulated cluster (monta.emulate); without shaping flags: --topology "
+                        f"{DEFAULT_TOPOLOGY} (intra:inter 7.27, see DEFAULT_TOPOLOGY)")
     try:
         from monta.emulate.topology import add_topology_args
 
@@ -98,8 +100,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     tp = args.tp if args.tp is not None else args.gpus_per_node
     layout = ParallelLayout(args.nodes, args.gpus_per_node, tp=tp, ep=args.nodes)
     cfg = resolve_config(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads,
-                         kv_heads=args.kv_heads, experts=args.experts, topk=args.topk, seq=args.seq,
-                         micro_batch=args.micro_batch, capacity_factor=args.capacity_factor)
+                         kv_heads=args.kv_heads, ffn=args.ffn, experts=args.experts, topk=args.topk,
+                         seq=args.seq, micro_batch=args.micro_batch, capacity_factor=args.capacity_factor)
     cfg.check_layout(layout.tp, layout.ep)
     if "lancet" in variants and cfg.top_k != 2:
         raise ValueError("the lancet variant needs --topk 2 (it carries capacity for DeepSpeed's top-2 gate)")
@@ -114,7 +116,7 @@ def _topology(args: argparse.Namespace):
     from monta.emulate.topology import Topology, topology_from_args
 
     if args.topology is None and args.inter_gbps is None and args.intra_gbps is None and args.latency_us is None:
-        return Topology(name="nvlink-ib100", intra_gbps=DEFAULT_INTRA_GBPS, inter_gbps=DEFAULT_INTER_GBPS)
+        return Topology.preset(DEFAULT_TOPOLOGY)
     return topology_from_args(args)
 
 
@@ -220,6 +222,10 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         base = med if v == "deepspeed" else base
         bd = {k: 1e3 * statistics.median(statistics.fmean(r[v]["breakdown_s"][i][src] for r in per_rank)
                                          for i in range(n)) for k, src in BREAKDOWN.items()}
+        # all four exchange passes of a step (forward and backward, dispatch and combine), summed per step
+        bd["exchange"] = 1e3 * statistics.median(
+            statistics.fmean(sum(r[v]["breakdown_s"][i][BREAKDOWN[k]] for k in EXCHANGE_PHASES) for r in per_rank)
+            for i in range(n))
         peak = max(r.get("peak_mem_bytes", r["peak_rss_bytes"]) for r in per_rank)
         loss = statistics.fmean(r[v]["loss"][-1] for r in per_rank)
         metrics = {"step_ms": med, "step_ms_p10": _pct(step_ms, 0.1), "step_ms_p90": _pct(step_ms, 0.9),
@@ -249,12 +255,12 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
     print(f"# chunks {spec['chunks']} (requested {spec['chunks_requested']}"
           f"{', cluster ' + str(spec['cluster']) if spec['chunks_requested'] == 'auto' else ''}); "
           "breakdown ms, median over steps of the mean over ranks; *_bwd = exchange inside backward")
-    hdr = ["variant", "step_ms", "p10", "p90", "speedup", "tok/s", "loss"] + list(BREAKDOWN)
+    hdr = ["variant", "step_ms", "p10", "p90", "speedup", "tok/s", "loss"] + list(BREAKDOWN) + ["exchange"]
     print(" ".join(f"{h:>10}" for h in hdr))
     for v, m in rows:
         cells = [v, f"{m['step_ms']:.1f}", f"{m['step_ms_p10']:.1f}", f"{m['step_ms_p90']:.1f}",
                  f"{m['speedup_vs_deepspeed']:.3f}" if m["speedup_vs_deepspeed"] else "-",
-                 f"{m['tokens_per_s']:.0f}", f"{m['loss']:.4f}"] + [f"{m['breakdown_ms'][k]:.1f}" for k in BREAKDOWN]
+                 f"{m['tokens_per_s']:.0f}", f"{m['loss']:.4f}"] + [f"{m['breakdown_ms'][k]:.1f}" for k in hdr[7:]]
         print(" ".join(f"{c:>10}" for c in cells))
     print(f"# wrote {len(records)} records to {spec['out']}")
 

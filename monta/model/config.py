@@ -75,22 +75,24 @@ class ModelConfig:
 # The mini preset is scaled for the regime the paper measures, not just for size. 2x70B at 8K
 # tokens, hidden 8192, top-2 over 2 experts, cf 1.0 has a per-rank dispatch buffer [E=2, C=8192,
 # M=8192] = 256 MiB in bf16: the MoE exchange is bandwidth-bound on the inter-node link. The mini
-# keeps the shape ratios (heads:kv 8:1, ffn/hidden 3.5, 2 experts, top-2, cf 1.0, so C = tokens)
-# and shrinks the widths 32x (hidden 256), but keeps 4096 tokens per micro-batch (16 x 256: short
-# sequences so attention's S^2 stays cheap on 2 cores), so the buffer is [2, 4096, 256] fp32 =
-# 8 MiB per rank (2 MiB per TP4 slice): big enough to be bandwidth-bound on the emulated
-# inter-node link, where the earlier 128-token mini (128 KiB) was a handful of latency-bound
-# gloo messages in which chunking can only lose. One layer and vocab 512 keep a step to a few
-# seconds for 8 ranks on 2 cores; every reported run states its layer count.
+# keeps the 8K tokens per micro-batch (64 x 128: short sequences, because CPU attention costs
+# grow with S per token and it was the largest single kernel of the step at 256) and the shape ratios (heads:kv 8:1, ffn/hidden 3.5, 2 experts, top-2, cf 1.0, so
+# C = tokens) and divides the widths by 64 (hidden 128, ffn 448, 32 heads of dim 4): the buffer is
+# [2, 8192, 128] fp32 = 8 MiB per rank (2 MiB per TP4 slice), bandwidth-bound on the emulated
+# links, where the earlier 128-token mini (128 KiB) was a handful of latency-bound gloo messages in
+# which chunking can only lose. Narrow and long rather than wide and short: bytes exchanged per
+# token scale with hidden, compute per token with hidden^2, so this keeps the exchange a real share
+# of the step, as at full scale. One layer and vocab 512 keep a step to a few seconds for 8 ranks
+# on 2 cores; every reported run states its layer count.
 PRESETS: dict[str, ModelConfig] = {
     # Llama-2-70B shape, every FFN an MoE of 2 such experts, top-2, cf 1.0, 8K sequence (BRIEF.md).
     "moe-2x70b": ModelConfig(name="moe-2x70b", num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8,
                              ffn=28672, vocab=32000, num_experts=2, top_k=2, capacity_factor=1.0, seq=8192,
                              micro_batch=1),
     # Same ratios, scaled for 2 CPU cores with a multi-MiB MoE exchange (see above).
-    "moe-2x70b-mini": ModelConfig(name="moe-2x70b-mini", num_layers=1, hidden=256, num_heads=32, num_kv_heads=4,
-                                  ffn=896, vocab=512, num_experts=2, top_k=2, capacity_factor=1.0, seq=256,
-                                  micro_batch=16),
+    "moe-2x70b-mini": ModelConfig(name="moe-2x70b-mini", num_layers=1, hidden=128, num_heads=32, num_kv_heads=4,
+                                  ffn=448, vocab=512, num_experts=2, top_k=2, capacity_factor=1.0, seq=128,
+                                  micro_batch=64),
 }
 
 # CLI override name -> config field.
