@@ -30,15 +30,17 @@ BREAKDOWN = {"attention": "attention", "gate": "gate", "dispatch": "dispatch_exc
 
 EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
 
-# Default shaping of the emulated run (no --topology/--*-gbps flag): the `a800-4nic` preset, intra
-# 8 : inter 1.1 Gbit/s per node, ratio 7.27 = A800 NVLink 160 GB/s : 4 HDR NICs 22 GB/s (BRIEF.md),
-# the paper's own cluster. With the mini preset's 8 MiB buffer the inter-node AllToAll moves 4 MiB
-# per node per pass (~30 ms at 1.1 Gbit/s, 4x that for legacy) and the TP AllGather 24 MiB per node
-# over the loopback (~30-60 ms: gloo on 2 cores is CPU-bound near the 8 Gbit/s cap), the balanced
-# regime in which MoNTA's overlap pays; the exchange is about a third of the step. Slower inter
-# rates were tried and rejected: below ~1 Gbit/s this shaping's 256 KiB queue drops bursts and TCP
-# stalls on its 200 ms retransmission timeout (a 2 MiB AllToAll at 0.3 Gbit/s took 264 ms, ideal 28).
-DEFAULT_TOPOLOGY = "a800-4nic"
+# Default shaping of the emulated run (no --topology/--*-gbps flag): intra 8 : inter 0.625 Gbit/s
+# per node, ratio 12.8 = an A800 node's NVLink (160 GB/s, BRIEF.md) over one 100 Gb/s IB NIC
+# (12.5 GB/s, Lina's testbed class). Why not the `a800-4nic` preset (8 : 1.1, ratio 7.27): measured
+# with the mini preset, gloo's intra-node AllGather on 8 ranks x 2 cores is CPU-bound near the
+# inter-node rate (~1 Gbit/s effective per node under load), so at 7.27 the emulated "NVLink" is no
+# faster than the NIC, the exchange is AllGather-bound and the regime inverts (exchange per step,
+# ms: legacy 682, deepspeed 825, monta 822). At 0.625 the inter-node AllToAll is again the slower
+# link, as on the paper's hardware. Not lower: below ~0.5 Gbit/s this shaping's 256 KiB queue
+# drops bursts and TCP stalls on its 200 ms retransmission timeout (a 2 MiB AllToAll at 0.3 Gbit/s
+# took 264 ms, ideal 28), which would penalize big messages, not model a network.
+DEFAULT_INTRA_GBPS, DEFAULT_INTER_GBPS = 8.0, 0.625
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,8 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{flag}", type=int, default=None, help="model override")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override")
     p.add_argument("--emulate", action="store_true",
-                   help=f"run on the emulated cluster (monta.emulate); without shaping flags: --topology "
-                        f"{DEFAULT_TOPOLOGY} (intra:inter 7.27, see DEFAULT_TOPOLOGY)")
+                   help=f"run on the emulated cluster (monta.emulate); without shaping flags: intra "
+                        f"{DEFAULT_INTRA_GBPS:g} : inter {DEFAULT_INTER_GBPS:g} Gbit/s (ratio 12.8, see "
+                        "DEFAULT_INTER_GBPS)")
     try:
         from monta.emulate.topology import add_topology_args
 
@@ -116,7 +119,7 @@ def _topology(args: argparse.Namespace):
     from monta.emulate.topology import Topology, topology_from_args
 
     if args.topology is None and args.inter_gbps is None and args.intra_gbps is None and args.latency_us is None:
-        return Topology.preset(DEFAULT_TOPOLOGY)
+        return Topology(name="a800-ib100", intra_gbps=DEFAULT_INTRA_GBPS, inter_gbps=DEFAULT_INTER_GBPS)
     return topology_from_args(args)
 
 
