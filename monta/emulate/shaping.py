@@ -15,8 +15,12 @@ _BURST_SECONDS = 0.00025
 # direction and make TCP retransmit spuriously; measured with one plain FIFO (tbf) for both,
 # 8 MiB each way at 1 Gbit/s took 1.5-3x the ideal time, with small packets (ACKs) in their own
 # higher-priority class 1.05-1.1x and no retransmissions.
+# The floor must hold the windows of several concurrent flows: with 256 KiB, 4 flows of 1 MiB
+# (an 8-rank AllToAll) at 0.25 Gbit/s overflowed it, TCP hit its 200 ms retransmit timeout, and
+# the AllToAll took 2.1-4.3x its ideal time; with 4 MiB it took 1.05-1.6x with no timeouts
+# (8 MiB: slower again, the queueing delays the piggy-backed ACKs).
 _QUEUE_SECONDS = 0.005
-_MIN_QUEUE_BYTES = 256 * 1024
+_MIN_QUEUE_BYTES = 4 * 1024 * 1024
 _NETEM_LIMIT_PACKETS = 100_000  # netem's default 1000 packets drops bulk traffic at Gbit/s rates
 # u32 match on the IPv4 total-length field (offset 2): below 128 bytes = pure ACKs and control.
 _SMALL_PACKET = ["match", "u16", "0x0000", "0xff80", "at", "2"]
