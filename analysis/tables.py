@@ -17,7 +17,9 @@ from monta.results import read_records
 # Params that describe how a point was measured, not which point it is.
 RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
 MEASURED = ("measured", "emulated")
-PHASES = ("attention", "gate", "dispatch", "experts", "combine", "grad_sync", "optimizer")
+PHASES = ("attention", "gate", "dispatch", "experts", "combine", "dispatch_bwd", "combine_bwd", "exchange",
+          "forward", "backward", "grad_sync", "optimizer")
+TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange"}
 A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
 STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
 
@@ -164,7 +166,16 @@ def step_breakdown(table: pd.DataFrame) -> pd.DataFrame:
     """Long format (point, variant, phase, ms) of the step-time breakdown."""
     if table.empty:
         return pd.DataFrame()
-    phases = [c for c in table.columns if c.startswith("breakdown_ms.")]
+    table = table.copy()
+    col = "breakdown_ms.{}".format
+    # Stack disjoint parts only: forward/backward/exchange are totals that contain the others.
+    fwd_parts = [col(p) for p in ("attention", "gate", "dispatch", "experts", "combine") if col(p) in table]
+    if col("forward") in table and fwd_parts:
+        table[col("forward_other")] = (table[col("forward")] - table[fwd_parts].sum(axis=1)).clip(lower=0)
+    bwd_parts = [col(p) for p in ("dispatch_bwd", "combine_bwd") if col(p) in table]
+    if col("backward") in table:
+        table[col("backward_other")] = (table[col("backward")] - table[bwd_parts].sum(axis=1)).clip(lower=0)
+    phases = [c for c in table.columns if c.startswith("breakdown_ms.") and c not in TOTALS]
     long = table.melt(id_vars=STEP_POINT + ["variant"], value_vars=phases, var_name="phase", value_name="ms")
     long["phase"] = long["phase"].str.removeprefix("breakdown_ms.")
     return long.dropna(subset=["ms"]).reset_index(drop=True)

@@ -85,8 +85,19 @@ def test_step_table_and_breakdown():
     assert t.loc["monta", "speedup_vs_deepspeed"] == pytest.approx(1.25)
     assert t.loc["lina", "speedup_vs_deepspeed"] == pytest.approx(1.6)
     long = tables.step_breakdown(tables.step_table(recs))
-    assert set(long["phase"]) == set(tables.PHASES)
+    assert set(long["phase"]) == {"attention", "gate", "dispatch", "experts", "combine", "grad_sync", "optimizer"}
     assert long[(long["variant"] == "monta") & (long["phase"] == "dispatch")]["ms"].iloc[0] == pytest.approx(4.8)
+
+
+def test_step_breakdown_stacks_disjoint_parts_only():
+    rec = step("monta", 20.0)
+    rec["metrics"]["breakdown_ms"].update(forward=20.0, backward=6.0, dispatch_bwd=1.0, combine_bwd=2.0, exchange=13.0)
+    long = tables.step_breakdown(tables.step_table([rec]))
+    parts = dict(zip(long["phase"], long["ms"]))
+    assert not {"forward", "backward", "exchange"} & set(parts)  # totals are not stacked on their parts
+    assert parts["forward_other"] == pytest.approx(20.0 - (2.0 + 0.5 + 6.0 + 3.0 + 4.0))
+    assert parts["backward_other"] == pytest.approx(3.0)
+    assert sum(parts.values()) == pytest.approx(20.0 + 6.0 + 1.0 + 0.5)  # forward + backward + grad sync + optimizer
 
 
 def test_predicted_vs_measured_matches_only_same_link():

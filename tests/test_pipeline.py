@@ -133,3 +133,30 @@ def test_analysis_half_runs_for_real_on_synthetic_records(tmp_path):
     assert (res / "analysis" / "nb_paper.ipynb").exists()
     assert not (ROOT / "results" / "report.md").exists() or (ROOT / "results" / "report.md").stat().st_mtime < \
         (res / "report.md").stat().st_mtime
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_tiny_pipeline_end_to_end(tmp_path):
+    """The whole pipeline for real on config/test.yaml: build, the emulated AllToAll sweep, the
+    training step, ablations, predictions, notebooks, tables, figures and the report."""
+    for name in ("Snakefile", "workflows", "config", "analysis", "profiles"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=tmp_path, timeout=1400)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    from monta.results import read_records
+
+    res = tmp_path / "results"
+    a2a = read_records(res / "alltoall" / "2x2.jsonl")
+    assert {r["params"]["variant"] for r in a2a} >= {"legacy", "monta"}
+    assert all(r["kind"] == "alltoall" and r["metrics"]["wrong"] == 0 and r["metrics"]["time_us"] > 0 for r in a2a)
+    steps = read_records(*sorted((res / "step").glob("*.jsonl")))
+    assert {r["params"]["variant"] for r in steps} >= {"deepspeed", "monta"}
+    assert all(r["kind"] == "step" and r["metrics"]["step_ms"] > 0 for r in steps)
+    assert any(r["source"] == "predicted" for r in read_records(res / "predict" / "paper.jsonl"))
+    assert (res / "build" / "env.json").exists()
+    for t in ("alltoall_summary", "step_summary", "paper_comparison"):
+        assert (res / "tables" / f"{t}.md").stat().st_size > 0, t
+    assert (res / "figures" / "alltoall_comparison.png").stat().st_size > 5000
+    report = (res / "report.md").read_text()
+    assert "figures/alltoall_comparison.png" in report
