@@ -60,6 +60,8 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
         where = f"record {i + 1} ({rec.get('run_id', '?')})"
         size = int(_param(rec, "size_bytes", where))
         variant = str(_param(rec, "variant", where))
+        if variant in ("a2a", "ag"):  # the benchmark's component rows (one half of the exchange alone)
+            continue
         chunks = _param(rec, "chunks", where)
         nodes, gpn, tp = (int(_param(rec, k, where)) for k in ("nodes", "gpus_per_node", "tp"))
         layout = make_layout(nodes, gpn, tp, rec["params"].get("ep"))
