@@ -75,6 +75,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         pass
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is abandoned")
     p.add_argument("--out", default="results/step/step.jsonl")
+    p.add_argument("--launcher", choices=("spawn", "env"), default="spawn",
+                   help="spawn: start the ranks here (on the emulator with --emulate, else on 127.0.0.1); "
+                        "env: this process is one rank started by torchrun/srun (RANK, WORLD_SIZE, MASTER_*)")
+    p.add_argument("--experiment", default="step", help="experiment name stored in the records and wandb group")
+    p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
@@ -111,7 +116,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     return {"layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
             "model": args.model, "overrides": {k: v for k, v in cfg.to_dict().items()}, "variants": variants,
             "chunks": chunks, "cluster": cluster, "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
-            "zero_stage": args.zero_stage, "out": args.out, "emulated": False}
+            "zero_stage": args.zero_stage, "out": args.out, "emulated": False,
+            "experiment": args.experiment}
 
 
 def _topology(args: argparse.Namespace):
@@ -146,6 +152,18 @@ def main(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(json.loads(args.worker))
     spec = _spec(args)
+    if args.launcher == "env":  # one rank of torchrun/srun: run the worker in this process
+        return _worker(spec)
+    rc = _launch(args, spec)
+    if rc == 0 and spec["out"] and not args.no_wandb:
+        from monta.results import read_records
+        from monta.tracking import log_records
+
+        log_records(read_records(spec["out"]), group=args.experiment, config=spec, job_type="step")
+    return rc
+
+
+def _launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     lay = spec["layout"]
     argv = [sys.executable, "-m", "monta.bench.step", "--worker"]
     env = {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "DS_BUILD_OPS": "0", "OMP_NUM_THREADS": "1"}
@@ -235,14 +253,16 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
                    "tokens_per_s": tokens / (med / 1e3), "loss": loss, "breakdown_ms": bd, "peak_mem_bytes": peak,
                    "speedup_vs_deepspeed": (base / med) if base else None}
         records.append(make_record(kind="step", source="emulated" if spec["emulated"] else "measured",
-                                   experiment="step", run_id=run_id,
+                                   experiment=spec.get("experiment", "step"), run_id=run_id,
                                    params={"variant": v, "model": cfg.name, "chunks": spec["chunks"],
                                            "chunks_requested": spec["chunks_requested"],
                                            "inter_gbps": (spec.get("topology") or {}).get("inter_gbps"),
                                            "intra_gbps": (spec.get("topology") or {}).get("intra_gbps"),
                                            "tp": layout.tp, "ep": layout.ep, "dp": layout.dp,
                                            "nodes": layout.nodes, "gpus_per_node": layout.gpus_per_node,
-                                           "layers": cfg.num_layers, "seq": cfg.seq, "steps": n},
+                                           "layers": cfg.num_layers, "seq": cfg.seq, "steps": n,
+                                           "topk": cfg.top_k, "capacity_factor": cfg.capacity_factor,
+                                           "micro_batch": cfg.micro_batch},
                                    metrics=metrics, config={"spec": spec, "layout": layout.to_dict()}))
         rows.append((v, metrics))
     write_records(spec["out"], records)

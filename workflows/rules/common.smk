@@ -77,7 +77,7 @@ def launcher_args():
 
 def step_launcher_args():
     """`monta bench step` runs on the emulator with --emulate, else as a torchrun rank."""
-    return f"--emulate {net_args()}" if EMULATED else ""
+    return (f"--emulate {net_args()}" if EMULATED else "--launcher env") + f" --experiment {config['experiment']}"
 
 
 def launch(cluster):
