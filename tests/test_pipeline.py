@@ -32,9 +32,9 @@ def test_dry_run_default_runs_every_experiment():
     proc = snakemake("-n", "--profile", "profiles/local")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:8M:2" in out
-    assert "--inter-gbps 2.0 --dtype float32" in out and "--launcher emulate --backend gloo --experiment default" in out
-    assert "--emulate --inter-gbps 2.0 --out results/step/2x4.jsonl" in out
+    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:16M:2" in out
+    assert "--inter-gbps 0.25 --dtype float32" in out and "--launcher emulate --backend gloo --experiment default" in out
+    assert "--emulate --inter-gbps 0.25 --experiment default --out results/step/2x4.jsonl" in out
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
     assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
     for rule in ("build", "build_variant", "alltoall", "step", "ablation_chunks", "ablation_tp", "ablation_buffer",
