@@ -282,7 +282,8 @@ def test_bad_degrees_and_presets_are_clear_errors():
 # -- link profiles -----------------------------------------------------------------------------
 def test_link_profile_round_trip(tmp_path):
     prof = emulator_profile()
-    prof.collectives = {"alltoall": {"inter": [[65536, 900.0], [1048576, 9000.0]]}}
+    prof.collectives = {"alltoall": {"intra": [[65536, 900.0], [1048576, 9000.0]],
+                                     "inter": [[65536, 900.0], [1048576, 9000.0]]}}
     prof.compute = {"gemm_tflops": 0.1}
     path = prof.save(tmp_path / "p" / "emu.json")
     again = LinkProfile.load(path)
@@ -290,10 +291,12 @@ def test_link_profile_round_trip(tmp_path):
     assert again.links["inter"].efficiency[0] == (4096.0, 0.4)
     cl = again.cluster()
     assert (cl.nodes, cl.gpus_per_node, cl.nics_per_node, cl.intra_shared) == (2, 4, 1, True)
-    # The measured AllToAll points become that collective's efficiency curve: the model then
-    # reproduces the calibration points it was given.
-    g = GroupShape(2, 1, 1)
-    assert C.alltoall(1048576, g, cl).time_us == pytest.approx(9000.0, rel=1e-6)
+    # The measured intra AllToAll points become that collective's efficiency curve: with one node
+    # busy (as during calibration) the model reproduces the points it was given.
+    g = GroupShape(4, 4, 4)
+    assert C.alltoall(1048576, g, again.cluster(nodes=1)).time_us == pytest.approx(9000.0, rel=1e-6)
+    # The single-pair inter collective is not used: the inter link keeps its point-to-point curve.
+    assert cl.link("inter", "alltoall") is cl.inter
     bad = prof.to_dict() | {"schema": "other/1"}
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match="monta.linkprofile/1"):
@@ -407,9 +410,42 @@ def test_profile_from_the_emulators_calibration_reproduces_its_points():
            "groups": {"intra": [0, 1, 2, 3], "inter": [0, 4]}}
     prof = LinkProfile.from_dict(calibrate.build_profile(raw, Topology(name="t", inter_gbps=1.0), 2, 4))
     cl = prof.cluster()
-    for s, t in raw["alltoall"]["inter"]:
-        assert C.alltoall(s, GroupShape(2, 1, 1), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
+    one_node = prof.cluster(nodes=1)  # calibration runs the intra collectives on node 0 alone
+    for s, t in raw["alltoall"]["intra"]:
+        assert C.alltoall(s, GroupShape(4, 4, 4), one_node).time_us == pytest.approx(t * 1e6, rel=1e-3)
     for s, t in raw["allgather"]["intra"]:
-        assert C.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
+        assert C.allgather(s / 4, GroupShape(4, 4, 4), one_node).time_us == pytest.approx(t * 1e6, rel=1e-3)
+        # Both nodes running it share the machine's cores: twice the time.
+        assert C.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(2 * t * 1e6, rel=1e-3)
     for s, t in raw["p2p"]["inter"]:  # point-to-point: latency not counted twice
         assert C.p2p(s, "inter", cl).time_us == pytest.approx(t * 1e6, rel=2e-2)
+
+
+def test_inter_alltoall_counts_each_direction_once_against_the_node_nic():
+    """Hand-computed: 2 nodes x 4 ranks, EP group {r, r+4}; each rank AllToAlls S = 4 MiB, half of it
+    to the other node. Each node's 4 ranks push 4 x 2 MiB = 8 MiB out of its one NIC while the same
+    amount comes in on the other direction, which the shaped veth limits separately."""
+    S, bw, lat = 4 * MiB, 0.03, 200.0  # GB/s per node and direction, us
+    cl = Cluster("t", Link(2.0, 0.0), Link(bw, lat), gpus_per_node=4, nodes=2)
+    got = C.alltoall(S, GroupShape(2, 1, 4), cl)
+    node_bytes = 4 * (S / 2)
+    assert got.inter_bytes == S / 2 and got.intra_bytes == 0
+    assert got.time_us == pytest.approx(lat + node_bytes / (bw * 1e3))  # 8 MiB at 0.03 GB/s: 279.8 ms
+    # The emulator profile: the same, from the point-to-point curve, not the single-pair collective.
+    prof = emulator_profile()
+    prof.collectives = {"alltoall": {"inter": [[S, 1e9]]}}  # absurd single-pair point: must not matter
+    ecl = prof.cluster()
+    link = ecl.inter
+    assert C.alltoall(S, GroupShape(2, 1, 4), ecl).time_us == pytest.approx(
+        link.latency_us + 4 * (S / 2) / (link.bandwidth_GBps * 1e3 * link.eff(S)))
+
+
+def test_emulator_intra_collectives_share_the_machine_cores():
+    """All nodes' TP AllGathers run at once on the same cores: time scales with the node count."""
+    prof = emulator_profile()
+    one, two = prof.cluster(nodes=1), prof.cluster(nodes=2)
+    g = GroupShape(4, 4, 4)
+    assert C.allgather(MiB, g, two).time_us == pytest.approx(2 * C.allgather(MiB, g, one).time_us)
+    a800 = get_cluster("a800")  # NVLink is per node: no such sharing
+    assert C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(2)).time_us == pytest.approx(
+        C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(1)).time_us)

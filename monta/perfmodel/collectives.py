@@ -85,7 +85,10 @@ def _intra_us(cluster: Cluster, rank_bytes: float, eff_size: float, op: str | No
         return 0.0
     link = cluster.link("intra", op)
     moved = rank_bytes * (concurrent if cluster.intra_shared else 1)
-    return link.latency_us + link.transfer_us(moved, eff_size)
+    t = link.latency_us + link.transfer_us(moved, eff_size)
+    # Emulator: one machine's cores serve every node's loopback; SPMD code runs the same intra-node
+    # collective on all nodes at once, and calibration measured it with one node busy.
+    return t * cluster.nodes if cluster.intra_machine_shared else t
 
 
 def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = False) -> CollTime:

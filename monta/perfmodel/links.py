@@ -110,6 +110,10 @@ class Cluster:
     # NVLink gives every GPU its own bandwidth; the emulator's node loopback is one link shared by
     # all ranks of the node, like a NIC.
     intra_shared: bool = False
+    # The emulator's nodes are namespaces on one machine: every node's loopback is served by the same
+    # CPU cores, so an intra-node collective running on all nodes at once is slowed by all of them.
+    # Its calibration ran the intra collectives on node 0 only, hence the factor ``nodes`` at run time.
+    intra_machine_shared: bool = False
     # Efficiency measured per collective replaces the link's point-to-point curve for it:
     # ((op, link class), Link) pairs, op in alltoall / allgather.
     collective_links: tuple[tuple[tuple[str, str], Link], ...] = ()
@@ -257,7 +261,7 @@ class LinkProfile:
                        nodes=nodes, nics_per_node=self.nics_per_node, peak_tflops=float(c.get("gemm_tflops", 0.05)),
                        gemm_eff=1.0, attn_eff=1.0, mem_GB=float(c.get("mem_GB", 8.0)),
                        copy_GBps=float(c.get("copy_GBps", 5.0)), hbm_GBps=float(c.get("copy_GBps", 5.0)) * 2,
-                       intra_shared=shared, source=f"link profile {self.name}: {self.source}")
+                       intra_shared=shared, intra_machine_shared=shared, source=f"link profile {self.name}: {self.source}")
         return replace(base, collective_links=self._collective_links(base, topo))
 
     def _collective_links(self, cl: Cluster, topo: dict) -> tuple:
@@ -273,7 +277,14 @@ class LinkProfile:
             if op not in ("alltoall", "allgather"):
                 continue
             for cls, points in (by_link or {}).items():
-                if cls not in LINK_CLASSES or not points:
+                # The inter-node link keeps its point-to-point curve (one direction, as calibrate's
+                # ping-pong measures it): the shaped veth limits each direction on its own, and the
+                # calibration's inter collective is ONE rank pair whose single TCP flow each way is
+                # window-bound (its ACKs queue behind the opposite direction's data): 0.5 of the
+                # link at every size. That is a property of that one flow, not of the NIC: the
+                # c ranks of a node running the exchange together keep it busy. Taking the pair's
+                # curve for them predicted the drop-side AllToAll at 2x its measured time.
+                if cls != "intra" or not points:
                     continue
                 link = cl.link(cls)
                 n = n_intra if cls == "intra" else n_inter
