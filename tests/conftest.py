@@ -24,9 +24,10 @@ def get_world(size: int) -> DistWorld:
     return _worlds[size]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def dist_world():
-    """Factory: ``dist_world(n)`` returns the session's n-rank world."""
+    """Factory: ``dist_world(n)`` returns the module's n-rank world (closed after the module: idle
+    ranks holding dozens of gloo groups still cost CPU that later tests need)."""
     yield get_world
     for w in _worlds.values():
         w.close()
