@@ -32,16 +32,28 @@ def test_dry_run_default_runs_every_experiment():
     proc = snakemake("-n", "--profile", "profiles/local")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:16M:2" in out
+    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 2M:16M:2" in out  # per-cluster sizes
+    assert "--tp 4 --sizes 256K:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
     assert "--inter-gbps 0.25 --dtype float32" in out and "--launcher emulate --backend gloo --experiment default" in out
     assert "--emulate --inter-gbps 0.25 --experiment default --out results/step/2x4.jsonl" in out
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
     assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
-    for rule in ("build", "build_variant", "alltoall", "step", "ablation_chunks", "ablation_tp", "ablation_buffer",
-                 "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",
+    for rule in ("build", "build_variant", "alltoall", "step", "ablation_tp", "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",
                  "predict_alltoall", "predict_plan", "calibrate", "predict_accuracy", "notebook", "report", "regress"):
         assert f"\nrule {rule}:" in out, rule
     assert "srun" not in out  # the emulator launches its own ranks
+    # The default reads the chunk and buffer ablations off the 2x4 sweep; as axes of their own they still run.
+    assert "\nrule ablation_chunks:" not in out and "\nrule ablation_buffer:" not in out
+
+
+def test_dry_run_separate_chunk_and_buffer_ablations(tmp_path):
+    extra = tmp_path / "abl.yaml"
+    extra.write_text('ablation:\n  chunks: [1, 2, 4, 8]\n  buffer_sizes: "256K:16M:4"\n')
+    proc = snakemake("-n", "-p", "--profile", "profiles/local", "--configfile", str(extra))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "--sizes 256K:16M:4 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
+    assert "--sizes 4M --variants legacy,monta --chunks 1,2,4,8" in out and "results/ablation/chunks.jsonl" in out
 
 
 def test_dry_run_slurm_profile_a800_shows_srun_torchrun():

@@ -14,6 +14,7 @@ rule alltoall:
         c=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster],
         net=net_args(),
         a=config["alltoall"],
+        sizes=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster]["sizes"] or config["alltoall"]["sizes"],
         variants=csv(config["alltoall"]["variants"]),
         chunks=csv(config["alltoall"]["chunks"]),
         check="--check" if config["alltoall"]["check"] else "",
@@ -23,6 +24,6 @@ rule alltoall:
         "../envs/monta.yaml"
     shell:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]}"
-        " --gpus-per-node {params.c[gpus_per_node]} --tp {params.c[tp]} --sizes {params.a[sizes]}"
+        " --gpus-per-node {params.c[gpus_per_node]} --tp {params.c[tp]} --sizes {params.sizes}"
         " --variants {params.variants} --chunks {params.chunks} {params.net} --dtype {params.a[dtype]}"
         " --warmup {params.a[warmup]} --iters {params.a[iters]} {params.check} {params.run} --out {output} > {log} 2>&1"
