@@ -268,7 +268,7 @@ def test_calibrate_writes_a_link_profile(tmp_path):
     assert _emulate_cli(["calibrate", "--nodes", "2", "--gpus-per-node", "2", "--inter-gbps", "1",
                          "--max-bytes", "1M", "--out", str(out)]) == 0
     prof = json.loads(out.read_text())
-    assert set(prof) == {"schema", "name", "source", "topology", "links", "collectives"}
+    assert set(prof) == {"schema", "name", "source", "topology", "links", "collectives", "compute", "host"}
     assert prof["schema"] == "monta.linkprofile/1" and prof["source"] == "emulated"
     for link in ("intra", "inter"):
         assert set(prof["links"][link]) == {"bandwidth_GBps", "latency_us", "efficiency"}
@@ -276,6 +276,11 @@ def test_calibrate_writes_a_link_profile(tmp_path):
         assert [s for s, _ in prof["links"][link]["efficiency"]] == [1024 * 4**i for i in range(6)]
         for op in ("alltoall", "allgather"):
             assert [s for s, _ in prof["collectives"][op][link]] == [4096 * 4**i for i in range(5)]
+    # The exchange's SPMD patterns, every rank busy at once, with their CPU cost per rank.
+    for op, name in (("alltoall", "inter_all"), ("allgather", "intra_all")):
+        assert [s for s, _ in prof["collectives"][op][name]] == [4096 * 4**i for i in range(5)]
+        assert all(c > 0 for _, c in prof["host"]["cpu_us"][f"{op}.{name}"])
+    assert prof["host"]["cores"] >= 1 and prof["compute"]["copy_GBps"] > 0
     # The shaped NIC is the slower link (1 Gbit/s = 0.125 GB/s; loopback is unshaped).
     assert prof["links"]["inter"]["bandwidth_GBps"] < min(0.2, prof["links"]["intra"]["bandwidth_GBps"])
     assert not list(tmp_path.glob(".linkprofile.json*"))  # no temporary files left behind

@@ -449,3 +449,70 @@ def test_emulator_intra_collectives_share_the_machine_cores():
     a800 = get_cluster("a800")  # NVLink is per node: no such sharing
     assert C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(2)).time_us == pytest.approx(
         C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(1)).time_us)
+
+
+# -- the emulator's shared CPU (fluid timeline) ---------------------------------------------------
+def test_fluid_timeline_shares_a_resource_and_conserves_work():
+    from monta.perfmodel.fluid import FluidTimeline
+
+    tl = FluidTimeline()
+    tl.add("a", {"cpu": 10.0})
+    tl.add("b", {"cpu": 10.0})
+    a, b = tl.run()
+    assert a.end_us == pytest.approx(20.0) and b.end_us == pytest.approx(20.0)  # halves of one CPU
+    # A NIC-bound op needs little CPU: the CPU-bound op gets the rest (work-conserving), so the
+    # pair ends when the longer alone-time would plus what really collides.
+    tl = FluidTimeline()
+    net = tl.add("a2a", {"inter": 100.0, "cpu": 20.0})
+    tl.add("ag", {"cpu": 50.0})
+    tl.add("after", {"cpu": 5.0}, after=(net,))
+    ops = {o.name: o for o in tl.run()}
+    assert ops["a2a"].end_us == pytest.approx(100.0)  # its 20% of the CPU leaves 80% for the gather
+    assert ops["ag"].end_us == pytest.approx(50.0 / 0.8)
+    assert ops["after"].start_us == pytest.approx(100.0) and ops["after"].end_us == pytest.approx(105.0)
+
+
+def test_emulator_exchange_with_a_shared_cpu_is_bounded_by_cpu_work_and_by_the_nic():
+    """With a host CPU resource, monta's overlap hides the AllGather only as far as the CPU has room:
+    the total is at least all the CPU work and at least all the NIC time, at most their sum."""
+    from dataclasses import replace
+
+    cl = replace(emulator_profile().cluster(), host_cores=2, a2a_cpu_us=(500.0, 0.002))
+    lay = ParallelLayout(2, 4, tp=4, ep=2)
+    assert exchange_time("monta", 16 * MiB, lay, cl, 1).total_us == pytest.approx(
+        exchange_time("deepspeed", 16 * MiB, lay, cl).total_us)
+    for k in (2, 4, 8):
+        b = exchange_time("monta", 16 * MiB, lay, cl, k)
+        assert b.total_us >= b.a2a_us * 0.999  # the whole AllToAll's NIC time cannot be hidden
+        assert b.total_us <= b.a2a_us + b.ag_us + b.copy_us + b.pack_us + k * 500.0 * 8 / 2 + 1.0
+    heavy = replace(cl, a2a_cpu_us=(20000.0, 0.002))  # more fixed CPU per call: many chunks lose
+    t = {k: exchange_time("monta", 16 * MiB, lay, heavy, k).total_us for k in (2, 8)}
+    assert t[8] > t[2]
+
+
+def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
+    """calibrate's all-ranks-busy points (inter AllToAll on the strided groups, AllGather on every
+    node) come back out of the collective model at the calibrated shape; the CPU lines are recovered."""
+    calibrate = pytest.importorskip("monta.emulate.calibrate")
+    from monta.emulate.topology import Topology
+
+    sizes = [4096 * 4**i for i in range(6)]
+    raw = {"p2p": {"intra": [[s, 50e-6 + s / 1e9] for s in sizes], "inter": [[s, 100e-6 + s / 0.03e9] for s in sizes]},
+           "latency_s": {"intra": 50e-6, "inter": 100e-6},
+           "alltoall": {"intra": [[s, 2e-4 + s / 1e9] for s in sizes], "inter": [[s, 3e-4 + s / 0.03e9] for s in sizes]},
+           "allgather": {"intra": [[s, 2e-4 + s / 1e9] for s in sizes], "inter": [[s, 3e-4 + s / 0.03e9] for s in sizes]},
+           "groups": {"intra": [0, 1, 2, 3], "inter": [0, 4]}, "cores": 2, "copy_Bps": 8e9,
+           # a node's 4 ranks each send half of S off the node: 2 S per node at ~0.7 of 0.03 GB/s
+           "concurrent": {"alltoall.inter_all": [[s, 2e-3 + 2 * s / (0.7 * 0.03e9), 400e-6 + s / 2 * 1e-9]
+                                                 for s in sizes],
+                          "allgather.intra_all": [[s, 8e-3 + 2 * s / 1e9, 3 * 500e-6 + s * 3 / 4 * 2e-9] for s in sizes]}}
+    prof = LinkProfile.from_dict(calibrate.build_profile(raw, Topology(name="t", inter_gbps=0.25), 2, 4))
+    cl = prof.cluster()
+    assert cl.host_cores == 2 and cl.copy_GBps == pytest.approx(8.0)
+    for s, t, _ in raw["concurrent"]["alltoall.inter_all"]:
+        assert C.alltoall(s, GroupShape(2, 1, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
+    for s, t, _ in raw["concurrent"]["allgather.intra_all"]:
+        assert C.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
+    # cpu_us = fixed + per_byte x bytes sent: AllToAll 400 us + 1e-3 us/B; AllGather 500 us per ring step + 2e-3 us/B.
+    assert cl.a2a_cpu_us == pytest.approx((400.0, 1e-3), rel=1e-6)
+    assert cl.ag_cpu_us == pytest.approx((500.0, 2e-3), rel=1e-6)

@@ -2,7 +2,10 @@
 
 Rank program (``python -m monta.emulate.calibrate --raw PATH``): point-to-point ping-pong within a
 node and between nodes, then AllToAll and AllGather sweeps on an intra-node group (the ranks of
-node 0) and an inter-node group (local rank 0 of every node). ``build_profile`` turns the raw
+node 0) and an inter-node group (local rank 0 of every node), then the two patterns the token
+exchanges run with every rank busy at once (SPMD): an inter-node AllToAll on each of the strided
+groups {l, l+gpn, ...} together, and an AllGather on every node's group together, each with the
+CPU time it costs per rank (all ranks share this machine's cores). ``build_profile`` turns the raw
 numbers into ``monta.linkprofile/1``. Sizes: point-to-point = bytes per message; AllToAll = bytes
 each rank sends in total (nccl-tests' S); AllGather = bytes of the gathered output per rank.
 """
@@ -43,6 +46,8 @@ def _iters(nbytes: int) -> int:
 def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
     import torch
     import torch.distributed as dist
+
+    from monta.comm.collectives import all_gather, all_to_all
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -90,7 +95,46 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
         return float(times.median())
 
-    raw: dict[str, Any] = {"groups": groups, "latency_s": {}, "p2p": {}, "alltoall": {}, "allgather": {}}
+    # Every rank in one group of each concurrent pattern; new_group is collective, so all create all.
+    strided = [[l + k * gpn for k in range(nodes)] for l in range(gpn)]
+    per_node = [list(range(k * gpn, (k + 1) * gpn)) for k in range(nodes)]
+    mine = {}
+    for name, pattern in (("inter_all", strided), ("intra_all", per_node)):
+        for ranks in pattern:
+            g = dist.new_group(ranks)
+            if rank in ranks:
+                mine[name] = (ranks, g)
+
+    def concurrent(op: str, name: str, nbytes: int, iters: int) -> list[float]:
+        """[size, slowest rank's median time (s), mean CPU seconds per rank and call] with every
+        rank running ``op`` in its own group of the pattern at the same time. A world barrier
+        before each call: in an exchange the ranks reach each chunk's collective out of step (other
+        work runs in between), which a back-to-back loop would hide (it measures ~30% less)."""
+        ranks, group = mine[name]
+        n = len(ranks)
+        elems = max(n, nbytes // 4 // n * n)
+        # The exchange's own calls (async + wait): on gloo a blocking AllGather runs 10-25% slower.
+        if op == "alltoall":
+            inp, out = torch.ones(elems), torch.empty(elems)
+            run = lambda: all_to_all(out, inp, group).wait()  # noqa: E731
+        else:
+            inp, out = torch.ones(elems // n), torch.empty(elems)
+            run = lambda: all_gather(out, inp, group).wait()  # noqa: E731
+        run()
+        times = torch.zeros(iters, dtype=torch.float64)
+        cpu = torch.zeros(1, dtype=torch.float64)
+        for i in range(iters):
+            dist.barrier()  # whole world: the groups start together, as in the exchange
+            t0, c0 = time.perf_counter(), time.process_time()  # process time: gloo's threads too
+            run()
+            times[i] = time.perf_counter() - t0
+            cpu += time.process_time() - c0
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        dist.all_reduce(cpu)
+        return [nbytes, float(times.median()), float(cpu) / iters / world]
+
+    raw: dict[str, Any] = {"groups": groups, "latency_s": {}, "p2p": {}, "alltoall": {}, "allgather": {},
+                           "concurrent": {}, "cores": len(os.sched_getaffinity(0))}
     for link, (a, b) in pairs.items():
         raw["latency_s"][link] = pingpong(a, b, _LATENCY_BYTES, 50)
         raw["p2p"][link] = [[s, pingpong(a, b, s, _iters(s))] for s in sizes]
@@ -99,6 +143,22 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         for link in groups:
             raw[op][link] = [[s, collective(op, link, s, _iters(s))] for s in coll_sizes]
             dist.barrier()
+    for op, name in (("alltoall", "inter_all"), ("allgather", "intra_all")):
+        # Many ranks on few cores are noisy (+-25% between single calls): 15 calls per point,
+        # 6 where one call takes seconds (the 16 MiB AllToAll).
+        raw["concurrent"][f"{op}.{name}"] = [
+            concurrent(op, name, s, 15 if s <= (4 << 20) or op == "allgather" else 6) for s in coll_sizes]
+    # Memory copy rate of one rank alone (the exchange packs its slice and copies what arrives);
+    # the others wait at the barrier, blocked, so rank 0 has a core to itself.
+    if rank == 0:
+        src, dst = torch.ones(16 << 18), torch.empty(16 << 18)  # 16 MiB of float32
+        rates = []
+        for _ in range(6):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            rates.append(src.numel() * 4 / (time.perf_counter() - t0))
+        raw["copy_Bps"] = statistics.median(rates[1:])
+    dist.barrier()
     if rank == 0:
         Path(raw_path).write_text(json.dumps(raw))
     dist.destroy_process_group()
@@ -139,7 +199,7 @@ def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_
         }
     collectives = {op: {link: [[int(s), round(t * 1e6, 3)] for s, t in raw[op][link]] for link in ("intra", "inter")}
                    for op in ("alltoall", "allgather")}
-    return {
+    profile = {
         "schema": SCHEMA,
         "name": name or topology.name,
         "source": "emulated",
@@ -148,6 +208,19 @@ def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_
         "links": links,
         "collectives": collectives,
     }
+    conc = raw.get("concurrent") or {}
+    if conc:
+        # Wall time of the SPMD patterns next to the other collectives; their CPU cost per rank
+        # (and the cores every rank of the emulated cluster shares) under "host".
+        for key, points in conc.items():
+            op, name = key.split(".")
+            collectives[op][name] = [[int(s), round(t * 1e6, 3)] for s, t, _ in points]
+        if raw.get("copy_Bps"):
+            profile["compute"] = {"copy_GBps": round(raw["copy_Bps"] / 1e9, 3)}
+        profile["host"] = {"cores": int(raw["cores"]),
+                           "cpu_us": {key: [[int(s), round(c * 1e6, 3)] for s, _, c in points]
+                                      for key, points in conc.items()}}
+    return profile
 
 
 def calibrate(nodes: int, gpus_per_node: int, topology: Topology, out: str | os.PathLike, *,

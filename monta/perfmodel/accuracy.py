@@ -52,6 +52,13 @@ def _param(rec: dict, key: str, where: str) -> Any:
         raise ValueError(f"{where}: params.{key} is missing (need size_bytes, variant, chunks, nodes, gpus_per_node, tp)") from None
 
 
+def _same_network(rec: dict, profile: LinkProfile) -> bool:
+    """A record measured at the inter-node rate the profile was calibrated at (when both say)."""
+    want = (profile.extra.get("topology") or {}).get("inter_gbps")
+    got = rec["params"].get("inter_gbps")
+    return want is None or got is None or abs(float(got) - float(want)) <= 1e-9 * max(1.0, float(want))
+
+
 def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], list[ChunkCheck]]:
     pts: list[Point] = []
     for i, rec in enumerate(records):
@@ -61,6 +68,8 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
         size = int(_param(rec, "size_bytes", where))
         variant = str(_param(rec, "variant", where))
         if variant in ("a2a", "ag"):  # the benchmark's component rows (one half of the exchange alone)
+            continue
+        if not _same_network(rec, profile):  # e.g. a bandwidth-ratio ablation point: another link
             continue
         chunks = _param(rec, "chunks", where)
         nodes, gpn, tp = (int(_param(rec, k, where)) for k in ("nodes", "gpus_per_node", "tp"))
@@ -105,6 +114,12 @@ def report(points: list[Point], checks: list[ChunkCheck]) -> str:
     by_v: dict[str, list[Point]] = defaultdict(list)
     for p in points:
         by_v[p.variant].append(p)
+    by_shape: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        by_shape[f"{p.nodes}x{p.gpus_per_node} TP{p.tp}"].append(p)
+    if len(by_shape) > 1:
+        for shape, ps in by_shape.items():
+            lines.append(f"MAPE {shape}: {mape(ps):.1%} over {len(ps)} points")
     lines.append("MAPE: " + ", ".join(f"{v} {mape(ps):.1%} ({len(ps)})" for v, ps in by_v.items())
                  + f"; all {mape(points):.1%} over {len(points)} points (target <= 10%, goal 5%)")
     if checks:

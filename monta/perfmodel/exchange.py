@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from monta.perfmodel.collectives import CollTime, GroupShape, allgather, alltoall
+from monta.perfmodel.fluid import FluidTimeline, Op
 from monta.perfmodel.links import Cluster
 
 VARIANTS = ("legacy", "deepspeed", "monta")
@@ -19,14 +20,6 @@ VARIANTS = ("legacy", "deepspeed", "monta")
 # bytes x TP), then copies the received buffer into place. deepspeed: pack the own 1/TP capacity
 # slice -> AllToAll(EP) -> AllGather(TP) -> copy into place, sequentially. monta: the slice cut into `chunks` pieces, AllToAll(i+1) runs
 # while AllGather(i) and copy(i) run. Combine and both backward passes have the same shape.
-
-
-@dataclass(frozen=True)
-class Op:
-    name: str
-    start_us: float
-    end_us: float
-    resources: tuple[str, ...]
 
 
 class Timeline:
@@ -93,6 +86,8 @@ def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, clus
         raise ValueError(f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)}")
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
+    if cluster.host_cores:
+        return _host_shared_exchange(variant, S, ep, tp, cluster, chunks)
     ntp = tp.size
     copy_us = S / (cluster.copy_GBps * 1e3)  # the received (and gathered) buffer copied into place
     tl = Timeline()
@@ -117,6 +112,55 @@ def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, clus
     return Breakdown(variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us,
                      k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes,
                      tuple(tl.ops), pack_us)
+
+
+def _host_shared_exchange(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
+                          chunks: int) -> Breakdown:
+    """The emulator: every rank runs on the same few cores, so the machine's CPU is a resource that
+    overlapping operations share (a fluid timeline), next to the nodes' NICs. The loopback is CPU
+    work too: an intra-node transfer's time is machine CPU time. CPU per rank -> machine time:
+    x world size / cores (SPMD: every rank runs the same operation)."""
+    per_rank_to_machine = cluster.world_size / cluster.host_cores
+    fixed, per_byte = cluster.a2a_cpu_us
+
+    def a2a_demand(ct: CollTime) -> dict[str, float]:
+        cpu = ct.intra_us + (fixed + per_byte * ct.inter_bytes) * per_rank_to_machine
+        return {"inter": ct.inter_us, "cpu": cpu}
+
+    def ag_demand(ct: CollTime, name: str) -> dict[str, float]:
+        # The calibrated curve gives its time alone (all nodes at once); only the CPU it burns is
+        # shared with an overlapping AllToAll, the rest is waiting (wake-ups, ring hand-offs).
+        step, per_byte = cluster.ag_cpu_us
+        cpu = (step * (tp.size - 1) + per_byte * (ct.intra_bytes + ct.inter_bytes)) * per_rank_to_machine
+        if cpu <= 0:  # no CPU measurement: treat the gather as all CPU work
+            cpu = ct.intra_us
+        return {"cpu": min(cpu, ct.time_us), f"own:{name}": ct.intra_us, "inter": ct.inter_us}
+
+    def copy_demand(nbytes: float) -> dict[str, float]:
+        return {"cpu": nbytes / (cluster.copy_GBps * 1e3) * per_rank_to_machine}
+
+    tl = FluidTimeline()
+    copy_us = copy_demand(S)["cpu"]
+    if variant == "legacy" or tp.size == 1:
+        a2a = alltoall(S, ep, cluster)
+        tl.add("copy", copy_demand(S), after=(tl.add("alltoall", a2a_demand(a2a)),))
+        ops = tl.run()
+        return Breakdown(variant, 1, max(o.end_us for o in ops), a2a.time_us, 0.0, copy_us, a2a.inter_bytes,
+                         a2a.intra_bytes, tuple(ops))
+    part = S / tp.size
+    whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
+    k = 1 if variant == "deepspeed" else chunks
+    a2a, ag = alltoall(part / k, ep, cluster), allgather(part / k, tp, cluster)
+    prev_a2a = prev_ag = None
+    for i in range(k):
+        packed = tl.add(f"pack[{i}]", copy_demand(part / k), after=(prev_a2a,))
+        prev_a2a = tl.add(f"alltoall[{i}]", a2a_demand(a2a), after=(packed,))
+        prev_ag = tl.add(f"allgather[{i}]", ag_demand(ag, f"allgather[{i}]"), after=(prev_a2a, prev_ag))
+        tl.add(f"copy[{i}]", copy_demand(S / k), after=(prev_ag,))
+    ops = tl.run()
+    return Breakdown(variant, k, max(o.end_us for o in ops), whole_a2a.time_us, whole_ag.time_us, copy_us,
+                     k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes,
+                     tuple(ops), copy_demand(part)["cpu"])
 
 
 def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:

@@ -118,6 +118,15 @@ class Cluster:
     # ((op, link class), Link) pairs, op in alltoall / allgather.
     collective_links: tuple[tuple[tuple[str, str], Link], ...] = ()
     source: str = ""
+    # Emulator: every rank of every node runs on this many shared CPU cores (0 = each device has
+    # its own host, as on real GPU nodes). Then the exchange timelines add the machine's CPU as a
+    # resource that overlapping operations share (monta.perfmodel.fluid).
+    host_cores: int = 0
+    # CPU cost per rank of one inter-node AllToAll call: (fixed us, us per byte sent off the node),
+    # from calibrate's concurrent AllToAll (it runs on every rank at once, as in the exchange).
+    a2a_cpu_us: tuple[float, float] = (0.0, 0.0)
+    # The same for one AllGather call: (fixed us per ring step, us per byte a rank forwards).
+    ag_cpu_us: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
         for name in ("gpus_per_node", "nodes", "nics_per_node"):
@@ -255,13 +264,17 @@ class LinkProfile:
         nodes = int(nodes or topo.get("nodes", 2))
         gpn = int(gpus_per_node or topo.get("gpus_per_node", 4))
         shared = bool(self.extra.get("intra_shared", self.source == "emulated" or bool(topo)))
+        host = self.extra.get("host") or {}
         c = self.compute
         intra, inter = (_without_latency(self.links[k]) for k in LINK_CLASSES)
         base = Cluster(f"emulator:{self.name}", intra, inter, gpus_per_node=gpn,
                        nodes=nodes, nics_per_node=self.nics_per_node, peak_tflops=float(c.get("gemm_tflops", 0.05)),
                        gemm_eff=1.0, attn_eff=1.0, mem_GB=float(c.get("mem_GB", 8.0)),
                        copy_GBps=float(c.get("copy_GBps", 5.0)), hbm_GBps=float(c.get("copy_GBps", 5.0)) * 2,
-                       intra_shared=shared, intra_machine_shared=shared, source=f"link profile {self.name}: {self.source}")
+                       intra_shared=shared, intra_machine_shared=shared, source=f"link profile {self.name}: {self.source}",
+                       host_cores=int(host.get("cores", 0)) if shared else 0,
+                       a2a_cpu_us=_fit_cpu(host, "alltoall.inter_all", int(topo.get("nodes", 2))),
+                       ag_cpu_us=_fit_cpu(host, "allgather.intra_all", int(topo.get("gpus_per_node", 4))))
         return replace(base, collective_links=self._collective_links(base, topo))
 
     def _collective_links(self, cl: Cluster, topo: dict) -> tuple:
@@ -273,10 +286,23 @@ class LinkProfile:
         out = []
         n_intra = len(topo.get("intra_group") or []) or cl.gpus_per_node
         n_inter = len(topo.get("inter_group") or []) or cl.nodes
+        n_nodes_cal = int(topo.get("nodes", cl.nodes))
+        gpn_cal = int(topo.get("gpus_per_node", cl.gpus_per_node))
+        measured_all = {(op, name.removesuffix("_all")) for op, by_link in (self.collectives or {}).items()
+                        for name in (by_link or {}) if name.endswith("_all")}
         for op, by_link in (self.collectives or {}).items():
             if op not in ("alltoall", "allgather"):
                 continue
-            for cls, points in (by_link or {}).items():
+            for name, points in (by_link or {}).items():
+                if name == "inter_all" and op == "alltoall" and points:
+                    out.append(((op, "inter"), self._inter_all_link(cl, points, n_nodes_cal, gpn_cal)))
+                    continue
+                if name == "intra_all" and op == "allgather" and points:
+                    out.append(((op, "intra"), self._intra_all_link(cl, points, n_nodes_cal, gpn_cal)))
+                    continue
+                cls = name
+                if (op, cls) in measured_all:  # the all-ranks-busy measurement is the better one
+                    continue
                 # The inter-node link keeps its point-to-point curve (one direction, as calibrate's
                 # ping-pong measures it): the shaped veth limits each direction on its own, and the
                 # calibration's inter collective is ONE rank pair whose single TCP flow each way is
@@ -305,6 +331,49 @@ class LinkProfile:
                     pts.append((size, moved / (busy * bw * 1e3)))
                 out.append(((op, cls), Link(link.bandwidth_GBps, link.latency_us, monotone(pts))))
         return tuple(out)
+
+    @staticmethod
+    def _inter_all_link(cl: Cluster, points, nodes_cal: int, gpn_cal: int) -> Link:
+        """Inter-node AllToAll with every rank of a node in its own strided group at once (the
+        exchange's pattern): the node's NIC carries gpn_cal x S x (nodes-1)/nodes bytes each way.
+        Many TCP flows through one shaped link reach less than one flow does (~0.7 here)."""
+        link = cl.inter
+        pts = []
+        for size, t_us in points:
+            node_bytes = gpn_cal * float(size) * (nodes_cal - 1) / nodes_cal
+            busy = max(float(t_us) - link.latency_us, 0.05 * float(t_us))
+            pts.append((float(size), node_bytes / (busy * link.bandwidth_GBps * cl.nics_per_node * 1e3)))
+        # Not made monotone: with many flows the efficiency really falls at large sizes (losses in
+        # the shaper's queue), and a chunk cut below such a size really does run faster.
+        return Link(link.bandwidth_GBps, link.latency_us, tuple(pts))
+
+    @staticmethod
+    def _intra_all_link(cl: Cluster, points, nodes_cal: int, gpn_cal: int) -> Link:
+        """AllGather on every node's group at once: measured with all ``nodes_cal`` nodes sharing the
+        cores, while the model multiplies by the node count itself, so take that factor out."""
+        link, n = cl.intra, gpn_cal
+        pts = []
+        for size, t_us in points:
+            moved = float(size) * (n - 1) / n * n  # each rank forwards (n-1)/n; the node's n share it
+            busy = max(float(t_us) / nodes_cal - link.latency_us, 0.05 * float(t_us) / nodes_cal)
+            pts.append((float(size), moved / (busy * link.bandwidth_GBps * 1e3)))
+        return Link(link.bandwidth_GBps, link.latency_us, monotone(pts))
+
+
+def _fit_cpu(host: dict, key: str, n: int) -> tuple[float, float]:
+    """Least-squares line cpu_us = fixed + per_byte x (bytes a rank sends) through calibrate's CPU
+    points for ``key`` (group of n ranks: a rank sends (n-1)/n of the size). For the AllGather the
+    fixed part is per ring step (n-1 of them), so other group sizes scale. (0, 0) without points."""
+    pts = (host.get("cpu_us") or {}).get(key) or []
+    xs = [float(s) * (n - 1) / n for s, _ in pts]
+    ys = [float(c) for _, c in pts]
+    if len(xs) < 2 or n < 2:
+        return (0.0, 0.0)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var, 0.0) if var else 0.0
+    fixed = max(my - slope * mx, 0.0)
+    return (fixed / (n - 1) if key.startswith("allgather") else fixed, slope)
 
 
 def _without_latency(link: Link) -> Link:

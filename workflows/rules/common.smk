@@ -213,9 +213,9 @@ def ablation_step_args(topk=None, cf=None):
 
 
 def get_accuracy_input(wildcards):
-    """Measured AllToAll records on the calibration cluster's shape, plus the link profile."""
-    name = PRED["calibrate_cluster"]["name"]
-    measured = f"results/alltoall/{name}.jsonl" if name in ALLTOALL_CLUSTERS else "results/ablation/chunks.jsonl"
+    """Every AllToAll sweep (the calibration cluster's shape and the others, out of sample), plus
+    the link profile calibrated on one shape."""
+    measured = alltoall_files() or ["results/ablation/chunks.jsonl"]
     return {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
 
 
