@@ -6,11 +6,13 @@ Each function returns the path it wrote, or None when its table is empty (the re
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless: papermill kernels and CI have no display
 
 import matplotlib  # noqa: E402
+import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 matplotlib.use("Agg")
@@ -23,9 +25,15 @@ def _save(fig: plt.Figure, out_dir: str | Path, name: str) -> Path:
     path = Path(out_dir) / "figures" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # legends outside the axes and suptitles stay in
     plt.close(fig)
     return path
+
+
+# The benchmark also times the two halves of the exchange alone; they are not exchange variants.
+COMPONENTS = frozenset({"a2a", "ag"})
+MEASURED = ("measured", "emulated")
+BASELINES = ("deepspeed", "legacy")
 
 
 def _label_variants(table: pd.DataFrame) -> pd.DataFrame:
@@ -37,39 +45,78 @@ def _label_variants(table: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
+def _variant_order(labels) -> list[str]:
+    """Baselines first, then MoNTA by chunk count, then anything else."""
+    def key(label: str):
+        if label in BASELINES:
+            return (0, BASELINES.index(label), 0, label)
+        if label.startswith("monta x") and label[7:].isdigit():
+            return (1, 0, int(label[7:]), label)
+        return (2, 0, 0, label)
+    return sorted(set(labels), key=key)
+
+
+def alltoall_comparison_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The points alltoall_comparison plots and its y column.
+
+    Exchange variants only (no a2a/ag component rows), each source+cluster at its most common
+    bandwidth (ratio-ablation points share the cluster), and only series with a value to plot."""
+    if table.empty:
+        return table, "time_us"
+    t = _label_variants(table[~table["variant"].isin(COMPONENTS)])
+    gbps = t["inter_gbps"].fillna(-1.0)
+    main = gbps.groupby(t["series"]).transform(lambda s: s.value_counts().idxmax())
+    t = t[gbps == main].copy()
+    t["size_MiB"] = t["size_bytes"] / 2**20
+    y = "busbw_GBps" if t["busbw_GBps"].notna().any() else "time_us"
+    t = t[t[y].notna()]  # e.g. predicted records that state a time but no bandwidth: no empty panels
+    return t.reset_index(drop=True), y
+
+
 def alltoall_comparison(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
     """Bus bandwidth vs buffer size per variant (and chunk count), one panel per source+cluster."""
     if table.empty:
         return None
-    t = _label_variants(table)
-    # Ratio-ablation points share the cluster: plot each series at its most common bandwidth only.
-    gbps = t["inter_gbps"].fillna(-1.0)
-    main = gbps.groupby(t["series"]).transform(lambda s: s.value_counts().idxmax())
-    t = t[gbps == main]
-    t["size_MiB"] = t["size_bytes"] / 2**20
-    y = "busbw_GBps" if t["busbw_GBps"].notna().any() else "time_us"
-    g = sns.relplot(data=t, x="size_MiB", y=y, hue="variant_label", col="series", kind="line", marker="o",
-                    col_wrap=min(3, t["series"].nunique()), facet_kws={"sharey": False}, height=3.2)
+    t, y = alltoall_comparison_data(table)
+    if t.empty:
+        return None
+    g = sns.relplot(data=t, x="size_MiB", y=y, hue="variant_label", hue_order=_variant_order(t["variant_label"]),
+                    col="series", kind="line", marker="o", col_wrap=min(3, t["series"].nunique()),
+                    facet_kws={"sharey": False}, height=3.2)
     g.set_titles("{col_name}")
     for ax in g.axes.flat:  # buffer sizes are powers of two: base-2 axis with plain MiB labels
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     g.set_axis_labels("buffer size (MiB)", "bus bandwidth (GB/s)" if y == "busbw_GBps" else "time (us)")
+    g.legend.set_title("variant")
+    sns.move_legend(g, "upper left", bbox_to_anchor=(1.0, 0.95))  # beside the grid, never over a panel
     g.figure.suptitle("TP AllToAll: legacy vs deepspeed vs MoNTA", y=1.02)
     return _save(g.figure, out_dir, "alltoall_comparison")
 
 
 def chunk_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
-    """MoNTA time relative to one chunk, per chunk count."""
+    """MoNTA time relative to one chunk, per chunk count (measured/emulated points only)."""
     if table.empty or table["rel_to_1_chunk"].isna().all():
         return None
-    t = table.copy()
+    t = table[table["source"].isin(MEASURED) & table["rel_to_1_chunk"].notna()].copy()
+    if t.empty:  # predicted chunk curves are the model's, not an ablation measurement
+        return None
     t["point"] = t["source"] + " " + t["cluster"].astype(str) + " " + (t["size_bytes"] / 2**20).map("{:g} MiB".format)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    # A cluster run at several emulated bandwidths: keep those curves apart (not averaged into one).
+    several = t.groupby(["source", "cluster"])["inter_gbps"].transform("nunique") > 1
+    t.loc[several, "point"] += t.loc[several, "inter_gbps"].map(" @ {:g} Gbit/s".format)
+    n = t["point"].nunique()
+    fig, ax = plt.subplots(figsize=(9.5, max(3.8, 0.22 * n + 1.0)))
     sns.lineplot(data=t, x="chunks", y="rel_to_1_chunk", hue="point", marker="o", ax=ax)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set(xscale="log", xlabel="pipeline chunks", ylabel="time / time(1 chunk)", title="MoNTA chunk-count ablation")
-    ax.set_xticks(sorted(t["chunks"].dropna().unique()), labels=[str(int(c)) for c in sorted(t["chunks"].dropna().unique())])
+    ax.set(xscale="log", xlabel="pipeline chunks", ylabel="time / time(1 chunk)")
+    ax.set_title("MoNTA chunk-count ablation (lower is better)")
+    ticks = sorted(t["chunks"].dropna().unique())
+    ax.set_xticks(ticks, labels=[str(int(c)) for c in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(title="point", fontsize=8, title_fontsize=9, bbox_to_anchor=(1.02, 1), loc="upper left",
+              borderaxespad=0.0)
     return _save(fig, out_dir, "chunk_ablation")
 
 
@@ -85,24 +132,66 @@ def ratio_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(xscale="log", xlabel="inter-node bandwidth (Gbit/s); intra-node fixed",
            ylabel="MoNTA speedup", title="Bandwidth-ratio ablation")
+    ticks = sorted(long["inter_gbps"].dropna().unique())  # plain labels at the measured bandwidths
+    ax.set_xticks(ticks, labels=[f"{v:g}" for v in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     return _save(fig, out_dir, "ratio_ablation")
 
 
+_OVERRIDE_NAMES = {"topk": "top-k", "capacity_factor": "capacity"}
+
+
+def _split_model(model: object) -> tuple[str, str]:
+    """'moe-2x70b-mini[capacity_factor=1.0,topk=2]' -> ('moe-2x70b-mini', 'top-k 2, capacity 1.0')."""
+    name = str(model)
+    m = re.fullmatch(r"(.*?)\[(.*)\]", name)
+    if not m:
+        return name, ""
+    pairs = [kv.split("=", 1) for kv in m.group(2).split(",") if kv]
+    order = list(_OVERRIDE_NAMES)
+    pairs.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    return m.group(1), ", ".join(f"{_OVERRIDE_NAMES[kv[0]]} {kv[1]}" if len(kv) == 2 and kv[0] in _OVERRIDE_NAMES
+                                 else "=".join(kv) for kv in pairs)
+
+
+def step_panel_titles(keys: list[tuple]) -> list[str]:
+    """Two short lines per (source, cluster, model) panel: where it ran, then what the model overrides."""
+    split = [_split_model(k[2]) for k in keys]
+    one_base = len({b for b, _ in split}) == 1
+    titles = []
+    for (source, cluster, _), (base, overrides) in zip(keys, split):
+        second = overrides if one_base and overrides else ", ".join(x for x in (base, overrides) if x)
+        titles.append(f"{source} {cluster}\n{second}")
+    return titles
+
+
 def step_breakdown(long: pd.DataFrame, out_dir: str | Path) -> Path | None:
-    """Stacked step-time breakdown per variant (first source/config point of the table)."""
+    """Stacked step-time breakdown per variant, one panel per (source, cluster, model)."""
     if long.empty:
         return None
     panels = long.groupby(["source", "cluster", "model"], dropna=False)
-    fig, axes = plt.subplots(1, panels.ngroups, figsize=(5.5 * panels.ngroups, 3.8), squeeze=False)
-    for ax, (key, g) in zip(axes[0], panels):
+    keys = list(panels.groups)
+    nvar = [g["variant"].nunique() for _, g in panels]
+    widths = [max(2.6, 0.75 * n + 1.0) for n in nvar]  # room for the bars and the two-line title
+    fig, axes = plt.subplots(1, len(keys), figsize=(sum(widths) + 2.2, 4.4), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
+    phases = list(dict.fromkeys(long["phase"]))
+    colors = dict(zip(phases, sns.color_palette("tab20" if len(phases) > 10 else "tab10", len(phases))))
+    for ax, title, (_, g) in zip(axes[0], step_panel_titles(keys), panels):
         g = g.groupby(["variant", "phase"], sort=False)["ms"].mean().unstack("phase").fillna(0.0)
         bottom = pd.Series(0.0, index=g.index)
-        for phase, color in zip(g.columns, sns.color_palette("tab10", len(g.columns))):
-            ax.bar(g.index, g[phase], bottom=bottom, label=phase, color=color)
+        for phase in [p for p in phases if p in g.columns]:
+            ax.bar(g.index, g[phase], bottom=bottom, label=phase, color=colors[phase])
             bottom += g[phase]
-        ax.set(ylabel="ms per step", title=" ".join(str(k) for k in key))
-        ax.tick_params(axis="x", rotation=30)
-    axes[0][-1].legend(fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("ms per step")
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+    handles = [matplotlib.patches.Patch(color=colors[p], label=p) for p in phases]
+    axes[0][-1].legend(handles=handles, fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
+    fig.suptitle("Step-time breakdown" + (f": {_split_model(keys[0][2])[0]}"
+                                          if len({_split_model(k[2])[0] for k in keys}) == 1 else ""))
     return _save(fig, out_dir, "step_breakdown")
 
 

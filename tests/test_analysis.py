@@ -137,7 +137,9 @@ def test_figures_written(tmp_path):
     table = tables.alltoall_table(alltoall_records())
     paths = [figures.alltoall_comparison(table, tmp_path), figures.chunk_ablation(tables.chunk_ablation(table), tmp_path),
              figures.ratio_ablation(tables.ratio_ablation(tables.alltoall_summary(table)), tmp_path),
-             figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path)]
+             figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path),
+             figures.predicted_vs_measured(tables.predicted_vs_measured(
+                 [a2a(1 << 20, "monta", 2, 1000.0), a2a(1 << 20, "monta", 2, 1100.0, source="predicted")]), tmp_path)]
     for p in paths:
         assert p is not None and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
 
@@ -160,3 +162,36 @@ def test_record_shapes_of_the_real_producers():
     assert sorted(set(t["cluster"])) == ["a800-4nic 2x8 TP8", "a800-8nic 2x8 TP8"]
     assert t["speedup_vs_deepspeed"].max() == pytest.approx(1.25)
     assert t.loc[t["cluster"].str.startswith("a800-8nic") & (t["variant"] == "monta"), "step_ms"].item() == 1.6
+
+
+def test_alltoall_comparison_data_drops_components_and_empty_panels():
+    recs = alltoall_records()
+    recs += [a2a(1 << 20, "a2a", 1, 500.0), a2a(1 << 20, "ag", 1, 300.0)]  # the exchange's halves alone
+    # predicted records that state a time but no bandwidth (like `monta predict accuracy` writes)
+    recs += [make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
+                         params={"size_bytes": 1 << 20, "variant": v, "chunks": 1, "nodes": 2, "gpus_per_node": 4,
+                                 "tp": 4, "ep": 2},
+                         metrics={"time_us": 900.0, "measured_us": 1000.0}) for v in ("legacy", "monta")]
+    table = tables.alltoall_table(recs)
+    assert {"a2a", "ag"} <= set(table["variant"]) and "predicted" in set(table["source"])
+    data, y = figures.alltoall_comparison_data(table)
+    assert y == "busbw_GBps" and data[y].notna().all()
+    assert not set(data["variant"]) & figures.COMPONENTS
+    assert set(data["series"]) == {"emulated 2x4 TP4"}  # the predicted series has nothing to plot: no panel
+    assert set(data["inter_gbps"]) == {2.0}  # ratio-ablation points are not mixed into the sweep
+
+
+def test_chunk_ablation_figure_plots_measured_only(tmp_path):
+    table = tables.alltoall_table([a2a(1 << 20, "monta", c, 100.0 * c, source="predicted") for c in (1, 2, 4)])
+    chunks = tables.chunk_ablation(table)
+    assert not chunks.empty
+    assert figures.chunk_ablation(chunks, tmp_path) is None  # predicted curves are not an ablation measurement
+
+
+def test_step_panel_titles_are_short_two_line():
+    keys = [("emulated", "2x4 TP4", "moe-2x70b-mini[capacity_factor=1.0,topk=2]"),
+            ("emulated", "2x4 TP4", "moe-2x70b-mini[capacity_factor=2.0,topk=2]")]
+    assert figures.step_panel_titles(keys) == ["emulated 2x4 TP4\ntop-k 2, capacity 1.0",
+                                               "emulated 2x4 TP4\ntop-k 2, capacity 2.0"]
+    mixed = figures.step_panel_titles([("emulated", "2x4 TP4", "mini"), ("predicted", "a800-8nic 2x8 TP8", "moe-2x70b")])
+    assert mixed == ["emulated 2x4 TP4\nmini", "predicted a800-8nic 2x8 TP8\nmoe-2x70b"]
