@@ -144,10 +144,11 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
             raw[op][link] = [[s, collective(op, link, s, _iters(s))] for s in coll_sizes]
             dist.barrier()
     for op, name in (("alltoall", "inter_all"), ("allgather", "intra_all")):
-        # Many ranks on few cores are noisy (+-25% between single calls): 15 calls per point,
-        # 6 where one call takes seconds (the 16 MiB AllToAll).
+        # Many ranks on few cores are noisy (+-25% between single calls): 30 calls per point where
+        # a call is short, fewer where one takes a second or more (AllToAll of 4 MiB and up).
         raw["concurrent"][f"{op}.{name}"] = [
-            concurrent(op, name, s, 15 if s <= (4 << 20) or op == "allgather" else 6) for s in coll_sizes]
+            concurrent(op, name, s, 30 if s <= (1 << 20) or op == "allgather" else 12 if s <= (4 << 20) else 5)
+            for s in coll_sizes]
     # Memory copy rate of one rank alone (the exchange packs its slice and copies what arrives);
     # the others wait at the barrier, blocked, so rank 0 has a core to itself.
     if rank == 0:
