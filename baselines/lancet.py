@@ -1,5 +1,5 @@
 """Lancet-style schedule (MLSys'24): the gate partitioned along the batch with expert capacity carried
-from partition to partition (identical token dropping), the exchange pipelined with the experts,
+from partition to partition (identical token dropping), the exchange pipelined with the experts (both passes),
 and weight-gradient (dW) computations deferred in backward to run while an AllToAll is in flight.
 """
 

@@ -1,5 +1,5 @@
-"""Lina-style schedule (USENIX ATC'23): the MoE exchange split along tokens with the experts started
-per chunk; gradient AllReduce in equal 30 MB micro-ops launched only while no AllToAll is pending.
+"""Lina-style schedule (USENIX ATC'23): the MoE exchange split along tokens, pipelined with the experts
+per chunk in forward and backward; gradient AllReduce in equal 30 MB micro-ops, only while no AllToAll is pending.
 
 The gradient side is ``monta.comm.priority.PriorityGradSync`` (shared with monta+priority);
 this module is the token-split MoE side.
@@ -13,7 +13,8 @@ from baselines.pipeline import pipelined_experts
 
 
 class LinaSchedule:
-    """MoE forward: gate, then (dispatch, experts, combine) per token chunk, pipelined; then decode."""
+    """MoE forward: gate, then (dispatch, experts, combine) per token chunk, pipelined (its backward
+    too); then decode."""
 
     def __init__(self, chunks: int = 4):
         if not isinstance(chunks, int) or chunks < 1:

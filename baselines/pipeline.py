@@ -1,5 +1,5 @@
-"""Capacity-chunked MoE pipeline shared by the Lina and Lancet schedules: the exchange of chunk i+1
-runs on a communication thread while the experts of chunk i run on the caller's thread.
+"""Capacity-chunked MoE pipeline shared by the Lina and Lancet schedules, in both passes: the exchange of
+chunk i+1 runs on a communication thread while the experts (forward or backward) of chunk i run.
 
 Chunks are slot ranges of the [E, C, M] buffer; slots fill in token order, so chunk i carries
 the capacity left by chunks < i and the kept tokens are exactly the unchunked layer's.
@@ -11,9 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from monta.comm.exchange import chunk_sizes
-from monta.model.transformer import timed_exchange
+from monta.model.transformer import timed_exchange, timed_exchange_backward
 
 
 def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
@@ -28,21 +29,29 @@ def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
 _POOL = ThreadPoolExecutor(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
 
 
-def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int) -> torch.Tensor:
+def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int, pipeline_backward: bool = True) -> torch.Tensor:
     """dispatch -> experts -> combine per capacity chunk, exchanges overlapped with expert compute.
 
     The exchange uses its own communicators (the layer's ProcessGroups), the experts the model's
-    TP communicator, so the two threads never interleave collectives on one group.
+    TP communicator, so the two threads never interleave collectives on one group. With
+    ``pipeline_backward`` (and a graph to build) the backward is pipelined too
+    (``_PipelinedMoE``); without it autograd replays the chunks one after another (the reference).
     """
     tp = layer.exchange.groups.tp_size
     sizes = capacity_chunks(x_ECM.shape[1], tp, chunks)
-    pieces = x_ECM.split(sizes, dim=1)
+    if pipeline_backward and torch.is_grad_enabled() and x_ECM.requires_grad:
+        return _PipelinedMoE.apply(x_ECM, layer, sizes)
     grad_on = torch.is_grad_enabled()
 
     def comm(name, t):
-        with torch.set_grad_enabled(grad_on):
+        with torch.set_grad_enabled(grad_on):  # grad mode is per thread
             return timed_exchange(layer, name, t)
 
+    return _forward(layer, x_ECM.split(sizes, dim=1), comm, layer.run_experts)
+
+
+def _forward(layer, pieces, comm, experts) -> torch.Tensor:
+    """The forward pipeline: dispatch(i+1) and combine(i) queued on the comm thread around experts(i)."""
     times = {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
     pending = _POOL.submit(comm, "dispatch", pieces[0].contiguous())
     combined = []
@@ -53,7 +62,7 @@ def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int) -> torch.Tensor:
         if i + 1 < len(pieces):
             pending = _POOL.submit(comm, "dispatch", pieces[i + 1].contiguous())
         t0 = time.perf_counter()
-        y = layer.run_experts(got)
+        y = experts(got)
         times["experts"] += time.perf_counter() - t0
         combined.append(_POOL.submit(comm, "combine", y))
     t0 = time.perf_counter()
@@ -63,3 +72,75 @@ def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int) -> torch.Tensor:
         for k, v in times.items():
             layer.times[k] = layer.times.get(k, 0.0) + v
     return out
+
+
+class _PipelinedMoE(torch.autograd.Function):
+    """The chunked dispatch -> experts -> combine as one autograd node, so its backward can be pipelined.
+
+    Forward keeps each chunk's expert subgraph (experts run on a detached input that requires
+    grad); the exchanges build no graph. Backward runs, per chunk, the combine-gradient exchange
+    of the next chunk on the comm thread while this chunk's expert backward runs here, then queues
+    this chunk's dispatch-gradient exchange behind it. The arithmetic is autograd's: the same
+    transposed passes, the same expert backward, dW accumulated in the order autograd replays the
+    chunks (last first), so the gradients equal the unpipelined ones bit for bit.
+    """
+
+    @staticmethod
+    def forward(ctx, x_ECM, layer, sizes):
+        graphs = []
+
+        def comm(name, t):
+            with torch.no_grad():  # the backward below runs the transposed exchanges itself
+                return getattr(layer, name)(t)
+
+        def experts(got):
+            with torch.enable_grad():  # Function.forward runs without grad; this subgraph is kept
+                d = got.detach().requires_grad_()
+                y = layer.run_experts(d)
+            graphs.append((d, y))
+            return y.detach()
+
+        out = _forward(layer, x_ECM.split(sizes, dim=1), comm, experts)
+        ctx.layer, ctx.sizes, ctx.graphs = layer, sizes, graphs
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_ECM):
+        layer, graphs = ctx.layer, ctx.graphs
+        if graphs is None:
+            raise RuntimeError("the pipelined MoE backward ran twice; retain_graph=True is not supported")
+        ctx.graphs = None  # each expert subgraph is freed as its backward runs
+
+        def comm(name, g):
+            with torch.no_grad():
+                return timed_exchange_backward(layer, name, g)
+
+        # Last chunk first: the order autograd's replay takes (the comm thread's nodes carry lower
+        # sequence numbers than the experts'), so dW sums in the same order and equal bitwise.
+        order = list(range(len(graphs) - 1, -1, -1))
+        params = [p for p in layer.experts.parameters() if p.requires_grad]
+        param_grads: list = [None] * len(params)
+        g_pieces = grad_ECM.split(ctx.sizes, dim=1)
+        pending = _POOL.submit(comm, "combine", g_pieces[order[0]])
+        dx = [None] * len(graphs)
+        for j, i in enumerate(order):
+            g_y = pending.result()
+            if j + 1 < len(order):
+                pending = _POOL.submit(comm, "combine", g_pieces[order[j + 1]])
+            d, y = graphs[i]
+            graphs[i] = None
+            # Reentrant backward on this thread (the experts' TP all-reduce stays on the caller's
+            # communicator). autograd.grad, not backward: running the weights' AccumulateGrad once
+            # per chunk would fire their post-accumulate hooks (Lina's "gradient ready") per chunk.
+            # _Linear weights get no grad here: their dW goes to .grad or Lancet's sink directly.
+            got = torch.autograd.grad(y, [d, *params], g_y, allow_unused=True)
+            dx[i] = _POOL.submit(comm, "dispatch", got[0])
+            for k, g in enumerate(got[1:]):
+                if g is not None:
+                    param_grads[k] = g if param_grads[k] is None else param_grads[k] + g
+        # Any other expert parameter: accumulated once, hooks fired once, as the outer graph would.
+        ready = [(p, g) for p, g in zip(params, param_grads) if g is not None]
+        if ready:
+            torch.autograd.backward([p for p, _ in ready], [g for _, g in ready])
+        return torch.cat([f.result() for f in dx], dim=1), None, None

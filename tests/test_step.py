@@ -1,7 +1,8 @@
 """Training-step numerics: every variant's 5-step losses and final parameters against stock DeepSpeed
 (exact where the arithmetic is identical, a stated tolerance where a schedule reorders sums),
 a deliberately wrong schedule that the tolerance catches, the mini preset's reference losses,
-the timed breakdown (exchange backward included) and the step benchmark's --chunks handling."""
+the timed breakdown (exchange backward included), Lina/Lancet's pipelined backward against autograd's
+replay (bitwise) and the step benchmark's --chunks handling."""
 
 from __future__ import annotations
 
@@ -119,6 +120,87 @@ def test_breakdown_times_exchanges_forward_and_backward(runs):
             for k in ("dispatch_exchange", "combine_exchange", "dispatch_exchange_bwd", "combine_exchange_bwd"):
                 assert bd[k] > 0.0, (v, k)
             assert bd["dispatch_exchange_bwd"] + bd["combine_exchange_bwd"] < bd["backward"], v
+
+
+def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, capacity=12):
+    """One SwiGLU MoE on the 2x2 (TP 2, EP 2) layout through ``pipelined_experts``: autograd's replay
+    of the chunks, the pipelined backward, and the pipelined backward with Lancet's dW deferral."""
+    from baselines.lancet import DeferredDW
+    from baselines.pipeline import pipelined_experts
+    from monta.groups import build_process_groups, init_deepspeed_groups
+    from monta.model.engine import make_tp_group
+    from monta.model.layers import SwiGLUExpert
+    from monta.model.transformer import BACKWARD_CLOCK
+    from monta.moe import MoE
+    from monta.parallel import ParallelLayout
+
+    layout = ParallelLayout(2, 2, tp=2, ep=2)
+    pgs, model_pgs = build_process_groups(layout), build_process_groups(layout)
+    init_deepspeed_groups(pgs, expert_tp=True)
+    moe = MoE(hidden, SwiGLUExpert(hidden, ffn, make_tp_group(model_pgs)), num_experts=experts, ep_size=2, k=2,
+              enable_expert_tensor_parallelism=True, exchange="deepspeed", chunks=1, groups=pgs)
+    layer = moe.deepspeed_moe
+    local = layer.experts.deepspeed_experts
+    ep_rank = torch.distributed.get_rank(pgs.ep)
+    for j, expert in enumerate(local):
+        for k, proj in enumerate(("w1", "w3", "w2")):
+            m = getattr(expert, proj)
+            g = torch.Generator().manual_seed(100 * (ep_rank * len(local) + j) + k)
+            m.load_full(torch.randn(m.full_shape, generator=g) * 0.1)
+    g = torch.Generator().manual_seed(min(layout.group_of("tp", pgs.rank).ranks))  # TP-replicated tokens
+    x0 = torch.randn(experts, capacity, hidden, generator=g)
+    w = torch.randn(experts, capacity, hidden, generator=g)
+
+    def run(chunks, pipelined, defer):
+        for p in moe.parameters():
+            p.grad = None
+        BACKWARD_CLOCK.clear()
+        early = []  # Lina's grad sync takes a post-accumulate hook as "final": one before the last dW is a bug
+        hooks = [p.register_post_accumulate_grad_hook(lambda p: early.append(getattr(p, "_pending_dw", 0) > 0))
+                 for p in local.parameters()]
+        x = x0.clone().requires_grad_()
+        y = pipelined_experts(layer, x, chunks, pipeline_backward=pipelined)
+        dw = DeferredDW() if defer else None
+        if dw is not None:
+            dw.begin()
+        try:
+            (y * w).sum().backward()
+        finally:
+            if dw is not None:
+                dw.end()
+            for h in hooks:
+                h.remove()
+        grads = {n: p.grad.clone() for n, p in moe.named_parameters() if p.grad is not None}
+        return {"out": y.detach(), "x_grad": x.grad, "grads": grads, "bwd_s": dict(BACKWARD_CLOCK.times),
+                "deferred": dw.deferred if dw is not None else 0, "hook_before_final_dw": any(early)}
+
+    BACKWARD_CLOCK.enabled = True  # as a timed step: exchange backward stamped (and Lancet's listener fed)
+    try:
+        return {n: {"replay": run(n, False, False), "pipelined": run(n, True, False),
+                    "pipelined+deferred_dw": run(n, True, True)} for n in chunk_counts}
+    finally:
+        BACKWARD_CLOCK.enabled = False
+        BACKWARD_CLOCK.clear()
+
+
+def test_pipelined_backward_equals_autograd_replay(dist_world):
+    """Lina/Lancet's pipelined backward (transposed exchanges on the comm thread, expert backward
+    here, per chunk) gives autograd's gradients bit for bit: the input's and every expert weight's,
+    with Lancet's deferred dW too; and it still times dispatch_bwd / combine_bwd."""
+    for res in dist_world(4).run(_pipelined_backward_job, timeout_s=120):
+        for chunks, by in res.items():
+            ref = by["replay"]
+            assert len(ref["grads"]) == 6, sorted(ref["grads"])  # w1, w3, w2 of 2 local experts
+            for name in ("pipelined", "pipelined+deferred_dw"):
+                got = by[name]
+                assert torch.equal(got["out"], ref["out"]), (chunks, name)
+                assert torch.equal(got["x_grad"], ref["x_grad"]), (chunks, name)
+                assert got["grads"].keys() == ref["grads"].keys(), (chunks, name)
+                for n, g in ref["grads"].items():
+                    assert torch.equal(got["grads"][n], g), (chunks, name, n, (got["grads"][n] - g).abs().max())
+                assert got["bwd_s"]["dispatch_bwd"] > 0 and got["bwd_s"]["combine_bwd"] > 0, (chunks, name)
+                assert not got["hook_before_final_dw"], (chunks, name)
+            assert by["pipelined+deferred_dw"]["deferred"] == 6 * chunks  # every dW of every chunk went through
 
 
 def _args(**kw):

@@ -174,9 +174,14 @@ class _PassFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        dx = run_pass(grad.contiguous(), ctx.spec.transpose(), ctx.groups, ctx.chunks, ctx.meter,
-                      ctx.phase + "/bwd")
+        dx = transpose_pass(grad, ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase)
         return dx, None, None, None, None, None
+
+
+def transpose_pass(grad: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
+                   meter: TrafficMeter | None = None, phase: str = "") -> torch.Tensor:
+    """The backward of pass ``spec``: the transposed pass over the output gradient (no autograd)."""
+    return run_pass(grad.contiguous(), spec.transpose(), g, chunks, meter, phase + "/bwd")
 
 
 class TokenExchange:
@@ -216,6 +221,14 @@ class TokenExchange:
 
     def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
         return _PassFn.apply(y_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine")
+
+    # The backward of dispatch/combine, called directly by schedules that run it off autograd's
+    # thread (the Lina/Lancet pipelined backward); the same pass autograd would run.
+    def dispatch_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
+        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch")
+
+    def combine_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
+        return transpose_pass(grad_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine")
 
 
 def validate_exchange(name: str, chunks: Any) -> None:

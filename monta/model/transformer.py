@@ -7,6 +7,7 @@ function whatever its TP/EP split; the MoE is ``monta.moe.MoE`` with a swappable
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -57,8 +58,9 @@ class _BackwardMark(torch.autograd.Function):
 class BackwardClock:
     """Seconds spent in each exchange's backward (from its output gradient to its input gradient).
 
-    CPU autograd runs a chain in one thread, so the interval is the transposed exchange itself;
-    where several chunks are in flight (Lina/Lancet pipelines) other ready nodes may run inside it.
+    CPU autograd runs a chain in one thread, so the interval is the transposed exchange itself.
+    The Lina/Lancet pipelined backward stamps from its communication thread around each transposed
+    exchange (``timed_exchange_backward``), so there too it is the exchange's own duration.
     """
 
     def __init__(self):
@@ -66,6 +68,7 @@ class BackwardClock:
         self.times: dict[str, float] = {}
         self.listeners: list[Callable[[str], None]] = []  # told "open"/"close" (Lancet's dW filler)
         self._open: dict[int, tuple[str, float]] = {}
+        self._lock = threading.Lock()  # stamps come from autograd's thread and from a comm thread
 
     @property
     def active(self) -> bool:
@@ -75,20 +78,23 @@ class BackwardClock:
         if self.enabled and torch.cuda.is_available():
             torch.cuda.synchronize()
         now = time.perf_counter()
-        if role == "open":
-            self._open[key[0]] = (key[1], now)
-        elif key[0] in self._open:
-            name, t0 = self._open.pop(key[0])
-            if self.enabled:
-                self.times[name] = self.times.get(name, 0.0) + now - t0
-        else:
-            return  # a close without its open (graph cut between them): nothing was in flight
-        for fn in self.listeners:
+        with self._lock:
+            if role == "open":
+                self._open[key[0]] = (key[1], now)
+            elif key[0] in self._open:
+                name, t0 = self._open.pop(key[0])
+                if self.enabled:
+                    self.times[name] = self.times.get(name, 0.0) + now - t0
+            else:
+                return  # a close without its open (graph cut between them): nothing was in flight
+            listeners = list(self.listeners)
+        for fn in listeners:
             fn(role)
 
     def clear(self) -> None:
-        self.times.clear()
-        self._open.clear()
+        with self._lock:
+            self.times.clear()
+            self._open.clear()
 
 
 BACKWARD_CLOCK = BackwardClock()
@@ -103,6 +109,21 @@ def timed_exchange(layer, name: str, x: torch.Tensor) -> torch.Tensor:
         return fn(x)
     key = (next(_KEYS), f"{name}_bwd")
     return _BackwardMark.apply(fn(_BackwardMark.apply(x, clock, key, "close")), clock, key, "open")
+
+
+def timed_exchange_backward(layer, name: str, grad: torch.Tensor) -> torch.Tensor:
+    """The transposed ``dispatch`` / ``combine`` of ``grad`` run directly (a pipelined backward, off
+    autograd), stamped as ``timed_exchange``'s backward is: ``<name>_bwd``, listeners told open/close."""
+    fn = getattr(layer, f"{name}_backward")
+    clock = BACKWARD_CLOCK
+    if not clock.active:
+        return fn(grad)
+    key = (next(_KEYS), f"{name}_bwd")
+    clock.stamp(key, "open")
+    try:
+        return fn(grad)
+    finally:
+        clock.stamp(key, "close")
 
 
 class PhaseTimer:
@@ -230,5 +251,5 @@ class MoETransformer(nn.Module):
         return lm_loss + self.cfg.aux_loss_coef * l_aux_total, lm_loss.detach()
 
 
-__all__ = ["MoETransformer", "DecoderLayer", "PhaseTimer", "stock_schedule", "timed_exchange", "ColumnParallelLinear",
-           "RowParallelLinear"]
+__all__ = ["MoETransformer", "DecoderLayer", "PhaseTimer", "stock_schedule", "timed_exchange",
+           "timed_exchange_backward", "ColumnParallelLinear", "RowParallelLinear"]

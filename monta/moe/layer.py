@@ -106,6 +106,12 @@ class ExchangeMOELayer(MOELayer):
     def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
         return self.exchange.combine(y_ECM)
 
+    def dispatch_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
+        return self.exchange.dispatch_backward(grad_ECM)
+
+    def combine_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
+        return self.exchange.combine_backward(grad_ECM)
+
     def decode(self, y_ECM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
         E, C, M = y_ECM.shape
         return _sparse_decode(y_ECM.reshape(E * C, M), plan.slots, plan.gates, plan.num_tokens)
