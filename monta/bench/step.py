@@ -37,9 +37,9 @@ EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
 # inter-node rate (~1 Gbit/s effective per node under load), so at 7.27 the emulated "NVLink" is no
 # faster than the NIC, the exchange is AllGather-bound and the regime inverts (exchange per step,
 # ms: legacy 682, deepspeed 825, monta 822). At 0.625 the inter-node AllToAll is again the slower
-# link, as on the paper's hardware. Not lower: below ~0.5 Gbit/s this shaping's 256 KiB queue
-# drops bursts and TCP stalls on its 200 ms retransmission timeout (a 2 MiB AllToAll at 0.3 Gbit/s
-# took 264 ms, ideal 28), which would penalize big messages, not model a network.
+# link, as on the paper's hardware. (This default predates the shaping's 4 MiB queue floor, which
+# ended the retransmission stalls that made lower rates unusable; `--inter-gbps 0.25`, the AllToAll
+# benchmark's rate, now works too and makes the exchange a larger share of the step.)
 DEFAULT_INTRA_GBPS, DEFAULT_INTER_GBPS = 8.0, 0.625
 
 
@@ -273,8 +273,9 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
           f"{cfg.tokens_per_micro_batch} tokens/micro-batch) on {layout.describe()}, {spec['steps']} steps after "
           f"{spec['warmup']} warm-up, variants interleaved; source={records[0]['source']}")
     if topo:
-        print(f"# topology {topo['name']}: intra {topo.get('intra_gbps')} Gbit/s, inter {topo.get('inter_gbps')} "
-              f"Gbit/s{ratio}")
+        rate = lambda g: f"{g:g} Gbit/s" if g else "unshaped"  # noqa: E731
+        print(f"# topology {topo['name']}: intra {rate(topo.get('intra_gbps'))}, inter {rate(topo.get('inter_gbps'))}"
+              f"{ratio}")
     print(f"# chunks {spec['chunks']} (requested {spec['chunks_requested']}"
           f"{', cluster ' + str(spec['cluster']) if spec['chunks_requested'] == 'auto' else ''}); "
           "breakdown ms, median over steps of the mean over ranks; *_bwd = exchange inside backward")
