@@ -241,11 +241,11 @@ def test_chunks_auto_follows_the_performance_model():
 
 
 def test_default_emulated_topology_is_shaped():
-    """No shaping flag: the documented 8 : 0.625 Gbit/s (ratio 12.8); any flag: exactly what it says."""
+    """No shaping flag: the documented 2 : 0.25 Gbit/s (ratio 8); any flag: exactly what it says."""
     from monta.bench import step
 
     t = step._topology(_args(emulate=True))
     assert (t.intra_gbps, t.inter_gbps) == (step.DEFAULT_INTRA_GBPS, step.DEFAULT_INTER_GBPS)
-    assert t.ratio == pytest.approx(12.8)
+    assert t.ratio == pytest.approx(8.0)
     assert step._topology(_args(emulate=True, topology="a800-4nic")).name == "a800-4nic"
     assert step._topology(_args(emulate=True, inter_gbps=2.0)).intra_gbps is None
