@@ -1,6 +1,6 @@
 """Model shapes the performance model reasons about: the Llama-shaped MoE presets and their sizes.
 
-Mirrors ``monta.model``'s presets without importing torch (the planner is pure Python).
+Built from ``monta.model.config``'s presets (torch-free, so the planner stays pure Python).
 """
 
 from __future__ import annotations
@@ -73,14 +73,21 @@ class ModelSpec:
         return asdict(self)
 
 
-PRESETS = {
-    # BRIEF.md decision: Llama-2-70B shape, every FFN an MoE of 2 such experts, top-2, cf 1.0.
-    "moe-2x70b": ModelSpec("moe-2x70b", hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=32000,
-                           experts=2, top_k=2, capacity_factor=1.0),
-    # Scaled down for the 2-core box, keeping the ratios ffn/hidden = 3.5, heads/kv_heads = 8.
-    "moe-2x70b-mini": ModelSpec("moe-2x70b-mini", hidden=256, layers=4, heads=8, kv_heads=1, ffn=896, vocab=1024,
-                                experts=2, top_k=2, capacity_factor=1.0),
-}
+def spec_of(cfg) -> ModelSpec:
+    """The performance model's view of a ``monta.model.config.ModelConfig`` (the one preset table)."""
+    return ModelSpec(cfg.name, hidden=cfg.hidden, layers=cfg.num_layers, heads=cfg.num_heads,
+                     kv_heads=cfg.num_kv_heads, ffn=cfg.ffn, vocab=cfg.vocab, experts=cfg.num_experts,
+                     top_k=cfg.top_k, capacity_factor=cfg.capacity_factor)
+
+
+def _presets() -> dict[str, ModelSpec]:
+    # One source of truth: the training step's presets (monta.model.config is torch-free).
+    from monta.model.config import PRESETS as MODEL_PRESETS
+
+    return {name: spec_of(cfg) for name, cfg in MODEL_PRESETS.items()}
+
+
+PRESETS = _presets()
 
 
 def get_model(name: str | ModelSpec, **overrides: Any) -> ModelSpec:
