@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from monta.comm.exchange import EXCHANGES
+from monta.comm import EXCHANGES
 from monta.parallel import ParallelLayout
 from monta.units import size_range
 

@@ -18,8 +18,7 @@ import sys
 import time
 from typing import Any
 
-from monta.model.config import PRESETS, resolve_config
-from monta.model.engine import VARIANTS
+from monta.model.config import PRESETS, VARIANTS, resolve_config
 from monta.parallel import ParallelLayout
 
 # record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)

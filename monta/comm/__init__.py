@@ -2,3 +2,5 @@
 
 Import ``monta.comm.exchange`` for the strategies; this package init stays torch-free.
 """
+
+EXCHANGES = ("legacy", "deepspeed", "monta")  # the exchange strategies, by name

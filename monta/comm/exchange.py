@@ -18,11 +18,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from monta.comm import activity
+from monta.comm import EXCHANGES, activity  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import Streams, all_gather, all_to_all
-
-EXCHANGES = ("legacy", "deepspeed", "monta")
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,11 @@ import torch
 import torch.distributed as dist
 
 from monta.groups import MPU, ProcessGroups
-from monta.model.config import ModelConfig
+from monta.model.config import VARIANTS, ModelConfig  # noqa: F401  (VARIANTS re-exported)
 from monta.model.data import synthetic_batch
 from monta.model.tp import TPGroup
 from monta.model.transformer import MoETransformer
 
-VARIANTS = ("deepspeed", "legacy", "monta", "lina", "lancet", "monta+priority")
 EXCHANGE_OF = {"deepspeed": "deepspeed", "legacy": "legacy", "monta": "monta", "lina": "deepspeed",
                "lancet": "deepspeed", "monta+priority": "monta"}
 
