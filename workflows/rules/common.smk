@@ -47,13 +47,16 @@ def csv(values):
     return ",".join(str(v) for v in values)
 
 
-def net_args(inter_gbps=None):
-    """Emulated-network flags for `monta bench` / `monta emulate calibrate`; none on real nodes."""
+def net_args(inter_gbps=None, intra_gbps=None):
+    """Emulated-network flags for `monta bench` / `monta emulate calibrate`; none on real nodes.
+    ``inter_gbps`` / ``intra_gbps`` override the network section (an ablation point, the step's links)."""
     if not EMULATED:
         return ""
-    net = config["network"]
+    net = dict(config["network"])
+    if intra_gbps:
+        net["intra_gbps"] = intra_gbps
     args = []
-    if net["topology"] and inter_gbps is None:
+    if net["topology"] and inter_gbps is None and not intra_gbps:
         args.append(f"--topology {shlex.quote(net['topology'])}")
     else:
         gbps = net["inter_gbps"] if inter_gbps is None else inter_gbps
@@ -77,7 +80,8 @@ def launcher_args():
 
 def step_launcher_args():
     """`monta bench step` runs on the emulator with --emulate, else as a torchrun rank."""
-    return (f"--emulate {net_args()}" if EMULATED else "--launcher env") + f" --experiment {config['experiment']}"
+    net = net_args(intra_gbps=config["step"]["intra_gbps"])
+    return (f"--emulate {net}" if EMULATED else "--launcher env") + f" --experiment {config['experiment']}"
 
 
 def launch(cluster):
