@@ -1,6 +1,15 @@
-"""Lancet-style schedule (MLSys'24): the gate partitioned along the batch with expert capacity carried
-from partition to partition (identical token dropping), the exchange pipelined with the experts (both passes),
-and weight-gradient (dW) computations deferred in backward to run while an AllToAll is in flight.
+"""Lancet-style schedule (MLSys'24): the non-MoE operators before each MoE layer (norm, attention, gate)
+partitioned along the batch and pipelined with the dispatch AllToAll, expert capacity carried from partition
+to partition (identical token dropping); the rest of the exchange pipelined with the experts (both passes);
+weight-gradient (dW) computations deferred in backward to run while an AllToAll is in flight.
+
+What DeepSpeed's top-2 rule allows: slots fill with every first choice in token order, then every
+second choice. A partition's first choices are final once it is gated (their slots depend only on
+earlier partitions), so capacity slots [0, min over experts of the first choices so far) can be
+dispatched while the next partition's attention runs. Second choices start after the batch's last
+first choice, and every token's output needs both routes, so the second half of the dispatch waits
+for the last partition and the combine cannot overlap the operators after the layer without
+changing which tokens drop (Lancet's post-MoE overlap needs a per-token slot rule).
 """
 
 from __future__ import annotations
@@ -9,63 +18,95 @@ import threading
 from collections import deque
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
-from deepspeed.moe.sharded_moe import _route_slots, gumbel_rsample
+from deepspeed.moe.sharded_moe import _route_slots, _sparse_encode, gumbel_rsample
 
-from baselines.pipeline import pipelined_experts
+from baselines.pipeline import capacity_chunks, launch_dispatch, pipeline_pieces
 from monta.model.tp import DeferredWeightGrad
 from monta.model.transformer import BACKWARD_CLOCK
 from monta.moe import RoutingPlan
 
 
+class CarryRouter:
+    """DeepSpeed's top-2 gate (drop_tokens=True) decided partition by partition, capacity carried.
+
+    ``add`` takes one partition's logits and returns how many leading capacity slots of every
+    expert are final (filled by first choices); ``finish`` adds the second choices, whose slots
+    start after all first choices of the batch, and returns what DeepSpeed's gate returns.
+    """
+
+    def __init__(self, num_experts: int, capacity: int, device=None):
+        self.E, self.C = num_experts, capacity
+        self.carry1 = torch.zeros(num_experts, dtype=torch.long, device=device)
+        self.parts: list[tuple] = []  # (logits, gates, mask1, loc1)
+
+    def add(self, logits: torch.Tensor) -> int:
+        gates = F.softmax(logits, dim=1)
+        mask1 = F.one_hot(torch.argmax(gates, dim=1), num_classes=self.E)
+        loc1 = torch.cumsum(mask1, dim=0) - 1 + self.carry1
+        self.carry1 = self.carry1 + mask1.sum(0)
+        self.parts.append((logits, gates, mask1, loc1))
+        return int(self.carry1.min().clamp(max=self.C))
+
+    def first_slots(self) -> torch.Tensor:
+        """[1, tokens so far]: flat slot e * C + loc of each first choice; dropped ones on slot E * C."""
+        mask1 = torch.cat([m for _, _, m, _ in self.parts])
+        loc1 = torch.sum(torch.cat([loc for _, _, _, loc in self.parts]) * mask1, dim=1)
+        slot = torch.argmax(mask1, dim=1) * self.C + loc1
+        return torch.where(loc1 < self.C, slot, torch.full_like(slot, self.E * self.C)).unsqueeze(0)
+
+    def finish(self, noise: list[torch.Tensor] | None):
+        """(l_aux, indices [2, S], locations [2, S], gates [2, S], exp_counts), as the sparse gate."""
+        E, capacity = self.E, self.C
+        carry2 = self.carry1.clone()  # second choices start after every first choice of the batch
+        cols = {k: [] for k in ("i1", "i2", "l1", "l2", "g1", "g2", "gates", "m1", "cnt")}
+        for p, (lp, gates, mask1, loc1) in enumerate(self.parts):
+            logits = lp + noise[p] if noise is not None else lp
+            mask2 = F.one_hot(torch.argmax(logits.masked_fill(mask1.bool(), float("-inf")), dim=1), num_classes=E)
+            loc2 = torch.cumsum(mask2, dim=0) - 1 + carry2
+            carry2 = carry2 + mask2.sum(0)
+            cols["gates"].append(gates)
+            cols["m1"].append(mask1)
+            cols["cnt"].append((mask1 + mask2).sum(0))
+            k1 = mask1 * torch.lt(loc1, capacity)
+            k2 = mask2 * torch.lt(loc2, capacity)
+            g1 = torch.einsum("se,se->s", gates, k1.float())
+            g2 = torch.einsum("se,se->s", gates, k2.float())
+            denom = torch.clamp(g1 + g2, min=torch.finfo(g1.dtype).eps)
+            cols["g1"].append(g1 / denom)
+            cols["g2"].append(g2 / denom)
+            cols["l1"].append(torch.sum(loc1 * k1, dim=1))
+            cols["l2"].append(torch.sum(loc2 * k2, dim=1))
+            cols["i1"].append(torch.where(k1.any(1), torch.argmax(mask1, 1), torch.full_like(loc1[:, 0], -1)))
+            cols["i2"].append(torch.where(k2.any(1), torch.argmax(mask2, 1), torch.full_like(loc2[:, 0], -1)))
+        cat = {k: torch.cat(v) if k != "cnt" else torch.stack(v).sum(0) for k, v in cols.items()}
+        me = cat["gates"].mean(0)
+        ce = cat["m1"].float().mean(0)
+        l_aux = torch.mean(me * ce) * E * E
+        indices = torch.stack([cat["i1"], cat["i2"]]).to(torch.int32)
+        locations = torch.stack([cat["l1"], cat["l2"]]).to(torch.int32)
+        return l_aux, indices, locations, torch.stack([cat["g1"], cat["g2"]]), cat["cnt"]
+
+
 def top2_route_with_carry(logit_parts: list[torch.Tensor], noise_parts: list[torch.Tensor] | None,
                           capacity: int):
-    """DeepSpeed's top-2 gating (drop_tokens=True) computed partition by partition.
-
-    Slot order is DeepSpeed's: all first choices in token order, then all second choices. So the
-    carry is two counters per expert: first choices of earlier partitions, and (offset by the
-    total of first choices) second choices of earlier partitions. Returns
-    (l_aux, indices [2, S], locations [2, S], gates [2, S], exp_counts), as the sparse gate does.
-    """
-    E = logit_parts[0].shape[1]
-    dev = logit_parts[0].device
-    carry1 = torch.zeros(E, dtype=torch.long, device=dev)
-    firsts = []
+    """DeepSpeed's top-2 gating (drop_tokens=True) computed partition by partition (``CarryRouter``)."""
+    router = CarryRouter(logit_parts[0].shape[1], capacity, logit_parts[0].device)
     for lp in logit_parts:
-        gates = F.softmax(lp, dim=1)
-        mask1 = F.one_hot(torch.argmax(gates, dim=1), num_classes=E)
-        loc1 = torch.cumsum(mask1, dim=0) - 1 + carry1
-        carry1 = carry1 + mask1.sum(0)
-        firsts.append((gates, mask1, loc1))
-    carry2 = carry1.clone()  # second choices start after every first choice of the batch
-    cols = {k: [] for k in ("i1", "i2", "l1", "l2", "g1", "g2", "gates", "m1", "cnt")}
-    for p, lp in enumerate(logit_parts):
-        gates, mask1, loc1 = firsts[p]
-        logits = lp + noise_parts[p] if noise_parts is not None else lp
-        mask2 = F.one_hot(torch.argmax(logits.masked_fill(mask1.bool(), float("-inf")), dim=1), num_classes=E)
-        loc2 = torch.cumsum(mask2, dim=0) - 1 + carry2
-        carry2 = carry2 + mask2.sum(0)
-        cols["gates"].append(gates)
-        cols["m1"].append(mask1)
-        cols["cnt"].append((mask1 + mask2).sum(0))
-        k1 = mask1 * torch.lt(loc1, capacity)
-        k2 = mask2 * torch.lt(loc2, capacity)
-        g1 = torch.einsum("se,se->s", gates, k1.float())
-        g2 = torch.einsum("se,se->s", gates, k2.float())
-        denom = torch.clamp(g1 + g2, min=torch.finfo(g1.dtype).eps)
-        cols["g1"].append(g1 / denom)
-        cols["g2"].append(g2 / denom)
-        cols["l1"].append(torch.sum(loc1 * k1, dim=1))
-        cols["l2"].append(torch.sum(loc2 * k2, dim=1))
-        cols["i1"].append(torch.where(k1.any(1), torch.argmax(mask1, 1), torch.full_like(loc1[:, 0], -1)))
-        cols["i2"].append(torch.where(k2.any(1), torch.argmax(mask2, 1), torch.full_like(loc2[:, 0], -1)))
-    cat = {k: torch.cat(v) if k != "cnt" else torch.stack(v).sum(0) for k, v in cols.items()}
-    me = cat["gates"].mean(0)
-    ce = cat["m1"].float().mean(0)
-    l_aux = torch.mean(me * ce) * E * E
-    indices = torch.stack([cat["i1"], cat["i2"]]).to(torch.int32)
-    locations = torch.stack([cat["l1"], cat["l2"]]).to(torch.int32)
-    return l_aux, indices, locations, torch.stack([cat["g1"], cat["g2"]]), cat["cnt"]
+        router.add(lp)
+    return router.finish(noise_parts)
+
+
+def encode_window(x_SM: torch.Tensor, slots: torch.Tensor, num_experts: int, capacity: int,
+                  lo: int, hi: int) -> torch.Tensor:
+    """Capacity slots [lo, hi) of every expert of the [E, C, M] dispatch buffer, as [E, hi - lo, M]:
+    the routes of ``slots`` (flat e * C + loc, E * C = dropped) that land there, from ``x_SM``."""
+    w = hi - lo
+    e, loc = torch.div(slots, capacity, rounding_mode="floor"), slots % capacity
+    keep = (slots < num_experts * capacity) & (loc >= lo) & (loc < hi)
+    local = torch.where(keep, e * w + loc - lo, torch.full_like(slots, num_experts * w))
+    return _sparse_encode(x_SM, local, num_experts, w)
 
 
 class DeferredDW:
@@ -135,14 +176,22 @@ class DeferredDW:
 
 
 class LancetSchedule:
-    """MoE forward with the gate partitioned along the batch (capacity carried), then the exchange
-    and experts pipelined over the same number of capacity partitions; dW deferral in backward."""
+    """Attention + gate partitioned along the batch, each partition's final capacity window dispatched
+    while the next partition's attention runs; the remaining capacity pipelined with the experts over
+    ``partitions`` chunks (forward and backward); dW deferral in backward.
 
-    def __init__(self, partitions: int = 2):
-        if not isinstance(partitions, int) or partitions < 1:
+    ``control``: a process group over the same ranks as the EP group, used by nothing else, on which
+    the EP ranks agree on each early window (every rank must send the same window size).
+    """
+
+    def __init__(self, partitions: int = 2, control=None):
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"lancet partitions={partitions!r} must be an integer >= 1")
         self.partitions = partitions
+        self.control = control
         self.dw = DeferredDW()
+        self.early_slots = 0  # capacity slots dispatched during attention, last forward
+        self.capacity = 0
 
     def begin_backward(self) -> None:
         self.dw.begin()
@@ -150,25 +199,74 @@ class LancetSchedule:
     def end_backward(self) -> None:
         self.dw.end()
 
-    def route(self, layer, x_SM: torch.Tensor) -> RoutingPlan:
+    def __call__(self, moe, x: torch.Tensor):
+        """The MoE alone (its input already computed): the gate still runs per batch partition."""
+        _, out, l_aux = self._moe(moe.deepspeed_moe, x, lambda xp: (None, xp))
+        return out, l_aux
+
+    def layer_forward(self, dl, x: torch.Tensor):
+        """A whole decoder layer: norm, attention, norm, gate per batch partition, then the MoE."""
+
+        def pre(xp):
+            with dl.timer("attention"):
+                h = xp + dl.attn(dl.norm1(xp))
+            return h, dl.norm2(h)
+
+        h, out, l_aux = self._moe(dl.moe.deepspeed_moe, x, pre)
+        return h + out, l_aux
+
+    def _moe(self, layer, x_BSM: torch.Tensor, pre):
         gate = layer.gate
         if gate.k != 2 or not gate.drop_tokens or gate.noisy_gate_policy not in (None, "None"):
             raise ValueError("the lancet variant carries capacity for DeepSpeed's top-2 gate with dropping; "
                              "use --topk 2")
-        S, E = x_SM.shape[0], layer.ep_size * layer.num_local_experts
+        g = layer.exchange.groups
+        if g.ep_size > 1 and self.control is None:
+            raise ValueError("LancetSchedule needs control= (a spare group over the EP ranks) when EP > 1")
+        B, M = x_BSM.shape[0], x_BSM.shape[-1]
+        S, E = x_BSM.numel() // M, layer.ep_size * layer.num_local_experts
         C = layer.expected_capacity(S)
         layer.exchange.check(C)
-        parts = x_SM.split(-(-S // self.partitions))
-        logit_parts = [F.linear(p.float(), gate.wg.weight.float()) for p in parts]
         noise = None
         if gate.top2_2nd_expert_sampling:  # one draw for the whole batch, as DeepSpeed's gate does
-            noise = list(gumbel_rsample((S, E), device=x_SM.device).split([p.shape[0] for p in parts]))
-        l_aux, idx, loc, gates, counts = top2_route_with_carry(logit_parts, noise, C)
-        return RoutingPlan(_route_slots(idx, loc, E, C), gates, C, E, S, l_aux, counts.detach())
+            noise = gumbel_rsample((S, E), device=x_BSM.device)
+        router = CarryRouter(E, C, x_BSM.device)
+        parts = x_BSM.tensor_split(min(self.partitions, B))  # along the batch: attention is per sequence
+        hs, ms, pieces, launched = [], [], [], []
+        lo = 0
+        for p, xp in enumerate(parts):
+            h, m = pre(xp)
+            hs.append(h)
+            ms.append(m.reshape(-1, M))
+            final = layer._timed("gate", lambda: router.add(F.linear(ms[-1].float(), gate.wg.weight.float())))
+            if p + 1 == len(parts):
+                break
+            hi = self._agree(final, x_BSM.device) // g.tp_size * g.tp_size
+            if hi > lo:  # send what is final now; the next partition's attention runs meanwhile
+                piece = encode_window(torch.cat(ms), router.first_slots(), E, C, lo, hi)
+                pieces.append(piece)
+                launched.append(launch_dispatch(layer, piece))
+                lo = hi
+        if noise is not None:
+            noise = list(noise.split([m.shape[0] for m in ms]))
+        l_aux, idx, loc, gates, counts = layer._timed("gate", router.finish, noise)
+        plan = RoutingPlan(_route_slots(idx, loc, E, C), gates, C, E, S, l_aux, counts.detach())
+        layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
+        self.early_slots, self.capacity = lo, C
+        x_SM = torch.cat(ms)
+        if lo < C:
+            rest = layer.encode(x_SM, plan)[:, lo:] if lo else layer.encode(x_SM, plan)
+            chunks = min(self.partitions, (C - lo) // g.tp_size)
+            pieces += list(rest.split(capacity_chunks(C - lo, g.tp_size, chunks), dim=1))
+        y_ECM = pipeline_pieces(layer, pieces, launched)
+        out = layer.decode(y_ECM, plan).reshape(x_BSM.shape)
+        h = torch.cat(hs) if hs[0] is not None else None
+        return h, out, plan.l_aux
 
-    def __call__(self, moe, x: torch.Tensor):
-        layer = moe.deepspeed_moe
-        x_SM = x.reshape(-1, x.shape[-1])
-        plan = layer._timed("gate", self.route, layer, x_SM)
-        y_ECM = pipelined_experts(layer, layer.encode(x_SM, plan), self.partitions)
-        return layer.decode(y_ECM, plan).reshape(x.shape), plan.l_aux
+    def _agree(self, final: int, device) -> int:
+        """The smallest count of final slots over the EP group (all ranks dispatch the same window)."""
+        if self.control is None:
+            return final
+        t = torch.tensor([final], dtype=torch.long, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.control)
+        return int(t.item())

@@ -8,7 +8,7 @@ the capacity left by chunks < i and the kept tokens are exactly the unchunked la
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -39,28 +39,53 @@ def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int, pipeline_backward
     """
     tp = layer.exchange.groups.tp_size
     sizes = capacity_chunks(x_ECM.shape[1], tp, chunks)
-    if pipeline_backward and torch.is_grad_enabled() and x_ECM.requires_grad:
-        return _PipelinedMoE.apply(x_ECM, layer, sizes)
+    return pipeline_pieces(layer, list(x_ECM.split(sizes, dim=1)), pipeline_backward=pipeline_backward)
+
+
+def launch_dispatch(layer, piece: torch.Tensor) -> Future:
+    """Start ``piece``'s dispatch on the comm thread now (no graph: ``pipeline_pieces`` runs its
+    transposed exchange in the pipelined backward). Lancet sends its early capacity windows so."""
+
+    def run():
+        with torch.no_grad():
+            return layer.dispatch(piece)
+
+    return _POOL.submit(run)
+
+
+def pipeline_pieces(layer, pieces: list[torch.Tensor], launched: list[Future] = (),
+                    pipeline_backward: bool = True) -> torch.Tensor:
+    """The pipeline over capacity pieces [E, c_i, M] (returned concatenated along C); ``launched``
+    holds the dispatches already started (``launch_dispatch``) for the first pieces."""
+    launched = list(launched)
+    if pipeline_backward and torch.is_grad_enabled() and any(p.requires_grad for p in pieces):
+        return _PipelinedMoE.apply(layer, launched, *pieces)
     grad_on = torch.is_grad_enabled()
+    if launched and grad_on and any(p.requires_grad for p in pieces):
+        raise ValueError("dispatches launched ahead build no graph: they need the pipelined backward")
 
     def comm(name, t):
         with torch.set_grad_enabled(grad_on):  # grad mode is per thread
             return timed_exchange(layer, name, t)
 
-    return _forward(layer, x_ECM.split(sizes, dim=1), comm, layer.run_experts)
+    return _forward(layer, pieces, comm, layer.run_experts, launched)
 
 
-def _forward(layer, pieces, comm, experts) -> torch.Tensor:
+def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
     """The forward pipeline: dispatch(i+1) and combine(i) queued on the comm thread around experts(i)."""
     times = {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
-    pending = _POOL.submit(comm, "dispatch", pieces[0].contiguous())
+
+    def start(i):
+        return launched[i] if i < len(launched) else _POOL.submit(comm, "dispatch", pieces[i].contiguous())
+
+    pending = start(0)
     combined = []
     for i in range(len(pieces)):
         t0 = time.perf_counter()
         got = pending.result()
         times["dispatch"] += time.perf_counter() - t0
         if i + 1 < len(pieces):
-            pending = _POOL.submit(comm, "dispatch", pieces[i + 1].contiguous())
+            pending = start(i + 1)
         t0 = time.perf_counter()
         y = experts(got)
         times["experts"] += time.perf_counter() - t0
@@ -86,7 +111,7 @@ class _PipelinedMoE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x_ECM, layer, sizes):
+    def forward(ctx, layer, launched, *pieces):
         graphs = []
 
         def comm(name, t):
@@ -100,8 +125,8 @@ class _PipelinedMoE(torch.autograd.Function):
             graphs.append((d, y))
             return y.detach()
 
-        out = _forward(layer, x_ECM.split(sizes, dim=1), comm, experts)
-        ctx.layer, ctx.sizes, ctx.graphs = layer, sizes, graphs
+        out = _forward(layer, pieces, comm, experts, launched)
+        ctx.layer, ctx.sizes, ctx.graphs = layer, [p.shape[1] for p in pieces], graphs
         return out
 
     @staticmethod
@@ -143,4 +168,4 @@ class _PipelinedMoE(torch.autograd.Function):
         ready = [(p, g) for p, g in zip(params, param_grads) if g is not None]
         if ready:
             torch.autograd.backward([p for p, _ in ready], [g for _, g in ready])
-        return torch.cat([f.result() for f in dx], dim=1), None, None
+        return None, None, *(f.result() for f in dx)

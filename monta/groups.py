@@ -30,7 +30,8 @@ class ProcessGroups:
         return self.layout.tp_rank(self.rank)
 
 
-def _new_groups(layout: ParallelLayout, kind: str, rank: int) -> Any:
+def new_groups(layout: ParallelLayout, kind: str, rank: int) -> Any:
+    """Fresh communicators for every ``kind`` group of the layout (collective); returns this rank's."""
     mine = None
     # Every rank must call new_group for every group, in the same order.
     for g in layout.groups_of(kind):
@@ -48,7 +49,7 @@ def build_process_groups(layout: ParallelLayout) -> ProcessGroups:
         raise ValueError(f"layout {layout.describe()} needs {layout.world_size} ranks, "
                          f"but the world has {dist.get_world_size()}")
     rank = dist.get_rank()
-    return ProcessGroups(layout, rank, *(_new_groups(layout, k, rank) for k in ("tp", "dp", "ep", "edp")))
+    return ProcessGroups(layout, rank, *(new_groups(layout, k, rank) for k in ("tp", "dp", "ep", "edp")))
 
 
 class MPU:

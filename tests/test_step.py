@@ -50,14 +50,14 @@ class _SkewedLina:
             del layer.run_experts
 
 
-def _job(variants, steps, wrong=False):
+def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
     from monta.bench.step_worker import build_world
     from monta.model.config import resolve_config
     from monta.model.engine import dp_rank_of, train_step
     from monta.parallel import ParallelLayout
 
     layout = ParallelLayout(2, 2, tp=2, ep=2)
-    cfg = resolve_config("moe-2x70b-mini", **TEST_OVERRIDES)
+    cfg = resolve_config("moe-2x70b-mini", **overrides)
     pgs, built = build_world(layout, cfg, variants, chunks=2, seed=1234)
     if wrong:
         built["lina"].model.set_schedule(_SkewedLina(2))
@@ -69,6 +69,8 @@ def _job(variants, steps, wrong=False):
             losses[v].append(r["loss"])
             breakdown[v] = r.get("breakdown_s")
     params = {v: {n: p.detach().clone() for n, p in built[v].model.named_parameters()} for v in variants}
+    if "lancet" in built:  # how much of the last forward's dispatch left during the attention
+        breakdown["lancet"]["early"] = (built["lancet"].lancet.early_slots, built["lancet"].lancet.capacity)
     return losses, params, breakdown
 
 
@@ -96,6 +98,23 @@ def test_reordered_variants_within_tolerance(runs):
             assert losses[v] == pytest.approx(losses["deepspeed"], rel=LOSS_RTOL), v
             d = _max_param_diff(params[v], params["deepspeed"])
             assert d < PARAM_TOL, (v, d)
+
+
+def test_lancet_partitioned_attention_matches_deepspeed(dist_world):
+    """With a micro-batch of 4 sequences Lancet partitions attention and gate along the batch and
+    dispatches each partition's final first-choice window while the next partition's attention runs:
+    same losses and parameters as stock DeepSpeed within the stated tolerance, and a real share of
+    the dispatch buffer left early."""
+    batched = dict(TEST_OVERRIDES, seq=32, micro_batch=4)  # the same 128 tokens, 4 sequences
+    for losses, params, breakdown in dist_world(4).run(_job, ["deepspeed", "lancet"], 5, False, batched,
+                                                       timeout_s=600):
+        assert losses["lancet"] == pytest.approx(losses["deepspeed"], rel=LOSS_RTOL)
+        d = _max_param_diff(params["lancet"], params["deepspeed"])
+        assert d < PARAM_TOL, d
+        early, capacity = breakdown["lancet"]["early"]
+        # top-2 over 2 experts: first choices fill about half of each expert's slots; 2 partitions
+        # (the fixture's chunks) make the first partition's share final before the second is gated
+        assert 0 < early < capacity // 2, (early, capacity)
 
 
 def test_tolerance_is_tight(dist_world):

@@ -120,8 +120,11 @@ def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPG
         model.set_schedule(LinaSchedule(chunks))
     if name == "lancet":
         from baselines.lancet import LancetSchedule
+        from monta.groups import new_groups
 
-        v.lancet = LancetSchedule(lancet_partitions)
+        # its own communicator over the EP ranks for agreeing on early windows (never shared)
+        control = new_groups(pgs.layout, "ep", pgs.rank) if pgs.layout.ep > 1 else None
+        v.lancet = LancetSchedule(lancet_partitions, control)
         model.set_schedule(v.lancet)
     return v
 

@@ -23,7 +23,8 @@ from monta.model.config import ModelConfig
 from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
 from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, linear
 
-# A schedule runs one MoE layer: (moe module, x [B, S, H]) -> (out [B, S, H], l_aux).
+# A schedule runs one MoE layer: (moe module, x [B, S, H]) -> (out [B, S, H], l_aux). One with a
+# ``layer_forward(decoder_layer, x) -> (x_next, l_aux)`` method runs the whole decoder layer instead.
 MoESchedule = Callable[[nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -168,6 +169,9 @@ class DecoderLayer(nn.Module):
         self.schedule: MoESchedule = stock_schedule
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        layer_forward = getattr(self.schedule, "layer_forward", None)
+        if layer_forward is not None:  # a schedule that interleaves the attention with the MoE (Lancet)
+            return layer_forward(self, x)
         with self.timer("attention"):
             h = x + self.attn(self.norm1(x))
         out, l_aux = self.schedule(self.moe, self.norm2(h))

@@ -116,8 +116,13 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     ex_fwd, ex_bwd = 2 * ex.total_us, 2 * ex_b.total_us
     hid_f = hid_b = 0.0
     if s.variant == "lancet":
-        # Forward: attention partitioned along the batch, pipelined with dispatch and combine.
-        hid_f = min(ex_fwd, attn_f) * (1 - 1 / PARTITIONS)
+        # Forward: attention partitioned along the batch hides the first-choice share of the dispatch
+        # (1/k of its slots are final before the last partition is gated under DeepSpeed's top-k slot
+        # rule); the rest of the exchange is pipelined with the experts per capacity chunk, as Lina's.
+        # A micro-batch of one sequence has no batch to partition (baselines/lancet.py).
+        parts = min(PARTITIONS, s.micro_batch)
+        early = ex_fwd / 2 / m.top_k
+        hid_f = min(early, attn_f) * (1 - 1 / parts) + min((ex_fwd - early) / 2, moe_f) * (1 - 1 / PARTITIONS)
         # Backward: weight-gradient GEMMs with no path to an AllToAll fill it (greedy, ~half of bwd).
         hid_b = min(ex_bwd, (attn_f + moe_f))
     elif s.variant == "lina":
