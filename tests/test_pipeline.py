@@ -147,6 +147,34 @@ def test_analysis_half_runs_for_real_on_synthetic_records(tmp_path):
         (res / "report.md").stat().st_mtime
 
 
+@pytest.mark.parametrize("fail", [False, True])
+def test_regress_rule_reports_or_fails_as_configured(tmp_path, fail):
+    """A 2x slower current sweep: with regress.fail false the rule reports it and the run succeeds
+    (what `make reproduce` does on another machine); with fail true the run stops non-zero."""
+    for name in ("Snakefile", "workflows", "config", "analysis", "profiles"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    points = [(s, v, c) for s in (65536, 131072) for v, c in (("legacy", 1), ("monta", 2))]
+    with_samples = lambda t: dict(time_us=t, samples_us=[t * f for f in (0.98, 1.0, 1.02, 0.99, 1.01)])  # noqa: E731
+    base, cur = [], []
+    for size, variant, chunks in points:
+        for out, t in ((base, 100.0), (cur, 200.0)):
+            r = _a2a((2, 2), size, variant, chunks, t)
+            r["metrics"].update(with_samples(t))
+            out.append(r)
+    write_records(tmp_path / "base.jsonl", base)
+    write_records(tmp_path / "results" / "alltoall" / "2x2.jsonl", cur)
+    (tmp_path / "reg.yaml").write_text(f"regress: {{enabled: true, baseline: base.jsonl, fail: {str(fail).lower()}}}\n")
+    proc = snakemake("results/regress/alltoall.md", "--cores", "1", "--configfile", "config/test.yaml",
+                     str(tmp_path / "reg.yaml"), cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "4 point(s) regressed" in out, out[-3000:]
+    if fail:
+        assert proc.returncode != 0 and not (tmp_path / "results/regress/alltoall.md").exists()
+    else:
+        assert proc.returncode == 0, out[-3000:]
+        assert "REGRESSED" in (tmp_path / "results/regress/alltoall.md").read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_tiny_pipeline_end_to_end(tmp_path):
