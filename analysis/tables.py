@@ -18,8 +18,9 @@ from monta.results import read_records
 RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
 MEASURED = ("measured", "emulated")
 PHASES = ("attention", "gate", "dispatch", "experts", "combine", "dispatch_bwd", "combine_bwd", "exchange",
-          "forward", "backward", "grad_sync", "optimizer")
-TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange"}
+          "forward", "backward", "grad_sync", "optimizer", "exposed_comm")
+# Sums over other phases (never stacked with them); exposed_comm = communication the step waited for.
+TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange", "breakdown_ms.exposed_comm"}
 A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
 STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
 
@@ -221,16 +222,21 @@ def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any])
         if k not in df.columns:
             return pd.DataFrame()
         df = df[df[k] == v]
-    # A point is what every record of this kind states; variant-only knobs would split pairs.
-    point = ["source"] + sorted(_common_params(records, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC)
-    df = _ensure(df, point)
-    med = df.groupby(point + ["variant", "chunks"] if "chunks" in df.columns else point + ["variant"],
-                     dropna=False)[metric].median().reset_index()
-    best = med.groupby(point + ["variant"], dropna=False)[metric].min().unstack("variant")
-    if ours["variant"] not in best.columns or ours["baseline"] not in best.columns:
-        return pd.DataFrame()
-    ratio = (best[ours["baseline"]] / best[ours["variant"]]).dropna().rename("ratio").reset_index()
-    return ratio
+    if "measured_us" in df.columns:  # `predict accuracy` rows: the model scored on the emulator, not a claim
+        df = df[df["measured_us"].isna()]
+    out = []
+    for source, sdf in df.groupby("source"):
+        # A point is what every record of this kind and source states (a prediction's cluster,
+        # a measurement's link rate); variant-only knobs would split pairs.
+        recs = [r for r in records if r.get("source") == source]
+        point = ["source"] + sorted(_common_params(recs, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC)
+        sdf = _ensure(sdf, point)
+        med = sdf.groupby(point + ["variant", "chunks"] if "chunks" in sdf.columns else point + ["variant"],
+                          dropna=False)[metric].median().reset_index()
+        best = med.groupby(point + ["variant"], dropna=False)[metric].min().unstack("variant")
+        if ours["variant"] in best.columns and ours["baseline"] in best.columns:
+            out.append((best[ours["baseline"]] / best[ours["variant"]]).dropna().rename("ratio").reset_index())
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
 def _common_params(records: Sequence[Mapping[str, Any]], kind: str) -> set[str]:

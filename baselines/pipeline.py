@@ -149,8 +149,11 @@ class _PipelinedMoE(torch.autograd.Function):
         g_pieces = grad_ECM.split(ctx.sizes, dim=1)
         pending = _POOL.submit(comm, "combine", g_pieces[order[0]])
         dx = [None] * len(graphs)
+        waited = {"combine_bwd_wait": 0.0, "dispatch_bwd_wait": 0.0}  # exposed: this thread blocked on comm
         for j, i in enumerate(order):
+            t0 = time.perf_counter()
             g_y = pending.result()
+            waited["combine_bwd_wait"] += time.perf_counter() - t0
             if j + 1 < len(order):
                 pending = _POOL.submit(comm, "combine", g_pieces[order[j + 1]])
             d, y = graphs[i]
@@ -168,4 +171,10 @@ class _PipelinedMoE(torch.autograd.Function):
         ready = [(p, g) for p, g in zip(params, param_grads) if g is not None]
         if ready:
             torch.autograd.backward([p for p, _ in ready], [g for _, g in ready])
-        return None, None, *(f.result() for f in dx)
+        t0 = time.perf_counter()
+        grads = [f.result() for f in dx]
+        waited["dispatch_bwd_wait"] += time.perf_counter() - t0
+        if layer.record_times:
+            for k, v in waited.items():
+                layer.times[k] = layer.times.get(k, 0.0) + v
+        return None, None, *grads

@@ -116,13 +116,35 @@ def test_paper_comparison_values_deviation_and_no_data():
     cmp = tables.paper_comparison(recs, paper).set_index("claim")
     row = cmp[cmp.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
     assert row["ours"] == "4.00x" and row["deviation_pct"] == pytest.approx(-50.0)
-    lat = cmp[cmp.index.str.startswith("MoNTA overall latency")].iloc[0]
+    lat = cmp[cmp.index.str.startswith("MoNTA overall latency") & cmp.index.str.contains("vs legacy")].iloc[0]
     assert lat["ours"] == "13.0%" and lat["deviation_pct"] == pytest.approx(100 * (3 / 23 - 0.13) / 0.13, abs=0.1)
+    stock = cmp[cmp.index.str.startswith("MoNTA overall latency") & cmp.index.str.contains("stock")].iloc[0]
+    assert stock["ours"] == "0.0%"  # monta 20 ms = deepspeed 20 ms
     inside = cmp[cmp.index.str.startswith("Lina priority")].iloc[0]  # 20/14 = 1.43 just above 1.42
     assert inside["deviation_pct"] == pytest.approx(100 * (20 / 14 - 1.42) / 1.42, abs=0.1)
     lancet = cmp[cmp.index.str.startswith("Lancet end-to-end speedup, maximum")].iloc[0]
     assert lancet["ours"] == "no data" and math.isnan(lancet["deviation_pct"])
     assert len(paper["claims"]) >= 9 and all("arxiv" in c["source"] for c in paper["claims"])
+
+
+def _pred(size, variant, chunks, t, cluster, **metrics):
+    r = a2a(size, variant, chunks, t, source="predicted", tp=8, gpus=8, inter_gbps=None)
+    r["params"]["cluster"] = cluster
+    r["metrics"].update(metrics)
+    return r
+
+
+def test_paper_comparison_pairs_predictions_of_one_cluster_only():
+    """An A800 prediction is paired with the A800 legacy prediction, never with the emulator profile's
+    (ms-scale) legacy, and `predict accuracy` rows (scored against a measurement) are no claim."""
+    paper = yaml.safe_load((ROOT / "analysis" / "paper.yaml").read_text())
+    recs = [_pred(1 << 24, "legacy", 1, 300.0, "a800-8nic"), _pred(1 << 24, "monta", 4, 100.0, "a800-8nic"),
+            _pred(1 << 24, "monta", 1, 50.0, "a800-4nic"),  # no legacy for this cluster: no pair
+            _pred(1 << 24, "legacy", 1, 9e6, "emulator:lp", measured_us=8e6),
+            _pred(1 << 24, "monta", 2, 2e6, "emulator:lp", measured_us=2.1e6)]
+    row = tables.paper_comparison(recs, paper).set_index("claim")
+    row = row[row.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
+    assert row["ours_source"] == "predicted" and row["ours"] == "3.00x" and row["points"] == 1
 
 
 def test_empty_records_degrade_to_no_data(tmp_path):

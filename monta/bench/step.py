@@ -25,7 +25,7 @@ from monta.parallel import ParallelLayout
 BREAKDOWN = {"attention": "attention", "gate": "gate", "dispatch": "dispatch_exchange", "experts": "experts",
              "combine": "combine_exchange", "forward": "forward_total", "backward": "backward",
              "dispatch_bwd": "dispatch_exchange_bwd", "combine_bwd": "combine_exchange_bwd",
-             "grad_sync": "gradient_sync", "optimizer": "optimizer"}
+             "grad_sync": "gradient_sync", "optimizer": "optimizer", "exposed_comm": "exposed_comm"}
 
 EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
 
@@ -249,6 +249,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         loss = statistics.fmean(r[v]["loss"][-1] for r in per_rank)
         metrics = {"step_ms": med, "step_ms_p10": _pct(step_ms, 0.1), "step_ms_p90": _pct(step_ms, 0.9),
                    "tokens_per_s": tokens / (med / 1e3), "loss": loss, "breakdown_ms": bd, "peak_mem_bytes": peak,
+                   "exposed_comm_ms": bd["exposed_comm"],
                    "speedup_vs_deepspeed": (base / med) if base else None}
         records.append(make_record(kind="step", source="emulated" if spec["emulated"] else "measured",
                                    experiment=spec.get("experiment", "step"), run_id=run_id,

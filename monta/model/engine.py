@@ -170,12 +170,19 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     out = {"loss": float(loss.detach()), "lm_loss": float(lm_loss), "step_s": t4 - t0}
     if timed:
         ph = model.phase_times()
+        # Communication the step waited for: the forward exchanges (a pipelined schedule's are its
+        # waits), the backward exchanges (for a pipelined backward only its waits: the rest overlapped
+        # expert backward) and what gradient synchronization left after the backward.
+        pipelined_bwd = "dispatch_bwd_wait" in ph
+        bwd_exposed = (ph["dispatch_bwd_wait"] + ph["combine_bwd_wait"] if pipelined_bwd
+                       else ph.get("dispatch_bwd", 0.0) + ph.get("combine_bwd", 0.0))
+        exposed = ph.get("dispatch", 0.0) + ph.get("combine", 0.0) + bwd_exposed + (t3 - t2)
         out["breakdown_s"] = {
             "attention": ph.get("attention", 0.0), "gate": ph.get("gate", 0.0),
             "dispatch_exchange": ph.get("dispatch", 0.0), "experts": ph.get("experts", 0.0),
             "combine_exchange": ph.get("combine", 0.0), "forward_total": t1 - t0, "backward": t2 - t1,
             "dispatch_exchange_bwd": ph.get("dispatch_bwd", 0.0), "combine_exchange_bwd": ph.get("combine_bwd", 0.0),
-            "gradient_sync": t3 - t2, "optimizer": t4 - t3}
+            "gradient_sync": t3 - t2, "optimizer": t4 - t3, "exposed_comm": exposed}
     return out
 
 
