@@ -268,3 +268,23 @@ def test_default_emulated_topology_is_shaped():
     assert t.ratio == pytest.approx(8.0)
     assert step._topology(_args(emulate=True, topology="a800-4nic")).name == "a800-4nic"
     assert step._topology(_args(emulate=True, inter_gbps=2.0)).intra_gbps is None
+
+
+def test_mfu_flops_of_the_mini_preset_by_hand():
+    """Model FLOPs per rank and step (3 x forward) for moe-2x70b-mini on TP4, written out by hand."""
+    from monta.bench import step
+    from monta.model.config import resolve_config
+    from monta.parallel import ParallelLayout
+
+    T, h, kv, ffn, vocab, seq = 64 * 128, 128, 16, 448, 512, 128
+    attn = (2 * T * h * (h + 2 * kv) + 2 * T * h * h + 2 * seq * h * T) / 4
+    gate = 2 * T * h * 2  # replicated over TP
+    experts = 2 * 3 * h * ffn * (2 * T) / 4  # top-2 at capacity factor 1: 2 T expert slots
+    head = 2 * T * h * vocab / 4
+    got = step.model_flops_per_rank(resolve_config("moe-2x70b-mini"), ParallelLayout(2, 4, tp=4, ep=2))
+    assert got == pytest.approx(3 * (attn + gate + experts + head)) and got == pytest.approx(5_700_059_136)
+    assert step.peak_tflops("NVIDIA H100 80GB HBM3", None) == 989.0
+    assert step.peak_tflops("NVIDIA A800-SXM4-80GB", None) == 312.0
+    assert step.peak_tflops("Some GPU", None) is None and step.peak_tflops("Some GPU", 100.0) == 100.0
+    with pytest.raises(ValueError, match="--peak-tflops"):
+        step._spec(_args(peak_tflops=0))

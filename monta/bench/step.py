@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--zero-stage", type=int, default=1, choices=(0, 1))
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="per-GPU dense bf16 peak for MFU (default: from the GPU's name; MFU is reported on GPU only)")
     for flag in ("layers", "hidden", "heads", "kv-heads", "ffn", "experts", "topk", "seq", "micro-batch"):
         p.add_argument(f"--{flag}", type=int, default=None, help="model override")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override")
@@ -103,6 +105,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         cluster = args.cluster
     if args.steps < 1 or args.warmup < 0:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        raise ValueError(f"--peak-tflops={args.peak_tflops}: must be > 0")
     tp = args.tp if args.tp is not None else args.gpus_per_node
     layout = ParallelLayout(args.nodes, args.gpus_per_node, tp=tp, ep=args.nodes)
     cfg = resolve_config(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads,
@@ -115,7 +119,7 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
             "model": args.model, "overrides": {k: v for k, v in cfg.to_dict().items()}, "variants": variants,
             "chunks": chunks, "cluster": cluster, "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
             "zero_stage": args.zero_stage, "out": args.out, "emulated": False,
-            "experiment": args.experiment}
+            "experiment": args.experiment, "peak_tflops": args.peak_tflops}
 
 
 def _topology(args: argparse.Namespace):
@@ -138,6 +142,27 @@ def resolve_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
     capacity = max(cfg.min_capacity, math.ceil(tokens / cfg.num_experts * cfg.capacity_factor * cfg.top_k))
     nbytes = cfg.num_experts * capacity * cfg.hidden * element_size
     return auto_chunks(nbytes, layout, max(1, capacity // layout.tp), spec["cluster"])
+
+
+# Dense bf16 peak per GPU (TFLOP/s, vendor datasheets, no sparsity) for MFU; --peak-tflops overrides.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0}
+
+
+def model_flops_per_rank(cfg, layout) -> float:
+    """Model FLOPs one rank does per training step (forward + backward = 3 x forward; no recomputation,
+    capacity padding counted as the experts compute it), from the performance model's layer counts."""
+    from monta.perfmodel.compute import head_flops, layer_flops
+    from monta.perfmodel.models import spec_of
+
+    m, tokens = spec_of(cfg), cfg.tokens_per_micro_batch
+    fwd = cfg.num_layers * layer_flops(m, tokens, cfg.seq, layout.tp).total + head_flops(m, tokens, layout.tp)
+    return 3.0 * fwd
+
+
+def peak_tflops(device_name: str, override: float | None) -> float | None:
+    if override:
+        return override
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device_name.upper()), None)
 
 
 def _free_port() -> int:
@@ -216,6 +241,9 @@ def _worker(spec: dict[str, Any]) -> int:
     cfg = ModelConfig(**spec["overrides"])
     chunks = resolve_chunks(spec, cfg, layout, 2 if torch.cuda.is_available() else 4)
     spec = dict(spec, chunks_requested=spec["chunks"], chunks=chunks)
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        spec["device"], spec["peak_tflops"] = name, peak_tflops(name, spec.get("peak_tflops"))
     res = run_interleaved(layout, cfg, spec["variants"], chunks=chunks, steps=spec["steps"],
                           warmup=spec["warmup"], seed=spec["seed"], zero_stage=spec["zero_stage"],
                           lancet_partitions=chunks)
@@ -250,6 +278,8 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         metrics = {"step_ms": med, "step_ms_p10": _pct(step_ms, 0.1), "step_ms_p90": _pct(step_ms, 0.9),
                    "tokens_per_s": tokens / (med / 1e3), "loss": loss, "breakdown_ms": bd, "peak_mem_bytes": peak,
                    "exposed_comm_ms": bd["exposed_comm"],
+                   "mfu": (model_flops_per_rank(cfg, layout) / (med / 1e3) / (spec["peak_tflops"] * 1e12)
+                           if spec.get("peak_tflops") else None),
                    "speedup_vs_deepspeed": (base / med) if base else None}
         records.append(make_record(kind="step", source="emulated" if spec["emulated"] else "measured",
                                    experiment=spec.get("experiment", "step"), run_id=run_id,
@@ -285,6 +315,11 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
                  f"{m['speedup_vs_deepspeed']:.3f}" if m["speedup_vs_deepspeed"] else "-",
                  f"{m['tokens_per_s']:.0f}", f"{m['loss']:.4f}"] + [f"{m['breakdown_ms'][k]:.1f}" for k in hdr[7:]]
         print(" ".join(f"{c:>10}" for c in cells))
+    if spec.get("peak_tflops"):
+        print(f"# MFU on {spec.get('device', 'this device')} (peak {spec['peak_tflops']:g} TFLOP/s): "
+              + ", ".join(f"{v} {m['mfu']:.1%}" for v, m in rows))
+    print("# exposed communication ms (waited for: forward exchanges, backward exchange waits, grad sync): "
+          + ", ".join(f"{v} {m['exposed_comm_ms']:.0f}" for v, m in rows))
     print(f"# wrote {len(records)} records to {spec['out']}")
 
 
