@@ -255,7 +255,7 @@ class LancetSchedule:
         self.early_slots, self.capacity = lo, C
         x_SM = torch.cat(ms)
         if lo < C:
-            rest = layer.encode(x_SM, plan)[:, lo:] if lo else layer.encode(x_SM, plan)
+            rest = layer.encode(x_SM, plan)[:, lo:]  # slots [0, lo) left early, from their windows
             chunks = min(self.partitions, (C - lo) // g.tp_size)
             pieces += list(rest.split(capacity_chunks(C - lo, g.tp_size, chunks), dim=1))
         y_ECM = pipeline_pieces(layer, pieces, launched)
