@@ -226,22 +226,42 @@ def test_timeout_and_unstartable_command_are_clear_errors(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-def test_signal_to_the_launcher_tears_everything_down(sig, tmp_path):
+@pytest.mark.parametrize("sig, inherited", [
+    (signal.SIGINT, signal.SIG_DFL),
+    (signal.SIGINT, signal.SIG_IGN),  # as a background non-interactive shell starts its commands
+    (signal.SIGTERM, signal.SIG_IGN),
+    (signal.SIGKILL, signal.SIG_DFL),
+], ids=["SIGINT", "SIGINT-inherited-ignored", "SIGTERM-inherited-ignored", "SIGKILL"])
+def test_signal_to_the_launcher_tears_everything_down(sig, inherited, tmp_path):
+    """Whatever disposition the driver inherits (set here explicitly, so the test does not depend on
+    how pytest itself was started), a signal to it takes down every rank and namespace."""
     marker = f"monta-test-{uuid.uuid4().hex[:8]}"
     before = _host_net_state()
     started = tmp_path / "started"
     rank = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
     driver = (f"from monta.emulate import launch, Topology; import sys; "
               f"launch([sys.executable, '-c', {rank!r}, {marker!r}], 2, 1, Topology(inter_gbps=1.0))")
-    proc = subprocess.Popen([PY, "-c", driver], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not started.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no start"
-        time.sleep(0.05)
-    assert _processes_with(marker)
-    proc.send_signal(sig)
-    assert proc.wait(timeout=20) != 0
+
+    def inherit():  # in the child before exec: dispositions other than handlers survive exec
+        signal.signal(signal.SIGINT, inherited if sig == signal.SIGINT else signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, inherited if sig == signal.SIGTERM else signal.SIG_DFL)
+
+    proc = subprocess.Popen([PY, "-c", driver], stderr=subprocess.PIPE, text=True, preexec_fn=inherit)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no start"
+            time.sleep(0.05)
+        assert _processes_with(marker)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) != 0
+    finally:
+        # A failed case takes its own driver (and with it, by the launcher's death signal, the
+        # whole tree) down, so the next case starts clean.
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)
+        proc.stderr.close()
     _assert_nothing_left(marker, before)
 
 

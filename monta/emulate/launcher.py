@@ -145,7 +145,10 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if not given).
     When a rank fails, the others are killed at once and RankFailed names it (``check=False``
     returns the result instead). Call from the main thread: the kill-on-exit chain is tied to
-    the calling thread, and SIGINT/SIGTERM handlers can only be installed there.
+    the calling thread, and signal handlers can only be installed there. While it runs, SIGINT
+    (as KeyboardInterrupt), SIGTERM and SIGHUP (as SystemExit) tear the whole tree down whatever
+    disposition was inherited: a background shell starts its commands with SIGINT ignored, and an
+    interrupt sent on purpose must still stop the ranks.
     """
     topology = topology if topology is not None else Topology.preset("unshaped")
     _validate(argv, nodes, gpus_per_node, topology, timeout_s)
@@ -185,16 +188,17 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
         cmd = UNSHARE + ["--"] + cmd
     out = stdout if stdout is not None else sys.stdout
     captured: list[str] = []
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=sup_env,
-                            start_new_session=True, preexec_fn=_die_with_parent)
     interrupted: list[str] = []
     watchdog = None
-    if timeout_s is not None:
-        watchdog = threading.Timer(timeout_s + _GRACE_S, lambda: _kill_tree(proc, interrupted, "watchdog"))
-        watchdog.daemon = True
-        watchdog.start()
-    old_handlers = _install_handlers()
+    proc = None
+    old_handlers = _install_handlers()  # before the tree exists: no signal can slip in between
     try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=sup_env,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        if timeout_s is not None:
+            watchdog = threading.Timer(timeout_s + _GRACE_S, lambda: _kill_tree(proc, interrupted, "watchdog"))
+            watchdog.daemon = True
+            watchdog.start()
         # Rank 0's stdout flows supervisor -> pipe -> here, line by line, so progress shows live.
         for raw in iter(proc.stdout.readline, b""):
             line = raw.decode(errors="replace")
@@ -203,15 +207,17 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
             out.flush()
         proc.wait()
     except BaseException as e:  # KeyboardInterrupt or SIGTERM (as SystemExit): take everything down
-        _kill_tree(proc, interrupted, type(e).__name__)
+        if proc is not None:
+            _kill_tree(proc, interrupted, type(e).__name__)
         raise
     finally:
         _restore_handlers(old_handlers)
         if watchdog is not None:
             watchdog.cancel()
-        if proc.poll() is None:
-            _kill_tree(proc, interrupted, "cleanup")
-        proc.stdout.close()
+        if proc is not None:
+            if proc.poll() is None:
+                _kill_tree(proc, interrupted, "cleanup")
+            proc.stdout.close()
 
     if not result_path.exists():
         why = "killed by the launcher's watchdog" if interrupted else f"exit status {proc.returncode}"
@@ -259,10 +265,16 @@ def _raise_exit(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+def _raise_interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _install_handlers() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
-    old = {}
+    # SIGINT explicitly too: inherited as ignored (a background non-interactive shell does that),
+    # Python installs no KeyboardInterrupt handler and an interrupt would leave every rank running.
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupt)}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         old[sig] = signal.signal(sig, _raise_exit)
     return old
