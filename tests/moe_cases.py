@@ -170,3 +170,58 @@ def exchange_dtype_case(*, nodes, gpn, tp, ep, dtype, chunks) -> dict[str, Any]:
     got = run_pass(x.to(DTYPES[dtype]), spec, g, chunks)
     return {"dtype": str(got.dtype), "equal": bool(torch.equal(got, ref.to(DTYPES[dtype]))),
             "shape": list(got.shape)}
+
+
+def shrinking_capacity_case(*, nodes, gpn, tp, ep, chunks, eval_capacity_factor, tokens=64, short_tokens=32,
+                            hidden=8, experts=4, seed=7) -> dict[str, Any]:
+    """One monta.moe.MoE built with ``chunks``, called as a training run meets it: a full batch, a short
+    last batch, an eval pass at ``eval_capacity_factor``, a full batch again; each call against stock
+    DeepSpeed (bitwise), with the chunks it used and what it logged."""
+    import logging
+
+    from deepspeed.moe.layer import MoE as DSMoE
+
+    from monta.compat import gloo_safe_deepspeed_gather
+    from monta.moe import MoE
+    from monta.moe import layer as monta_layer
+
+    pgs = setup_layout(nodes, gpn, tp, ep, True)
+    common = dict(k=1, expert_tp=True, hidden=hidden, experts=experts, dtype="float32", capacity_factor=1.0,
+                  min_capacity=4, seed=seed)
+    kwargs = dict(_ds_kwargs(hidden, experts, ep, 1, True, 1.0, 4), eval_capacity_factor=eval_capacity_factor)
+    layer = MoE(expert=_expert(hidden), exchange="monta", chunks=chunks, groups=pgs, **kwargs)
+    layer.load_state_dict(reference(pgs, tokens=tokens, **common)["state"])  # same weights for any token count
+    monta_layer._REDUCED.clear()  # "once per process": this world's earlier cases must not count
+    logged: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda rec: logged.append(rec.getMessage())
+    monta_layer.log.addHandler(handler)
+    calls = []
+    try:
+        for name, n in (("full", tokens), ("short", short_tokens)):
+            ref = reference(pgs, tokens=n, **common)
+            layer.zero_grad(set_to_none=True)  # each call's gradients against the reference's own
+            res = _run_layer(layer, *_inputs(pgs, n, hidden, torch.float32), seed)
+            same = all(torch.equal(res[key], ref[key]) for key in ("out", "x_grad"))
+            same &= all(torch.equal(g, ref["grads"][p]) for p, g in res["grads"].items())
+            calls.append((name, layer.deepspeed_moe.expected_capacity(n), layer.exchange.chunks, bool(same)))
+        stock = DSMoE(expert=_expert(hidden), **kwargs)
+        stock.set_deepspeed_parallelism()
+        stock.load_state_dict(layer.state_dict())
+        x, _ = _inputs(pgs, tokens, hidden, torch.float32)
+        outs = []
+        for m in (stock, layer):
+            m.eval()
+            torch.manual_seed(seed)
+            with torch.no_grad(), gloo_safe_deepspeed_gather():
+                outs.append(m(x)[0])
+        calls.append(("eval", layer.deepspeed_moe.expected_capacity(tokens), layer.exchange.chunks,
+                      bool(torch.equal(outs[0], outs[1]))))
+        layer.train()
+        res = _run_layer(layer, *_inputs(pgs, tokens, hidden, torch.float32), seed)
+        ref = reference(pgs, tokens=tokens, **common)
+        calls.append(("full again", layer.deepspeed_moe.expected_capacity(tokens), layer.exchange.chunks,
+                      bool(torch.equal(res["out"], ref["out"]))))
+    finally:
+        monta_layer.log.removeHandler(handler)
+    return {"calls": calls, "logged": logged}

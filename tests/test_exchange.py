@@ -79,7 +79,6 @@ def test_byte_accounting_shows_tp_factor(dist_world):
     ("monta", 0, None, "chunks=0 must be >= 1"),
     ("monta", -2, None, "chunks=-2 must be >= 1"),
     ("tutel", 2, None, "unknown exchange 'tutel'"),
-    ("monta", 5, None, "chunks=5 is larger than the capacity slice 4"),
     ("monta", 4, 4, "ep_size=4 does not match the layout's EP degree 2"),
 ])
 def test_bad_input_is_refused_before_any_collective(dist_world, exchange, chunks, layout_ep, match):
@@ -89,6 +88,18 @@ def test_bad_input_is_refused_before_any_collective(dist_world, exchange, chunks
         assert r["error"] is not None and match in r["error"], r
         assert r["traffic"] == 0 and not r["a2a_busy"]
         assert r["allreduce"] == 8.0  # the world is still healthy
+
+
+def test_smaller_capacity_later_uses_fewer_chunks_and_says_so_once(dist_world):
+    """Built with 4 chunks (capacity slice 4), then a short last batch and an eval capacity factor of
+    0.5 halve the capacity: those calls run 2 chunks, bitwise equal to stock DeepSpeed, logged once;
+    a full batch afterwards runs 4 chunks again."""
+    results = dist_world(8).run(moe_cases.shrinking_capacity_case, nodes=2, gpn=4, tp=4, ep=2, chunks=4,
+                                eval_capacity_factor=0.5)
+    for r in results:
+        assert r["calls"] == [("full", 16, 4, True), ("short", 8, 2, True), ("eval", 8, 2, True),
+                              ("full again", 16, 4, True)], r
+        assert len(r["logged"]) == 1 and "chunks=4 is larger than this call's capacity slice 2" in r["logged"][0]
 
 
 def test_ep_group_not_matching_layout_is_refused(dist_world):

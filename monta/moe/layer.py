@@ -4,6 +4,7 @@ with the token exchange swapped for a named strategy; the phases are separate fo
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -17,6 +18,9 @@ from deepspeed.utils import groups as ds_groups
 from monta.comm.accounting import TrafficMeter
 from monta.comm.exchange import TokenExchange, exchange_groups, validate_exchange
 from monta.groups import ProcessGroups, init_deepspeed_groups
+
+log = logging.getLogger(__name__)
+_REDUCED: set[tuple[int, int]] = set()  # (chunks asked, capacity slice) already reported by this process
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,25 @@ class ExchangeMOELayer(MOELayer):
         return int(_capacity(shape, torch.tensor(cf * gate.k), torch.tensor(gate.min_capacity)))
 
     def _resolve_chunks(self, capacity: int, x_SM: torch.Tensor) -> None:
-        if self.chunks_setting != "auto" or self.exchange.name != "monta":
+        """Chunks for this call: 'auto' asks the performance model; a fixed count is capped at the
+        capacity slice, because an eval capacity factor or a short last batch shrinks the capacity
+        after the layer was built and stock DeepSpeed runs on there (chunking never changes values)."""
+        if self.exchange.name != "monta":
             return
-        from monta.comm.auto import auto_chunks  # perf-model backed; imported only when asked
-
         tp = self.exchange.groups.tp_size
-        nbytes = self.ep_size * self.num_local_experts * capacity * x_SM.shape[-1] * x_SM.element_size()
-        self.exchange.chunks = auto_chunks(nbytes, self.pgs.layout, max(1, capacity // tp))
+        cl = max(1, capacity // tp)  # a capacity TP does not divide is refused by exchange.check
+        if self.chunks_setting == "auto":
+            from monta.comm.auto import auto_chunks  # perf-model backed; imported only when asked
+
+            nbytes = self.ep_size * self.num_local_experts * capacity * x_SM.shape[-1] * x_SM.element_size()
+            self.exchange.chunks = auto_chunks(nbytes, self.pgs.layout, cl)
+            return
+        self.exchange.chunks = min(self.chunks_setting, cl)
+        if self.chunks_setting > cl and (self.chunks_setting, cl) not in _REDUCED:
+            _REDUCED.add((self.chunks_setting, cl))
+            log.warning("monta.moe.MoE: chunks=%d is larger than this call's capacity slice %d (capacity %d / "
+                        "TP %d: an eval capacity factor or a short batch); using %d chunks for such calls",
+                        self.chunks_setting, cl, capacity, tp, cl)
 
     def route(self, x_SM: torch.Tensor, used_token: torch.Tensor | None = None) -> RoutingPlan:
         if self.exchange is None:
