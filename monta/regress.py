@@ -1,6 +1,12 @@
 """`monta regress`: compare current records with a stored baseline and fail on a significant slowdown.
 
 Matched by (kind, source, params minus run-specific fields); bootstrap CI on the ratio of medians.
+Decision, for a threshold T (the slowdown the gate must catch): a point REGRESSED when its CI lies
+wholly above 1 + T/2, improved when wholly below 1/(1 + T/2), inconclusive when the CI is wider than
+T (its samples cannot tell a T slowdown from none), else ok. Deciding at the midpoint between "no
+change" and "T slower" makes a T slowdown and no change equally far from the line, so both are
+called right once the CI is narrower than T; a threshold on the CI's lower end at 1 + T could never
+flag a slowdown of exactly T.
 """
 
 from __future__ import annotations
@@ -98,12 +104,26 @@ def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str
         if metric in HIGHER_IS_BETTER:  # slowdown = base/cur  <=>  ratio of (1/x) medians
             bs, cs = 1.0 / bs, 1.0 / cs
         ratio, lo, hi = bootstrap_ratio(bs, cs, n_boot, confidence, seed + i)
-        status = "REGRESSED" if lo > 1 + threshold else ("improved" if hi < 1 / (1 + threshold) else "ok")
+        status = decide(ratio, lo, hi, threshold)
         params = json.loads(key[2])
+        injected = next((r["metrics"]["injected_slowdown"] for r in c if r["metrics"].get("injected_slowdown")), None)
         rows.append({"kind": key[0], "source": key[1], "point": _short(params), "baseline": shown[0],
                      "current": shown[1], "slowdown": ratio, "ci_lo": lo, "ci_hi": hi,
-                     "n": f"{len(bs)}/{len(cs)}", "from": bhow if bhow == chow else f"{bhow}/{chow}", "status": status})
+                     "n": f"{len(bs)}/{len(cs)}", "from": bhow if bhow == chow else f"{bhow}/{chow}", "status": status,
+                     "injected": injected})
     return rows
+
+
+def decide(ratio: float, lo: float, hi: float, threshold: float) -> str:
+    """REGRESSED / improved / inconclusive / ok for one point (see the module docstring)."""
+    line = 1 + threshold / 2
+    if lo > line:
+        return "REGRESSED"
+    if hi < 1 / line:
+        return "improved"
+    if hi - lo > threshold:
+        return "inconclusive"
+    return "ok"
 
 
 def _short(params: Mapping[str, Any]) -> str:
@@ -113,21 +133,30 @@ def _short(params: Mapping[str, Any]) -> str:
 def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: float, confidence: float) -> str:
     head = (f"regress: metric {metric}, slowdown = current/baseline median"
             f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
-            f"{confidence:.0%} bootstrap CI, fail when CI low > {1 + threshold:.2f}\n\n")
+            f"{confidence:.0%} bootstrap CI; threshold {threshold:.0%}: REGRESSED when the CI lies above "
+            f"{1 + threshold / 2:.3f} (half the threshold), inconclusive when the CI is wider than {threshold:.2f}\n\n")
     lines = ["| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
              "|---|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {r['baseline']:.4g} | "
                      f"{r['current']:.4g} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {r['from']} |")
     bad = sum(r["status"] == "REGRESSED" for r in rows)
-    return head + "\n".join(lines) + f"\n\n{len(rows)} matched points, {bad} regressed.\n"
+    unsure = sum(r["status"] == "inconclusive" for r in rows)
+    tail = f"\n\n{len(rows)} matched points, {bad} regressed, {unsure} inconclusive.\n"
+    injected = sorted({(r["point"], r["injected"]) for r in rows if r.get("injected")})
+    if injected:
+        tail += (f"TEST AID: {len(injected)} current point(s) carry an injected slowdown (--inject-slowdown, "
+                 f"{', '.join(sorted({f'{100 * f:g}%' for _, f in injected}))}): a gate check, not a measurement.\n")
+    return head + "\n".join(lines) + tail
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.confidence < 1:
         raise ValueError(f"--confidence {args.confidence}: must be between 0 and 1, e.g. 0.95")
-    if args.threshold < 0:
-        raise ValueError(f"--threshold {args.threshold}: must be >= 0, e.g. 0.10 for 10%")
+    if not (args.threshold == args.threshold and 0 < args.threshold < 10):
+        raise ValueError(f"--threshold {args.threshold}: must be a slowdown between 0 and 10, e.g. 0.10 for 10%")
+    if args.bootstrap < 100:
+        raise ValueError(f"--bootstrap {args.bootstrap}: use at least 100 resamples (default 2000)")
     for p in args.baseline + args.current:
         if not Path(p).exists():
             raise FileNotFoundError(f"record file {p} not found")
@@ -153,7 +182,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__.splitlines()[0])
     p.add_argument("--baseline", nargs="+", required=True, help="baseline record file(s) (JSONL)")
     p.add_argument("--current", nargs="+", required=True, help="current record file(s) (JSONL)")
-    p.add_argument("--threshold", type=float, default=0.10, help="tolerated slowdown (default 0.10 = 10%%)")
+    p.add_argument("--threshold", type=float, default=0.10,
+                   help="the slowdown the gate must catch (default 0.10 = 10%%): a point regressed when its CI lies "
+                        "above 1 + threshold/2")
     p.add_argument("--metric", default="time_us", help="metric to compare (default time_us)")
     p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")

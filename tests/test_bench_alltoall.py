@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 
 def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
-           "--sizes", "64K", "--hidden", "256", "--chunks", "2", "--iters", "1", "--warmup", "0", "--no-wandb",
+           "--sizes", "64K", "--hidden", "256", "--chunks", "2", "--iters", "1", "--max-iters", "1", "--warmup", "0",
+           "--no-wandb",
            "--allow-unshaped", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
@@ -45,8 +46,46 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     (("--variants", "legacy,tutel"), "unknown exchange 'tutel'"),
     (("--tp", "3"), "tp=3 is larger than a node"),
     (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
+    (("--max-iters", "0"), "--max-iters 0 is below --iters 1"),
+    (("--target-ci", "-1"), "--target-ci -1.0: must be a relative CI width"),
+    (("--inject-slowdown", "monta"), "--inject-slowdown 'monta': use VARIANT:FRACTION"),
+    (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
 ])
 def test_bad_flags_fail_fast_with_one_line(args, message):
     proc = bench(*args, timeout=60)
     assert proc.returncode == 2
     assert message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
+    """Iterations go on until every paired ratio's CI is within the target (or the cap), the records
+    carry paired speedups with CIs, host CPU figures and the testbed's tuning; --inject-slowdown
+    slows exactly the named variant by about the asked fraction and marks it."""
+    common = ("--inter-gbps", "0.5", "--sizes", "1M", "--no-components")
+    plain = bench(*common, "--iters", "4", "--max-iters", "12", "--target-ci", "0.5", "--out", str(tmp_path / "a.jsonl"),
+                  timeout=400)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert "vs deepspeed" in plain.stdout and "CPU" in plain.stdout and "TEST AID" not in plain.stdout
+    recs = read_records(tmp_path / "a.jsonl")
+    by = {r["params"]["variant"]: r["metrics"] for r in recs}
+    n = by["monta"]["iters"]
+    assert 4 <= n <= 12 and all(m["iters"] == n and len(m["samples_us"]) == n for m in by.values())
+    lo, hi = by["monta"]["speedup_vs_deepspeed_ci"]
+    assert lo <= by["monta"]["speedup_vs_deepspeed"] <= hi and by["legacy"]["speedup_vs_legacy"] == 1.0
+    for m in by.values():
+        assert m["host_cpu"]["busy"] is not None and 0 <= m["host_cpu"]["busy"] <= 1
+        assert m["cpu_bound"] in (True, False) and "injected_slowdown" not in m
+    env = recs[0]["env"]
+    assert env["transport"] == "duplex" and env["net_tuning"]["tcp_cc"] == "reno"
+    assert env["net_tuning"]["quickack"] is True
+    assert by["legacy"]["link_delivery"]["link"] == "inter" and by["legacy"]["link_delivery"]["share"] > 0.5
+
+    slow = bench(*common, "--iters", "4", "--max-iters", "4", "--inject-slowdown", "deepspeed:0.5",
+                 "--out", str(tmp_path / "b.jsonl"), timeout=400)
+    assert slow.returncode == 0, slow.stderr[-3000:]
+    assert "TEST AID" in slow.stdout
+    by2 = {r["params"]["variant"]: r["metrics"] for r in read_records(tmp_path / "b.jsonl")}
+    assert by2["deepspeed"]["injected_slowdown"] == 0.5 and "injected_slowdown" not in by2["monta"]
+    assert by2["deepspeed"]["time_us"] > 1.3 * by["deepspeed"]["time_us"]  # asked: 1.5x
+    assert by2["legacy"]["time_us"] < 1.2 * by["legacy"]["time_us"]  # the others are not slowed

@@ -1,4 +1,5 @@
-"""`monta regress`: a synthetic 30% slowdown fails with a table, an unchanged run passes."""
+"""`monta regress`: a synthetic 30% or 10% slowdown fails with a table, an unchanged run passes, a
+point whose samples cannot tell 10% from nothing says so, and an injected slowdown is named."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_unchanged_run_passes(tmp_path, capsys):
     c = write_records(tmp_path / "c.jsonl", recs(seed=2))  # same distribution, other noise and host
     assert main(["regress", "--baseline", str(b), "--current", str(c)]) == 0
     out = capsys.readouterr().out
-    assert "4 matched points, 0 regressed" in out and "REGRESSED" not in out
+    assert "4 matched points, 0 regressed, 0 inconclusive" in out and "| REGRESSED |" not in out
 
 
 def test_thirty_percent_regression_fails_with_table(tmp_path, capsys):
@@ -80,3 +81,48 @@ def test_no_match_and_missing_file_are_clear_errors(tmp_path, capsys):
     assert "nope.jsonl not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["regress", "--baseline", str(b)])
+
+
+def test_a_ten_percent_slowdown_is_caught_at_the_default_threshold():
+    rows = regress.compare(recs(seed=1), recs(scale=1.10, seed=2))
+    assert [r["status"] for r in rows] == ["REGRESSED"] * 4
+    assert all(1.05 < r["ci_lo"] and r["ci_hi"] < 1.16 for r in rows)
+    rows = regress.compare(recs(seed=1), recs(scale=1.02, seed=2))  # 2%: below what the gate looks for
+    assert all(r["status"] == "ok" for r in rows)
+    assert regress.decide(1.1, 1.06, 1.14, 0.10) == "REGRESSED"
+    assert regress.decide(1.1, 0.96, 1.24, 0.10) == "inconclusive"
+    assert regress.decide(0.9, 0.88, 0.93, 0.10) == "improved"
+
+
+def test_too_few_noisy_samples_are_inconclusive_not_ok():
+    noisy = recs(seed=1)
+    for r in noisy:
+        r["metrics"]["samples_us"] = [x * f for x, f in zip(r["metrics"]["samples_us"][:4], (0.7, 1.0, 1.3, 1.6))]
+    rows = regress.compare(noisy, recs(seed=2))
+    assert {r["status"] for r in rows} == {"inconclusive"}
+    assert "0 regressed, 4 inconclusive" in regress.format_table(rows, "time_us", 0.10, 0.95)
+
+
+def test_an_injected_slowdown_is_flagged_and_named(tmp_path, capsys):
+    cur = recs(seed=2)
+    for r in cur:
+        if r["params"]["variant"] == "monta":
+            r["metrics"]["samples_us"] = [x * 1.1 for x in r["metrics"]["samples_us"]]
+            r["metrics"]["time_us"] *= 1.1
+            r["metrics"]["injected_slowdown"] = 0.1
+    b = write_records(tmp_path / "b.jsonl", recs(seed=1))
+    c = write_records(tmp_path / "c.jsonl", cur)
+    assert main(["regress", "--baseline", str(b), "--current", str(c)]) == 1
+    out = capsys.readouterr().out
+    flagged = [line for line in out.splitlines() if line.startswith("| REGRESSED |")]
+    assert len(flagged) == 2 and all("variant=monta" in line for line in flagged)
+    assert "TEST AID: 2 current point(s) carry an injected slowdown" in out
+
+
+@pytest.mark.parametrize("flag,value,message", [("--threshold", "nan", "--threshold nan"),
+                                                ("--threshold", "0", "--threshold 0.0"),
+                                                ("--bootstrap", "0", "--bootstrap 0")])
+def test_bad_gate_settings_are_refused(tmp_path, capsys, flag, value, message):
+    b = write_records(tmp_path / "b.jsonl", recs(seed=1))
+    assert main(["regress", "--baseline", str(b), "--current", str(b), flag, value]) == 2
+    assert message in capsys.readouterr().err

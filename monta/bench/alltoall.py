@@ -37,7 +37,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--iters", type=int, default=5,
+                   help="minimum timed iterations per size (variants interleaved in each); default 5")
+    p.add_argument("--max-iters", type=int, default=40,
+                   help="most iterations per size while a paired ratio's CI is wider than --target-ci (default 40)")
+    p.add_argument("--target-ci", type=float, default=0.04,
+                   help="stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI narrower than this "
+                        "share of its value (default 0.04 = +-2%%); 0 = exactly --iters iterations")
+    p.add_argument("--budget-s", type=float, default=180.0,
+                   help="time budget per size for the extra iterations, seconds (default 180; 0 = none)")
+    p.add_argument("--transport", choices=("duplex", "native"), default=None,
+                   help="gloo transport of the exchange: duplex (default: one TCP connection per direction) or "
+                        "native (gloo's own collectives: both directions share a connection and serialize)")
+    p.add_argument("--inject-slowdown", default=None, metavar="VARIANT:FRACTION",
+                   help="TEST AID for the regression gate: slow VARIANT by FRACTION (e.g. monta:0.10) with a measured "
+                        "delay after each call; records carry injected_slowdown")
     p.add_argument("--check", action="store_true", help="verify every variant on fresh data after timing")
     p.add_argument("--no-components", action="store_true", help="skip the a2a-alone / ag-alone rows")
     p.add_argument("--out", default=None, help="JSONL records file (written atomically by rank 0)")
@@ -63,6 +77,18 @@ def _int_list(text: str, what: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise ValueError(f"--{what} {text!r}: every value must be >= 1")
     return values
+
+
+def _parse_slowdown(text: str, variants: list[str]) -> dict:
+    name, _, frac = text.partition(":")
+    try:
+        fraction = float(frac)
+    except ValueError:
+        fraction = float("nan")
+    if name not in variants or not 0 < fraction <= 1:
+        raise ValueError(f"--inject-slowdown {text!r}: use VARIANT:FRACTION with VARIANT one of {', '.join(variants)} "
+                         "and 0 < FRACTION <= 1, e.g. monta:0.10")
+    return {"variant": name, "fraction": fraction}
 
 
 def build_config(args: argparse.Namespace) -> dict:
@@ -100,10 +126,19 @@ def build_config(args: argparse.Namespace) -> dict:
     for name in ("warmup", "iters"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             raise ValueError(f"--{name} {getattr(args, name)} is too small")
+    if args.max_iters < args.iters:
+        raise ValueError(f"--max-iters {args.max_iters} is below --iters {args.iters}; use --max-iters >= --iters")
+    if not (args.target_ci == args.target_ci and 0 <= args.target_ci < 10):
+        raise ValueError(f"--target-ci {args.target_ci}: must be a relative CI width between 0 and 10, e.g. 0.04")
+    if not (args.budget_s == args.budget_s and args.budget_s >= 0):
+        raise ValueError(f"--budget-s {args.budget_s}: must be >= 0 seconds (0 = no budget)")
+    inject = _parse_slowdown(args.inject_slowdown, variants) if args.inject_slowdown else None
     topo = topology_from_args(args)
     return {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": ep, "sizes": sizes,
             "variants": variants, "chunks": chunks, "dtype": args.dtype, "experts": experts, "hidden": args.hidden,
-            "warmup": args.warmup, "iters": args.iters, "check": bool(args.check or args.inject_fault),
+            "warmup": args.warmup, "iters": args.iters, "max_iters": args.max_iters, "target_ci": args.target_ci,
+            "budget_s": args.budget_s, "transport": args.transport, "inject_slowdown": inject,
+            "check": bool(args.check or args.inject_fault),
             "components": not args.no_components, "out": str(Path(args.out).resolve()) if args.out else None,
             "append": args.append, "experiment": args.experiment, "backend": args.backend,
             "inject_fault": args.inject_fault,

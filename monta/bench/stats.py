@@ -25,3 +25,53 @@ def alltoall_bw(size_bytes: int, time_us: float, n: int) -> tuple[float, float]:
     """nccl-tests AllToAll: algbw = S / t (GB/s, 1e9), busbw = algbw * (n - 1) / n."""
     algbw = size_bytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
     return algbw, algbw * (n - 1) / n if n > 0 else 0.0
+
+
+# -- paired ratios (variants interleaved per iteration) ---------------------------------------
+def bootstrap(stat, samples: list[list[float]], n_boot: int = 2000, confidence: float = 0.95,
+              seed: int = 0) -> tuple[float, float, float]:
+    """``stat(*arrays)`` on paired samples (same length, iteration i of each belongs together) and
+    its percentile-bootstrap CI, resampling whole iterations. Returns (point, lo, hi); with fewer
+    than 3 iterations the interval is unknown (nan, nan)."""
+    import numpy as np
+
+    arrays = [np.asarray(s, dtype=float) for s in samples]
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise ValueError("paired samples must have the same length")
+    point = float(stat(*arrays))
+    if n < 3:
+        return point, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    boots = np.asarray(stat(*(a[idx] for a in arrays)), dtype=float)
+    alpha = (1.0 - confidence) / 2
+    lo, hi = np.nanquantile(boots, [alpha, 1 - alpha])
+    return point, float(lo), float(hi)
+
+
+def median_ratio(num, den):
+    """Median over iterations of num[i] / den[i] (rows = bootstrap resamples when 2-D)."""
+    import numpy as np
+
+    return np.median(num / den, axis=-1)
+
+
+def overlap_efficiency(ds, monta, a2a, ag):
+    """Share of the ideal overlap gain achieved: (gain - 1) / (ideal - 1), gain = deepspeed / monta,
+    ideal = (t_a2a + t_ag) / max(t_a2a, t_ag), each the median of its paired per-iteration values.
+    (gain / ideal would read 1 / ideal with no overlap at all.)"""
+    import numpy as np
+
+    gain = np.median(ds / monta, axis=-1)
+    ideal = np.median((a2a + ag) / np.maximum(a2a, ag), axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (gain - 1.0) / (ideal - 1.0)
+
+
+def rel_width(ci: tuple[float, float, float]) -> float:
+    """Width of a CI relative to its point estimate ((hi - lo) / point); inf when unknown."""
+    point, lo, hi = ci
+    if not (lo == lo and hi == hi) or point == 0:  # nan check without numpy
+        return float("inf")
+    return (hi - lo) / abs(point)

@@ -258,21 +258,33 @@ def _worker(spec: dict[str, Any]) -> int:
 def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
     from monta.results import make_record, new_run_id, write_records
 
+    from monta.bench.hostload import is_cpu_bound, verdict
+    from monta.bench.stats import bootstrap, median_ratio
+
     run_id = new_run_id()
     tokens = cfg.tokens_per_micro_batch * layout.dp
     rows, records = [], []
-    base = None
+
+    def slowest(v: str) -> list[float]:
+        return [1e3 * max(r[v]["step_s"][i] for r in per_rank) for i in range(len(per_rank[0][v]["step_s"]))]
+
+    samples: dict[str, list[float]] = {"deepspeed": slowest("deepspeed")} if "deepspeed" in spec["variants"] else {}
+    base = statistics.median(samples["deepspeed"]) if samples else None
     for v in spec["variants"]:
         n = len(per_rank[0][v]["step_s"])
-        step_ms = [1e3 * max(r[v]["step_s"][i] for r in per_rank) for i in range(n)]  # slowest rank
+        step_ms = slowest(v)  # per step, the slowest rank
         med = statistics.median(step_ms)
-        base = med if v == "deepspeed" else base
         bd = {k: 1e3 * statistics.median(statistics.fmean(r[v]["breakdown_s"][i][src] for r in per_rank)
                                          for i in range(n)) for k, src in BREAKDOWN.items()}
         # all four exchange passes of a step (forward and backward, dispatch and combine), summed per step
         bd["exchange"] = 1e3 * statistics.median(
             statistics.fmean(sum(r[v]["breakdown_s"][i][BREAKDOWN[k]] for k in EXCHANGE_PHASES) for r in per_rank)
             for i in range(n))
+        load = dict((per_rank[0].get("host_cpu") or {}).get(v) or {})
+        waits = [w for r in per_rank for w in r[v].get("wait_s", [])]
+        if waits and None not in waits:  # the ranks' own wait for a core, share of their step wall time
+            load["rank_wait"] = sum(waits) / sum(w for r in per_rank for w in r[v]["wall_s"])
+        samples[v] = step_ms
         peak = max(r.get("peak_mem_bytes", r["peak_rss_bytes"]) for r in per_rank)
         loss = statistics.fmean(r[v]["loss"][-1] for r in per_rank)
         metrics = {"step_ms": med, "step_ms_p10": _pct(step_ms, 0.1), "step_ms_p90": _pct(step_ms, 0.9),
@@ -280,7 +292,12 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
                    "exposed_comm_ms": bd["exposed_comm"],
                    "mfu": (model_flops_per_rank(cfg, layout) / (med / 1e3) / (spec["peak_tflops"] * 1e12)
                            if spec.get("peak_tflops") else None),
-                   "speedup_vs_deepspeed": (base / med) if base else None}
+                   "speedup_vs_deepspeed": (base / med) if base else None, "samples_ms": step_ms,
+                   "host_cpu": load or None, "cpu_bound": is_cpu_bound(load)}
+        if "deepspeed" in samples and v != "deepspeed":
+            # paired per-step ratio (variants interleaved step by step) and its bootstrap CI
+            pt, lo, hi = bootstrap(median_ratio, [samples["deepspeed"], step_ms], seed=len(rows))
+            metrics["speedup_vs_deepspeed"], metrics["speedup_vs_deepspeed_ci"] = pt, [lo, hi]
         records.append(make_record(kind="step", source="emulated" if spec["emulated"] else "measured",
                                    experiment=spec.get("experiment", "step"), run_id=run_id,
                                    params={"variant": v, "model": cfg.name, "chunks": spec["chunks"],
@@ -320,6 +337,14 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
               + ", ".join(f"{v} {m['mfu']:.1%}" for v, m in rows))
     print("# exposed communication ms (waited for: forward exchanges, backward exchange waits, grad sync): "
           + ", ".join(f"{v} {m['exposed_comm_ms']:.0f}" for v, m in rows))
+    print("# speedup vs deepspeed = median of the paired per-step ratios [95% bootstrap CI]: "
+          + ", ".join(f"{v} {m['speedup_vs_deepspeed']:.3f} [{m['speedup_vs_deepspeed_ci'][0]:.3f}, "
+                      f"{m['speedup_vs_deepspeed_ci'][1]:.3f}]" for v, m in rows if m.get("speedup_vs_deepspeed_ci")))
+    for v, m in rows:
+        print(f"# {v}: {verdict(m['host_cpu'])}")
+    bound = [v for v, m in rows if m["cpu_bound"]]
+    if bound:
+        print(f"# CPU-BOUND: {', '.join(bound)}: these step times measure this machine's cores, not the links")
     print(f"# wrote {len(records)} records to {spec['out']}")
 
 

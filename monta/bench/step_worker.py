@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import os
 import resource
+import time
 from typing import Any
 
 import torch
@@ -54,16 +55,30 @@ def run_interleaved(layout, cfg, variants, *, chunks=4, steps=5, warmup=1, seed=
     """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank."""
     from monta.model.engine import dp_rank_of, train_step
 
+    from monta.bench.hostload import HostLoad, own_run_delay_s
+
     pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
     dp_rank = dp_rank_of(pgs)
-    out: dict[str, Any] = {v: {"loss": [], "step_s": [], "breakdown_s": []} for v in variants}
+    out: dict[str, Any] = {v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": []}
+                           for v in variants}
+    # What CPU the steps had: the machine (rank 0 samples it) and this rank's own wait for a core.
+    load = HostLoad().start() if dist.get_rank() == 0 else None
+    spans: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for step in range(warmup + steps):
         for name in variants:
+            d0, t0 = own_run_delay_s(), time.perf_counter()
             r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
+            d1, t1 = own_run_delay_s(), time.perf_counter()
             if step >= warmup:
                 out[name]["loss"].append(r["loss"])
                 out[name]["step_s"].append(r["step_s"])
                 out[name]["breakdown_s"].append(r["breakdown_s"])
+                out[name]["wait_s"].append(d1 - d0 if d0 is not None and d1 is not None else None)
+                out[name]["wall_s"].append(t1 - t0)
+                spans[name].append((t0, t1))
+    if load is not None:
+        load.stop()
+        out["host_cpu"] = {v: load.window(spans[v]) for v in variants}
     if collect_grads:
         for name in variants:
             out[name]["grads"] = last_grads(built[name])

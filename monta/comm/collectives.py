@@ -10,12 +10,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.comm.duplex import DuplexGroup
+
 # torch >= 2.8 names it all_gather_single; the old name is deprecated but equivalent.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def all_to_all(out: torch.Tensor, inp: torch.Tensor, group: Any) -> Any:
-    """Start an even-split AllToAll along dim 0; returns the async work handle."""
+    """Start an even-split AllToAll along dim 0; returns the async work handle.
+
+    ``group`` is a process group (the backend's own collective) or a ``DuplexGroup`` (gloo:
+    one TCP connection per direction, see ``monta.comm.duplex``)."""
+    if isinstance(group, DuplexGroup):
+        return group.all_to_all(out, inp)
     return dist.all_to_all_single(out, inp, group=group, async_op=True)
 
 
@@ -25,6 +32,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Any) -> Any:
     Both sides are passed flat: gloo insists that the output be shaped (n * d0, ...) like the
     input, which is exactly the check DeepSpeed's ``_gather_tokens`` trips; NCCL accepts flat too.
     """
+    if isinstance(group, DuplexGroup):
+        return group.all_gather(out, inp)
     return _all_gather_flat(out.view(-1), inp.reshape(-1), group=group, async_op=True)
 
 

@@ -238,9 +238,21 @@ def validate_exchange(name: str, chunks: Any) -> None:
         raise ValueError(f"chunks={chunks} must be >= 1")
 
 
-def exchange_groups(ep_group: Any, tp_group: Any, layout, rank: int | None = None) -> ExchangeGroups:
-    """Bind the EP/TP groups, checking them against the layout before any collective runs."""
+def exchange_groups(ep_group: Any, tp_group: Any, layout, rank: int | None = None,
+                    transport: str | None = None) -> ExchangeGroups:
+    """Bind the EP/TP groups, checking them against the layout before any collective runs.
+
+    On gloo the exchange's collectives then run over ``DuplexGroup``s (one TCP connection per
+    direction, ``monta.comm.duplex``); building them is collective, so every rank of the world
+    must call this at the same point (as it does for the layer's groups). ``transport``: 'duplex'
+    | 'native' (default: ``transport_for`` the backend, $MONTA_GLOO_TRANSPORT).
+    """
+    from monta.comm.duplex import TRANSPORTS, duplex_groups, transport_for
+
     rank = dist.get_rank() if rank is None else rank
+    transport = transport or transport_for()
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
     ep_ranks = tuple(dist.get_process_group_ranks(ep_group)) if ep_group is not None else (rank,)
     tp_ranks = tuple(dist.get_process_group_ranks(tp_group)) if tp_group is not None else (rank,)
     want_ep = layout.group_of("ep", rank).ranks
@@ -250,4 +262,13 @@ def exchange_groups(ep_group: Any, tp_group: Any, layout, rank: int | None = Non
                          f"{list(want_ep)} ({layout.describe()}); build groups from the same layout")
     if tuple(sorted(tp_ranks)) != tuple(sorted(want_tp)):
         raise ValueError(f"rank {rank}: TP group {list(tp_ranks)} does not match the layout's {list(want_tp)}")
+    if transport == "duplex":
+        # Members in sorted order, as new_group orders them: block p of a duplex AllToAll goes
+        # where all_to_all_single would send it.
+        if len(ep_ranks) > 1:
+            ep_group = duplex_groups([sorted(g.ranks) for g in layout.groups_of("ep")], rank)
+            ep_ranks = ep_group.ranks
+        if len(tp_ranks) > 1:
+            tp_group = duplex_groups([sorted(g.ranks) for g in layout.groups_of("tp")], rank)
+            tp_ranks = tp_group.ranks
     return ExchangeGroups(ep_group, ep_ranks, tp_group, tp_ranks, rank)

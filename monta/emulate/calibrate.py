@@ -48,13 +48,28 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
     import torch.distributed as dist
 
     from monta.comm.collectives import all_gather, all_to_all
+    from monta.comm.duplex import duplex_groups, transport_for
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     gpn = int(os.environ["LOCAL_WORLD_SIZE"])
     nodes = world // gpn
+    transport = transport_for("gloo")
+
+    def make_groups(pattern: list[list[int]]):
+        """This rank's group of ``pattern`` on the exchange's transport (collective: all ranks)."""
+        if transport == "duplex":
+            return duplex_groups(pattern, rank)
+        mine = None
+        for ranks in pattern:
+            g = dist.new_group(ranks)
+            mine = g if rank in ranks else mine
+        return mine
+
     groups = {"intra": list(range(gpn)), "inter": [k * gpn for k in range(nodes)]}
-    handles = {link: dist.new_group(ranks) for link, ranks in groups.items()}  # collective: all ranks
+    # The benchmarks' transport, so the profile describes what the exchanges actually run on.
+    handles = {link: make_groups([ranks]) for link, ranks in groups.items()}
+    barriers = {link: dist.new_group(ranks) for link, ranks in groups.items()}  # for barrier / all_reduce
     pairs = {"intra": (0, 1), "inter": (0, gpn)}
 
     def pingpong(a: int, b: int, nbytes: int, iters: int) -> float | None:
@@ -81,29 +96,25 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         elems = max(n, nbytes // 4 // n * n)  # float32, divisible by the group size
         if op == "alltoall":
             inp, out = torch.ones(elems), torch.empty(elems)
-            run = lambda: dist.all_to_all_single(out, inp, group=group)  # noqa: E731
+            run = lambda: all_to_all(out, inp, group).wait()  # noqa: E731
         else:
             inp, out = torch.ones(elems // n), torch.empty(elems)
-            run = lambda: dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E731
+            run = lambda: all_gather(out, inp, group).wait()  # noqa: E731
         run()  # warm-up
         times = torch.zeros(iters, dtype=torch.float64)
         for i in range(iters):
-            dist.barrier(group=group)
+            dist.barrier(group=barriers[link])
             t0 = time.perf_counter()
             run()
             times[i] = time.perf_counter() - t0
-        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=barriers[link])
         return float(times.median())
 
     # Every rank in one group of each concurrent pattern; new_group is collective, so all create all.
     strided = [[l + k * gpn for k in range(nodes)] for l in range(gpn)]
     per_node = [list(range(k * gpn, (k + 1) * gpn)) for k in range(nodes)]
-    mine = {}
-    for name, pattern in (("inter_all", strided), ("intra_all", per_node)):
-        for ranks in pattern:
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                mine[name] = (ranks, g)
+    mine = {name: (next(r for r in pattern if rank in r), make_groups(pattern))
+            for name, pattern in (("inter_all", strided), ("intra_all", per_node))}
 
     def concurrent(op: str, name: str, nbytes: int, iters: int) -> list[float]:
         """[size, slowest rank's median time (s), mean CPU seconds per rank and call] with every
@@ -134,7 +145,7 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         return [nbytes, float(times.median()), float(cpu) / iters / world]
 
     raw: dict[str, Any] = {"groups": groups, "latency_s": {}, "p2p": {}, "alltoall": {}, "allgather": {},
-                           "concurrent": {}, "cores": len(os.sched_getaffinity(0))}
+                           "concurrent": {}, "cores": len(os.sched_getaffinity(0)), "transport": transport}
     for link, (a, b) in pairs.items():
         raw["latency_s"][link] = pingpong(a, b, _LATENCY_BYTES, 50)
         raw["p2p"][link] = [[s, pingpong(a, b, s, _iters(s))] for s in sizes]
@@ -208,6 +219,7 @@ def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_
                      "intra_group": raw["groups"]["intra"], "inter_group": raw["groups"]["inter"]},
         "links": links,
         "collectives": collectives,
+        "transport": raw.get("transport", "native"),
     }
     conc = raw.get("concurrent") or {}
     if conc:

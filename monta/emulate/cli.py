@@ -54,9 +54,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--max-bytes", default="16M", help="largest message (default 16M)")
     cal.set_defaults(func=_calibrate)
 
-    probe = sub.add_parser("probe", help="raw TCP throughput within a node and between nodes")
+    probe = sub.add_parser("probe", help="what the links deliver: TCP goodput per concurrency level, both directions",
+                           description="Goodput of the inter-node link (node 0 <-> node 1) and of a node's "
+                                       "intra-node link at 1..N concurrent flows per direction, both directions "
+                                       "loaded at once, repeated: p10/p50/p90 and the share of the configured rate.")
     _common(probe, 2)
-    probe.add_argument("--bytes", default="32M", help="bytes per transfer (default 32M)")
+    probe.add_argument("--bytes", default=None,
+                       help="bytes per direction and repetition (default: 0.4 s at the configured rate, 32M unshaped)")
+    probe.add_argument("--flows", default="1,2,4,8,16", help="concurrency levels, flows per direction (default 1,2,4,8,16)")
+    probe.add_argument("--reps", type=int, default=5, help="timed repetitions per level (default 5, plus one warm-up)")
+    probe.add_argument("--json", default=None, help="also write the raw rates and the summary here")
     probe.set_defaults(func=_probe)
 
     presets = sub.add_parser("presets", help="list the named topologies")
@@ -109,23 +116,62 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe_bytes(gbps: float | None, text: str | None) -> int:
+    if text is not None:
+        return parse_bytes(text)
+    if gbps is None:
+        return 32 << 20
+    # ~0.4 s per repetition: long against the htb bucket and a round trip, short enough for 5 levels x 6 rounds
+    return max(1 << 20, int(gbps * 1e9 / 8 * 0.4))
+
+
 def _probe(args: argparse.Namespace) -> int:
     from monta.emulate.launcher import EmulationError, launch
+    from monta.emulate.probe import summarize
 
     topo = topology_from_args(args)
-    nbytes = parse_bytes(args.bytes)
+    flows = _positive_list(args.flows, "--flows")
+    if args.reps < 2:
+        raise ValueError(f"--reps {args.reps}: need at least 2 repetitions for a spread")
+    if args.nodes < 2 and args.gpus_per_node < 2:
+        raise ValueError("--nodes 1 --gpus-per-node 1 has no link to probe; use 2 nodes or 2 ranks per node")
+    inter_b, intra_b = _probe_bytes(topo.inter_gbps, args.bytes), _probe_bytes(topo.intra_gbps, args.bytes)
+    cmd = [sys.executable, "-m", "monta.emulate.probe", "--bytes", str(inter_b), "--intra-bytes", str(intra_b),
+           "--flows", ",".join(map(str, flows)), "--reps", str(args.reps)]
     try:
-        res = launch([sys.executable, "-m", "monta.emulate.probe", "--bytes", str(nbytes)], args.nodes,
-                     args.gpus_per_node, topo, allow_unshaped=args.allow_unshaped, stdout=_Discard())
+        res = launch(cmd, args.nodes, args.gpus_per_node, topo, allow_unshaped=args.allow_unshaped,
+                     stdout=_Discard(), timeout_s=1800)
     except EmulationError as e:
         return _report(e)
-    rates = json.loads(res.stdout.strip().splitlines()[-1])
-    print(f"{topo.describe()}; {nbytes} B per transfer")
-    for link in ("intra", "inter"):
-        if f"{link}_GBps" in rates:
-            gbps = rates[f"{link}_GBps"]
-            print(f"{link:>5}: {gbps:.3f} GB/s = {gbps * 8:.2f} Gbit/s")
+    raw = json.loads(res.stdout.strip().splitlines()[-1])
+    rows = summarize(raw, {"inter": topo.inter_gbps, "intra": topo.intra_gbps})
+    print(f"# monta emulate probe: {topo.describe()}")
+    print(f"# {args.reps} repetitions per level after one warm-up, both directions at once, one TCP connection per "
+          f"flow and direction; bytes per direction: inter {inter_b}, intra {intra_b}")
+    print("# goodput in Gbit/s: inter = per direction (each direction of each repetition a sample), intra = "
+          "both directions together (a node's loopback is one shared queue);")
+    print("# share = of the configured (frame) rate, payload ceiling 95.6% on the NIC; spread = p90/p10")
+    print(f"{'link':>5} {'flows':>5} {'n':>3} {'p10':>8} {'p50':>8} {'p90':>8} {'share p10':>9} {'share p50':>9} "
+          f"{'spread':>7}")
+    for r in rows:
+        share = lambda v: f"{100 * v:8.1f}%" if v is not None else f"{'-':>9}"  # noqa: E731
+        print(f"{r['link']:>5} {r['flows']:>5} {r['n']:>3} {r['p10_gbps']:>8.4g} {r['p50_gbps']:>8.4g} "
+              f"{r['p90_gbps']:>8.4g} {share(r['share_p10'])} {share(r['share_p50'])} {r['spread']:>7.3f}")
+    if args.json:
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps({"topology": topo.to_dict(), "raw": raw, "summary": rows}, indent=1))
     return 0
+
+
+def _positive_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected a comma list of positive integers, e.g. 1,4,8") from None
+    if not values or any(v < 1 or v > 256 for v in values):
+        raise ValueError(f"{flag} {text!r}: every value must be between 1 and 256")
+    return values
 
 
 def _presets(args: argparse.Namespace) -> int:

@@ -45,6 +45,8 @@ class Supervisor:
         self.procs: dict[int, subprocess.Popen] = {}  # rank -> process
         self.codes: dict[int, int] = {}  # rank -> exit code (negative: signal)
         self.net_nodes: list = []
+        self.notes: list[str] = []
+        self.tuning: dict[str, Any] = {}
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
@@ -58,6 +60,7 @@ class Supervisor:
             ranks = self._setup()
             result["ranks"] = [r.to_dict() for r in ranks]
             result["setup_s"] = round(time.monotonic() - t0, 3)
+            result["tuning"] = self.tuning
             self._start(ranks)
             result["failure"] = self._watch(ranks)
             result["links"] = self._link_stats()
@@ -78,7 +81,11 @@ class Supervisor:
             return layout(self.nodes, self.gpn, ["127.0.0.1"] * self.nodes,
                           [f"node{n}" for n in range(self.nodes)], "lo")
         from monta.emulate import netns
-        self.net_nodes = netns.build(self.nodes, self.topology, str(self.log_dir))
+        self.net_nodes = netns.build(self.nodes, self.topology, str(self.log_dir), self.notes)
+        for note in self.notes:  # what the kernel refused, said once at start-up
+            print(f"monta emulate: WARNING: {note}", file=sys.stderr, flush=True)
+        tuning = self.net_nodes[0].tuning if self.net_nodes else {}
+        self.tuning = {**tuning, "notes": list(self.notes)}
         return layout(self.nodes, self.gpn, [n.addr for n in self.net_nodes],
                       [netns.hostname(n.index) for n in self.net_nodes], netns.NIC)
 
@@ -90,6 +97,7 @@ class Supervisor:
                 return
             env = {**base_env, **rank_env(info, self.nodes, self.gpn, node_addrs,
                                           int(self.spec["master_port"]), self.emulated)}
+            env["MONTA_NET_TUNING"] = json.dumps(self.tuning)  # what the ranks' records say of the testbed
             log = open(self.log_dir / f"rank{info.rank}.log", "wb")
             fds = self.net_nodes[info.node].ns_fds() if self.emulated else []
 

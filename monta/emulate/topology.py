@@ -20,6 +20,7 @@ _A800_INTRA_GBs, _A800_INTER_4NIC_GBs, _A800_INTER_8NIC_GBs = 160.0, 22.0, 44.0
 
 MAX_GBPS = 400.0  # beyond this tc/tbf on a veth cannot be meant seriously on one machine
 MAX_LATENCY_US = 1_000_000.0
+TCP_CCS = ("reno", "bbr")  # the congestion controls a user namespace may set on this kernel class
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +35,8 @@ class Topology:
     """Each node's loopback rate in Gbit/s (all intra-node traffic of that node shares it)."""
     latency_us: float = 0.0
     """Added one-way node-to-node latency in microseconds (netem, half on each side of the bridge)."""
+    tcp_cc: str = "reno"
+    """TCP congestion control inside the emulated nodes (reno or bbr; see ``netns._tune_tcp``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -46,6 +49,8 @@ class Topology:
                 raise ValueError(f"{field_name}={value!r}: must be a number of Gbit/s (or None for unshaped)")
             if not 0.001 <= value <= MAX_GBPS:
                 raise ValueError(f"{field_name}={value!r}: must be between 0.001 and {MAX_GBPS:g} Gbit/s")
+        if self.tcp_cc not in TCP_CCS:
+            raise ValueError(f"tcp_cc={self.tcp_cc!r}: choose one of {', '.join(TCP_CCS)}")
         lat = self.latency_us
         if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat):
             raise ValueError(f"latency_us={lat!r}: must be a number of microseconds")
@@ -109,11 +114,13 @@ def add_topology_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--intra-gbps", type=float, default=None,
                    help="intra-node (loopback) rate per node, Gbit/s (default: unshaped)")
     g.add_argument("--latency-us", type=float, default=None, help="added one-way inter-node latency, us")
+    g.add_argument("--tcp-cc", default=None, choices=TCP_CCS,
+                   help="TCP congestion control inside the emulated nodes (default reno: see the README's testbed notes)")
 
 
 def topology_from_args(args: argparse.Namespace) -> Topology:
     """Build the Topology from flags added by :func:`add_topology_args` (ValueError on bad values)."""
-    overrides = {k: getattr(args, k) for k in ("inter_gbps", "intra_gbps", "latency_us")
+    overrides = {k: getattr(args, k) for k in ("inter_gbps", "intra_gbps", "latency_us", "tcp_cc")
                  if getattr(args, k, None) is not None}
     if args.topology:
         return Topology.preset(args.topology, **overrides)

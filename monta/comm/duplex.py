@@ -1,0 +1,133 @@
+"""Full-duplex transport for gloo: the exchange's AllToAll and AllGather as point-to-point sends,
+each direction of a rank pair on its own TCP connection (lower -> higher on one communicator, higher -> lower on its twin).
+
+Why: gloo has one TCP connection per rank pair, and large messages in both directions of one
+connection at once take turns instead of flowing together (measured on the emulated cluster: a
+2-rank exchange took 1.05x-2.1x its ideal time, iteration by iteration; see the README's testbed
+section). A real NIC (InfiniBand, RoCE, NVLink) carries both directions independently, so one
+connection per direction is the faithful emulation; it changes no byte, only the transport.
+NCCL keeps its native collectives (``transport_for``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+TRANSPORTS = ("duplex", "native")
+ENV = "MONTA_GLOO_TRANSPORT"  # duplex (default on gloo) | native: gloo's own collectives (the old behaviour)
+_TAG_SPACE = 1 << 20  # per-group call counter, wrapped; every member calls in the same order
+
+
+def transport_for(backend: str | None = None) -> str:
+    """'duplex' on gloo unless $MONTA_GLOO_TRANSPORT says 'native'; always 'native' on other backends."""
+    backend = backend or (dist.get_backend() if dist.is_initialized() else "gloo")
+    if backend != "gloo":
+        return "native"
+    choice = os.environ.get(ENV, "duplex").strip() or "duplex"
+    if choice not in TRANSPORTS:
+        raise ValueError(f"{ENV}={choice!r}: choose one of {', '.join(TRANSPORTS)}")
+    return choice
+
+
+class _Batch:
+    """The async handle of a batch of point-to-point operations (what a collective's Work offers)."""
+
+    def __init__(self, works: list[Any]):
+        self._works = works
+
+    def wait(self, timeout: Any = None) -> bool:
+        for w in self._works:
+            w.wait()
+        self._works = []
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+
+class DuplexGroup:
+    """A group of ranks with two communicators: ``up`` carries data to higher ranks, ``down`` to lower.
+
+    Each member holds the same object for its group; ``all_to_all`` and ``all_gather`` have the
+    semantics of ``all_to_all_single`` (even split along dim 0) and ``all_gather_into_tensor``.
+    """
+
+    def __init__(self, ranks: Sequence[int], up: Any, down: Any, rank: int):
+        self.ranks = tuple(ranks)
+        self.up, self.down = up, down
+        self.rank = rank
+        self.index = self.ranks.index(rank)
+        self._calls = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def _tag(self) -> int:
+        self._calls += 1
+        return self._calls % _TAG_SPACE
+
+    def _exchange(self, sends: list[torch.Tensor | None], recvs: list[torch.Tensor | None]) -> _Batch:
+        """Post every receive, then every send, peers in rotated order (rank i starts at i+1) so that
+        not everyone sends to the same peer first; gloo's sends are asynchronous, nothing blocks."""
+        tag, n, me = self._tag(), self.size, self.index
+        peers = [(me + k) % n for k in range(1, n)]
+        works = []
+        for p in peers:
+            if recvs[p] is not None:
+                # data from a lower rank travels up, from a higher rank down
+                comm = self.up if p < me else self.down
+                works.append(dist.irecv(recvs[p], src=self.ranks[p], group=comm, tag=tag))
+        for p in peers:
+            if sends[p] is not None:
+                comm = self.up if p > me else self.down
+                works.append(dist.isend(sends[p], dst=self.ranks[p], group=comm, tag=tag))
+        return _Batch(works)
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
+        n = self.size
+        if inp.numel() % n or out.numel() != inp.numel():
+            raise ValueError(f"all_to_all: {inp.numel()} elements do not split evenly over {n} ranks "
+                             f"(output has {out.numel()})")
+        src, dst = inp.contiguous().view(n, -1), out.view(n, -1)
+        dst[self.index].copy_(src[self.index])
+        return self._exchange([src[p] for p in range(n)], [dst[p] for p in range(n)])
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
+        n = self.size
+        if out.numel() != n * inp.numel():
+            raise ValueError(f"all_gather: output holds {out.numel()} elements, expected {n} x {inp.numel()}")
+        src, dst = inp.contiguous().view(-1), out.view(n, -1)
+        dst[self.index].copy_(src)
+        return self._exchange([src] * n, [dst[p] for p in range(n)])
+
+
+# Built groups per world (keyed by the default process group) and pattern. Every rank makes the
+# same sequence of calls, so every rank hits or misses the cache together and the collective
+# new_group calls stay matched; without it each MoE layer built two more communicators per group
+# (a test session of ~130 layers spent most of its time creating them).
+_CACHE: dict[Any, dict[tuple, DuplexGroup | None]] = {}
+
+
+def duplex_groups(groups: Sequence[Sequence[int]], rank: int, *, fresh: bool = False) -> DuplexGroup | None:
+    """Two communicators for every group in ``groups`` (collective: every rank of the world calls it
+    with the same list, in the same order); returns this rank's, or None if it is in none. The same
+    pattern in the same world returns the same groups unless ``fresh`` (exchanges that may run at
+    the same time, on different threads, need their own)."""
+    key = tuple(tuple(r) for r in groups)
+    world = dist.distributed_c10d._get_default_group()
+    cache = _CACHE.setdefault(world, {}) if not fresh else {}
+    if key in cache:
+        return cache[key]
+    mine = None
+    for ranks in groups:
+        ranks = list(ranks)
+        up, down = dist.new_group(ranks), dist.new_group(ranks)
+        if rank in ranks:
+            mine = DuplexGroup(ranks, up, down, rank)
+    cache[key] = mine
+    return mine
