@@ -6,7 +6,6 @@ Each function returns the path it wrote, or None when its table is empty (the re
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless: papermill kernels and CI have no display
@@ -19,6 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+
+from analysis.display import fmt_bytes, split_model  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: str | Path, name: str) -> Path:
@@ -70,6 +71,8 @@ def alltoall_comparison_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     t["size_MiB"] = t["size_bytes"] / 2**20
     y = "busbw_GBps" if t["busbw_GBps"].notna().any() else "time_us"
     t = t[t[y].notna()]  # e.g. predicted records that state a time but no bandwidth: no empty panels
+    # A series at one buffer size is an ablation point (e.g. TP1/TP2), not a sweep: tp_ablation shows it.
+    t = t[t.groupby("series")["size_bytes"].transform("nunique") > 1]
     return t.reset_index(drop=True), y
 
 
@@ -82,13 +85,14 @@ def alltoall_comparison(table: pd.DataFrame, out_dir: str | Path) -> Path | None
         return None
     g = sns.relplot(data=t, x="size_MiB", y=y, hue="variant_label", hue_order=_variant_order(t["variant_label"]),
                     col="series", kind="line", marker="o", col_wrap=min(3, t["series"].nunique()),
-                    facet_kws={"sharey": False}, height=3.2)
+                    facet_kws={"sharey": False, "sharex": False}, height=3.2)  # each panel its own sizes
     g.set_titles("{col_name}")
-    for ax in g.axes.flat:  # buffer sizes are powers of two: base-2 axis with plain MiB labels
+    for ax in g.axes.flat:  # buffer sizes are powers of two: base-2 axis labelled in KiB/MiB/GiB
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: fmt_bytes(v * 2**20)))
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    g.set_axis_labels("buffer size (MiB)", "bus bandwidth (GB/s)" if y == "busbw_GBps" else "time (us)")
+        ax.tick_params(axis="x", labelsize=8)
+    g.set_axis_labels("buffer size per rank", "bus bandwidth (GB/s)" if y == "busbw_GBps" else "time (us)")
     g.legend.set_title("variant")
     sns.move_legend(g, "upper left", bbox_to_anchor=(1.0, 0.95))  # beside the grid, never over a panel
     g.figure.suptitle("TP AllToAll: legacy vs deepspeed vs MoNTA", y=1.02)
@@ -138,25 +142,36 @@ def ratio_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
     return _save(fig, out_dir, "ratio_ablation")
 
 
-_OVERRIDE_NAMES = {"topk": "top-k", "capacity_factor": "capacity"}
-
-
-def _split_model(model: object) -> tuple[str, str]:
-    """'moe-2x70b-mini[capacity_factor=1.0,topk=2]' -> ('moe-2x70b-mini', 'top-k 2, capacity 1.0')."""
-    name = str(model)
-    m = re.fullmatch(r"(.*?)\[(.*)\]", name)
-    if not m:
-        return name, ""
-    pairs = [kv.split("=", 1) for kv in m.group(2).split(",") if kv]
-    order = list(_OVERRIDE_NAMES)
-    pairs.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
-    return m.group(1), ", ".join(f"{_OVERRIDE_NAMES[kv[0]]} {kv[1]}" if len(kv) == 2 and kv[0] in _OVERRIDE_NAMES
-                                 else "=".join(kv) for kv in pairs)
+def tp_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
+    """Exchange time per TP degree (grouped bars: legacy, deepspeed, best MoNTA) at the ablation's
+    buffer size, one small panel per cluster shape and link."""
+    if table.empty:
+        return None
+    t = table.copy()
+    t["panel"] = [f"{s} {c}, {b / 2**20:g} MiB" + (f" @ {g:g} Gbit/s" if g == g else "")
+                  for s, c, b, g in zip(t["source"], t["cluster"], t["size_bytes"], t["inter_gbps"])]
+    long = t.melt(id_vars=["panel", "tp"], value_vars=["legacy_us", "deepspeed_us", "monta_us"],
+                  var_name="variant", value_name="time_us").dropna(subset=["time_us"])
+    long["variant"] = long["variant"].str.removesuffix("_us")
+    long["time_ms"] = long["time_us"] / 1000.0
+    long["TP"] = long["tp"].astype(int).astype(str)
+    panels = list(dict.fromkeys(long["panel"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.2, 3.4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        sns.barplot(data=long[long["panel"] == panel], x="TP", y="time_ms", hue="variant",
+                    hue_order=[v for v in ("legacy", "deepspeed", "monta") if v in set(long["variant"])], ax=ax)
+        ax.set(xlabel="tensor-parallel degree", ylabel="exchange time (ms)", title=panel)
+        ax.title.set_fontsize(9)
+    for ax in axes[0][:-1]:
+        ax.get_legend().remove()
+    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="variant")
+    fig.suptitle("TP ablation: exchange time per tensor-parallel degree")
+    return _save(fig, out_dir, "tp_ablation")
 
 
 def step_panel_titles(keys: list[tuple]) -> list[str]:
     """Two short lines per (source, cluster, model) panel: where it ran, then what the model overrides."""
-    split = [_split_model(k[2]) for k in keys]
+    split = [split_model(k[2]) for k in keys]
     one_base = len({b for b, _ in split}) == 1
     titles = []
     for (source, cluster, _), (base, overrides) in zip(keys, split):
@@ -190,8 +205,8 @@ def step_breakdown(long: pd.DataFrame, out_dir: str | Path) -> Path | None:
             label.set_horizontalalignment("right")
     handles = [matplotlib.patches.Patch(color=colors[p], label=p) for p in phases]
     axes[0][-1].legend(handles=handles, fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
-    fig.suptitle("Step-time breakdown" + (f": {_split_model(keys[0][2])[0]}"
-                                          if len({_split_model(k[2])[0] for k in keys}) == 1 else ""))
+    fig.suptitle("Step-time breakdown" + (f": {split_model(keys[0][2])[0]}"
+                                          if len({split_model(k[2])[0] for k in keys}) == 1 else ""))
     return _save(fig, out_dir, "step_breakdown")
 
 

@@ -34,12 +34,14 @@ print(f"{len(recs)} records, {len(table)} AllToAll points")
 # %%
 manifest.section(
     "AllToAll comparison",
-    tables.write_table(summary, out_dir, "alltoall_summary", "TP AllToAll: time (us) and MoNTA speedups"),
+    tables.write_table(summary, out_dir, "alltoall_summary", "TP AllToAll: time per exchange and MoNTA's speedups"),
     figures.alltoall_comparison(table, out_dir),
     empty=summary.empty,
-    note="speedup = baseline time / MoNTA time at the same point; inter_bytes_ratio = legacy / MoNTA inter-node bytes.",
+    note=("Times: median of the slowest rank per iteration (emulated, in ms) or the performance model's "
+          "(predicted, in us). monta = its best chunk count; vs legacy / vs deepspeed = baseline time / MoNTA "
+          "time at the same point; inter-node link = per node and direction (for a predicted cluster, its NICs)."),
 )
-tables.write_table(table, out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count")
+tables.write_table(table.drop(columns=tables.STATED), out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count")
 summary
 
 # %% [markdown]
@@ -54,6 +56,19 @@ manifest.section(
     empty=chunks.empty,
 )
 chunks
+
+# %% [markdown]
+# ## Tensor-parallel degree ablation
+
+# %%
+tp = tables.tp_ablation(summary)
+manifest.section(
+    "TP ablation",
+    tables.write_table(tp, out_dir, "tp_ablation", "Exchange time per tensor-parallel degree"),
+    figures.tp_ablation(tp, out_dir),
+    empty=tp.empty,
+)
+tp
 
 # %% [markdown]
 # ## Intra:inter bandwidth-ratio ablation

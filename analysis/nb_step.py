@@ -28,20 +28,32 @@ steps = tables.step_table(recs)
 print(f"{len(recs)} records, {len(steps)} step points")
 
 # %%
-cols = [c for c in steps.columns if not c.startswith("breakdown_ms.")] if not steps.empty else []
+measured = steps[steps["source"].isin(tables.MEASURED)] if not steps.empty else steps
+cols = [c for c in measured.columns if not c.startswith("breakdown_ms.")] if not measured.empty else []
 manifest.section(
     "Training step per variant",
-    tables.write_table(steps[cols] if cols else steps, out_dir, "step_summary",
-                       "Training step: median step time (ms) and speedup vs DeepSpeed"),
-    empty=steps.empty,
+    tables.write_table(measured[cols] if cols else measured, out_dir, "step_summary",
+                       "Training step: median step time and speedup vs DeepSpeed"),
+    empty=measured.empty,
 )
-steps[cols] if cols else steps
+measured[cols] if cols else measured
 
 # %%
-breakdown = tables.step_breakdown(steps)
+predicted = tables.predicted_step_table(recs)
+manifest.section(
+    "Training step, predicted",
+    tables.write_table(predicted, out_dir, "step_predicted",
+                       "Training step predicted by the performance model: step time, exchange and exposed gradient sync"),
+    empty=predicted.empty,
+)
+predicted
+
+# %%
+breakdown = tables.step_breakdown(measured)
 manifest.section(
     "Step-time breakdown",
-    tables.write_table(breakdown, out_dir, "step_breakdown", "Step-time breakdown (ms) per phase and variant"),
+    tables.write_table(tables.step_breakdown_wide(breakdown), out_dir, "step_breakdown",
+                       "Step-time breakdown per phase and variant"),
     figures.step_breakdown(breakdown, out_dir),
     empty=breakdown.empty,
 )

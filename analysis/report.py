@@ -1,6 +1,8 @@
-"""Manifests of what each notebook wrote, and the report page (results/report.md) linking them.
+"""Manifests of what each notebook wrote, and the report page (results/report.md): a summary of the
+headline numbers (analysis.summary), then every table and figure the notebooks wrote.
 
-`python -m analysis.report --out results/report.md results/analysis/*.json`
+`python -m analysis.report results/analysis/*.json --out results/report.md --records results/**/*.jsonl
+[--paper analysis/paper.yaml] [--regress results/regress/alltoall.md]`
 """
 
 from __future__ import annotations
@@ -38,13 +40,17 @@ class Manifest:
         return self.path
 
 
-def render(manifests: Sequence[str | Path], out: str | Path, experiment: str = "") -> str:
-    """Markdown of the report: each section's table inline, links to md/csv/tex, the figure."""
+def render(manifests: Sequence[str | Path], out: str | Path, experiment: str = "",
+           summary: Sequence[str] = ()) -> str:
+    """Markdown of the report: the summary lines, then each section's table inline, links to
+    md/csv/tex, the figure."""
     out = Path(out)
     rel = lambda p: os.path.relpath(p, out.parent)  # noqa: E731 - links must work from the report's folder
     lines = [f"# monta results{': ' + experiment if experiment else ''}", "",
              f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from the record files "
              "(JSONL under results/); tables in results/tables, figures in results/figures.", ""]
+    if summary:
+        lines += ["## Summary", "", *summary, ""]
     for m in manifests:
         data = json.loads(Path(m).read_text())
         lines += [f"## Notebook `{data['notebook']}`", ""]
@@ -69,18 +75,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("manifests", nargs="+", help="results/analysis/<notebook>.json files")
     ap.add_argument("--out", required=True, help="report path, e.g. results/report.md")
     ap.add_argument("--experiment", default="")
+    ap.add_argument("--records", nargs="*", default=[], help="record files (JSONL) the summary reads")
+    ap.add_argument("--paper", help="published numbers (analysis/paper.yaml) for the summary")
+    ap.add_argument("--regress", help="the regression check's table (results/regress/alltoall.md), when it ran")
     args = ap.parse_args(argv)
-    missing = [m for m in args.manifests if not Path(m).exists()]
+    missing = [m for m in args.manifests + ([args.paper] if args.paper else []) if not Path(m).exists()]
     if missing:
-        print(f"report: error: manifest(s) not found: {', '.join(missing)}; run the notebooks first", file=sys.stderr)
+        print(f"report: error: input(s) not found: {', '.join(missing)}; run the notebooks first", file=sys.stderr)
         return 2
-    text = render(args.manifests, args.out, args.experiment)
+    text = render(args.manifests, args.out, args.experiment, _summary(args))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)
     print(f"wrote {args.out}")
     return 0
+
+
+def _summary(args: argparse.Namespace) -> list[str]:
+    import yaml
+
+    from analysis import summary, tables
+
+    base = Path(args.out).parent
+
+    def link(target: str) -> str | None:
+        return target if (base / target).exists() else None
+
+    paper = yaml.safe_load(Path(args.paper).read_text()) if args.paper else None
+    return summary.summarize(tables.load(args.records), paper, args.regress, link)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ Every function accepts records of any kinds and returns an empty frame when its 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from analysis import display
+from monta.perfmodel.links import PRESETS
 from monta.results import read_records
 
 # Params that describe how a point was measured, not which point it is.
@@ -22,6 +25,8 @@ PHASES = ("attention", "gate", "dispatch", "experts", "combine", "dispatch_bwd",
 # Sums over other phases (never stacked with them); exposed_comm = communication the step waited for.
 TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange", "breakdown_ms.exposed_comm"}
 A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
+# What a monta prediction states about its baselines (filled into the summary, not a column of its own).
+STATED = ["legacy_us", "deepspeed_us", "legacy_inter_bytes"]
 STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
 
 
@@ -46,6 +51,7 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
                 row[k] = v
         if r.get("kind") == "step" and row.get("step_ms") is None and _is_number(row.get("step_time_us")):
             row["step_ms"] = row["step_time_us"] / 1000.0  # the performance model states step time in us
+        _name_links(row, r)
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty and {"nodes", "gpus_per_node"} <= set(df.columns):
@@ -54,6 +60,58 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
         df["cluster"] = [_cluster_label(nd, g, t, c) for nd, g, t, c in
                          zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * n)), named)]
     return df
+
+
+def _name_links(row: dict[str, Any], rec: Mapping[str, Any]) -> None:
+    """A predicted point says which links it models: `emulator:<profile>` becomes the profile's
+    links (the name alone, e.g. 'custom', says nothing), a preset cluster its inter-node rate."""
+    cluster = row.get("cluster")
+    if not isinstance(cluster, str):
+        return
+    if cluster.startswith("emulator:"):
+        topo = ((rec.get("config") or {}).get("profile") or {}).get("topology") or {}
+        rate = lambda v: "unshaped" if v is None else f"{v:g} Gbit/s"  # noqa: E731
+        if "inter_gbps" in topo:
+            row["cluster"] = f"emulator links (inter {rate(topo['inter_gbps'])}, intra {rate(topo.get('intra_gbps'))})"
+            if row.get("inter_gbps") is None and topo["inter_gbps"] is not None:
+                row["inter_gbps"] = float(topo["inter_gbps"])
+        else:
+            row["cluster"] = "emulator links (calibrated profile)"
+    elif row.get("source") == "predicted" and cluster in PRESETS:
+        if rec.get("kind") == "step" and row.get("topk") is None:
+            _preset_routing(row)
+        if row.get("inter_gbps") is None:
+            c = PRESETS[cluster]()  # per node and direction, as the emulator's inter_gbps
+            row["inter_gbps"] = round(c.inter.bandwidth_GBps * c.nics_per_node * 8, 1)
+        if rec.get("kind") == "alltoall" and row.get("inter_bytes") is None:
+            _model_bytes(row, cluster)
+
+
+def _preset_routing(row: dict[str, Any]) -> None:
+    """A predicted step states its model preset; top-k and capacity factor are the preset's."""
+    from monta.model.config import resolve_config
+
+    try:
+        cfg = resolve_config(str(row.get("model")))
+    except ValueError:
+        return
+    row.update(topk=cfg.top_k, capacity_factor=cfg.capacity_factor)
+
+
+def _model_bytes(row: dict[str, Any], cluster: str) -> None:
+    """Bytes of a prediction that states only times (`monta predict paper`), from the same model;
+    legacy's too, for the inter-node byte ratio at that point."""
+    from monta.perfmodel.alltoall import make_layout
+    from monta.perfmodel.exchange import exchange_time
+
+    try:
+        layout = make_layout(int(row["nodes"]), int(row["gpus_per_node"]), int(row["tp"]), row.get("ep"))
+        chunks = int(row["chunks"])
+        b = exchange_time(row["variant"], float(row["size_bytes"]), layout, cluster, chunks)
+        legacy = exchange_time("legacy", float(row["size_bytes"]), layout, cluster, 1)
+    except (KeyError, TypeError, ValueError):
+        return  # not a shape the model takes: leave the bytes unknown
+    row.update(inter_bytes=b.inter_bytes, intra_bytes=b.intra_bytes, legacy_inter_bytes=legacy.inter_bytes)
 
 
 def _is_number(v: Any) -> bool:
@@ -84,7 +142,9 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     df = to_frame(records, "alltoall")
     if df.empty:
         return df
-    metrics = ["time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "wrong"]
+    # legacy_us / deepspeed_us: `monta predict paper` states the baselines on its monta records
+    metrics = ["time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "wrong", "legacy_us",
+               "deepspeed_us", "legacy_inter_bytes"]
     df = _ensure(df, A2A_POINT + ["variant", "chunks"] + metrics)
     keys = A2A_POINT + ["variant", "chunks"]
     out = (df.groupby(keys, dropna=False)[metrics].median().reset_index()
@@ -93,6 +153,7 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         ref = (out[out["variant"] == base].groupby(A2A_POINT, dropna=False)["time_us"].min()
                .rename(f"_t_{base}").reset_index())
         out = out.merge(ref, on=A2A_POINT, how="left")
+        out[f"_t_{base}"] = out[f"_t_{base}"].fillna(out[f"{base}_us"])
         out[f"speedup_vs_{base}"] = out[f"_t_{base}"] / out["time_us"]
         out = out.drop(columns=f"_t_{base}")
     return out.sort_values(keys).reset_index(drop=True)
@@ -105,18 +166,25 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for point, g in table.groupby(A2A_POINT, dropna=False, sort=True):
         row = dict(zip(A2A_POINT, point))
+        m = g[g["variant"] == "monta"]
+        best = m.loc[m["time_us"].idxmin()] if len(m) and m["time_us"].notna().any() else None
         for v in ("legacy", "deepspeed"):
             t = g.loc[g["variant"] == v, "time_us"]
-            row[f"{v}_us"] = t.min() if len(t) else float("nan")
-        m = g[g["variant"] == "monta"]
-        if len(m):
-            best = m.loc[m["time_us"].idxmin()]
-            row.update(monta_us=best["time_us"], best_chunks=best["chunks"],
-                       monta_inter_bytes=best["inter_bytes"])
-        else:
-            row.update(monta_us=float("nan"), best_chunks=float("nan"), monta_inter_bytes=float("nan"))
-        lg = g.loc[g["variant"] == "legacy", "inter_bytes"]
-        row["inter_bytes_ratio"] = (lg.min() / row["monta_inter_bytes"]) if len(lg) and row["monta_inter_bytes"] else float("nan")
+            if len(t):
+                row[f"{v}_us"] = t.min()
+            elif best is not None:  # a prediction that states only monta and its speedups: the model's baseline
+                row[f"{v}_us"] = best["time_us"] * best[f"speedup_vs_{v}"]
+            else:
+                row[f"{v}_us"] = float("nan")
+        nan = float("nan")
+        row.update(monta_us=best["time_us"] if best is not None else nan,
+                   best_chunks=best["chunks"] if best is not None else nan,
+                   # monta's inter-node bytes do not depend on the chunk count: any monta row says them
+                   monta_inter_bytes=m["inter_bytes"].max() if len(m) else nan)
+        lg = g.loc[g["variant"] == "legacy", "inter_bytes"].min()
+        if not lg == lg:  # no legacy row: the legacy bytes the model stated next to monta's
+            lg = m["legacy_inter_bytes"].max() if len(m) else nan
+        row["inter_bytes_ratio"] = lg / row["monta_inter_bytes"] if lg and row["monta_inter_bytes"] else nan
         row["speedup_vs_legacy"] = row["legacy_us"] / row["monta_us"]
         row["speedup_vs_deepspeed"] = row["deepspeed_us"] / row["monta_us"]
         rows.append(row)
@@ -147,6 +215,20 @@ def ratio_ablation(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.loc[varied, cols].sort_values(keys + ["inter_gbps"]).reset_index(drop=True)
 
 
+def tp_ablation(summary: pd.DataFrame) -> pd.DataFrame:
+    """Times and speedups against the TP degree, where one cluster shape, link and buffer size was
+    run at several TP degrees (the TP ablation points next to the sweep's own TP)."""
+    if summary.empty or "tp" not in summary.columns or summary["tp"].nunique() < 2:
+        return pd.DataFrame()
+    keys = ["source", "nodes", "gpus_per_node", "inter_gbps", "size_bytes"]
+    varied = summary.groupby(keys, dropna=False)["tp"].transform("nunique") > 1
+    cols = keys + ["tp", "legacy_us", "deepspeed_us", "monta_us", "best_chunks", "speedup_vs_legacy",
+                   "speedup_vs_deepspeed"]
+    out = summary.loc[varied, cols].sort_values(keys + ["tp"]).reset_index(drop=True)
+    out.insert(1, "cluster", [f"{int(n)}x{int(g)}" for n, g in zip(out["nodes"], out["gpus_per_node"])])
+    return out.drop(columns=["nodes", "gpus_per_node"])
+
+
 def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Median step time per (config, variant) with tokens/s, memory and speedup vs deepspeed."""
     df = to_frame(records, "step")
@@ -161,6 +243,34 @@ def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     out = out.merge(ref, on=STEP_POINT, how="left")
     out["speedup_vs_deepspeed"] = out["_t_ds"] / out["step_ms"]
     return out.drop(columns="_t_ds").reset_index(drop=True)
+
+
+def predicted_step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The performance model's step per (cluster, model, variant): step time, the exchange and the
+    gradient sync it leaves exposed, speedup vs deepspeed (what a prediction states; no loss or memory)."""
+    df = to_frame(records, "step")
+    if df.empty or "predicted" not in set(df["source"]):
+        return pd.DataFrame()
+    df = _ensure(df[df["source"] == "predicted"], STEP_POINT + ["variant", "step_ms", "exchange_us", "grad_sync_us"])
+    out = df.groupby(STEP_POINT + ["variant"], dropna=False)[["step_ms", "exchange_us", "grad_sync_us"]].median()
+    out = out.reset_index().rename(columns={"exchange_us": "exchange_us", "grad_sync_us": "grad_sync_us"})
+    for c in ("exchange", "grad_sync"):
+        out[f"{c}_ms"] = out.pop(f"{c}_us") / 1000.0
+    ref = out[out["variant"] == "deepspeed"].set_index(STEP_POINT)["step_ms"].rename("_t_ds")
+    out = out.join(ref, on=STEP_POINT)
+    out["speedup_vs_deepspeed"] = out.pop("_t_ds") / out["step_ms"]
+    return out.reset_index(drop=True)
+
+
+def step_breakdown_wide(long: pd.DataFrame) -> pd.DataFrame:
+    """The breakdown as a table to read: one row per (point, variant), one column per phase (ms)."""
+    if long.empty:
+        return long
+    keys = STEP_POINT + ["variant"]
+    wide = long.pivot_table(index=keys, columns="phase", values="ms", aggfunc="mean", dropna=False, sort=False)
+    wide = wide.dropna(how="all").reindex(columns=list(dict.fromkeys(long["phase"])))
+    wide.columns = [f"breakdown_ms.{c}" for c in wide.columns]
+    return wide.reset_index()
 
 
 def step_breakdown(table: pd.DataFrame) -> pd.DataFrame:
@@ -234,6 +344,11 @@ def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any])
         med = sdf.groupby(point + ["variant", "chunks"] if "chunks" in sdf.columns else point + ["variant"],
                           dropna=False)[metric].median().reset_index()
         best = med.groupby(point + ["variant"], dropna=False)[metric].min().unstack("variant")
+        stated = f"{ours['baseline']}_us"  # `predict paper` states the baseline's time on its monta records
+        if metric == "time_us" and stated in sdf.columns and ours["variant"] in best.columns:
+            known = sdf[sdf["variant"] == ours["variant"]].groupby(point, dropna=False)[stated].median()
+            have = best[ours["baseline"]] if ours["baseline"] in best.columns else pd.Series(float("nan"), best.index)
+            best[ours["baseline"]] = have.fillna(known.reindex(best.index))
         if ours["variant"] in best.columns and ours["baseline"] in best.columns:
             out.append((best[ours["baseline"]] / best[ours["variant"]]).dropna().rename("ratio").reset_index())
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
@@ -256,7 +371,7 @@ def _deviation(ours: float, paper: Mapping[str, Any]) -> float:
     return 100.0 * (ours - bound) / bound
 
 
-def _fmt_paper(paper: Mapping[str, Any]) -> str:
+def fmt_paper(paper: Mapping[str, Any]) -> str:
     unit = paper.get("unit", "")
     scale, suffix = (100.0, "%") if unit == "fraction" else (1.0, unit)
     if "value" in paper:
@@ -270,8 +385,8 @@ def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, A
     for c in paper["claims"]:
         src = c["source"]
         cite = f"{src['paper']} (arXiv {src['arxiv']}, {src['where']})"
-        base = {"claim": c["claim"], "source": cite, "paper": _fmt_paper(c["paper"])}
-        values = _ours(records, c["ours"])
+        base = {"claim": c["claim"], "source": cite, "paper": fmt_paper(c["paper"])}
+        values = claim_values(records, c["ours"])
         if not values:
             rows.append({**base, "ours_source": "-", "ours": "no data", "deviation_pct": float("nan"), "points": 0})
             continue
@@ -283,7 +398,7 @@ def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, A
     return pd.DataFrame(rows)
 
 
-def _ours(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any]) -> dict[str, tuple[float, int]]:
+def claim_values(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any]) -> dict[str, tuple[float, int]]:
     """Our value of one claim per source: {source: (value, number of points)}."""
     if ours.get("compute") == "model_error":
         pvm = predicted_vs_measured(records)
@@ -303,24 +418,53 @@ def _ours(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any]) -> dict
     return out
 
 
-def _display(df: pd.DataFrame) -> pd.DataFrame:
-    """Drop what the cluster label already says and columns with no value at all."""
+def _display(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Drop what the cluster label already says and columns with no value at all; a context
+    column with one value for the whole table (e.g. dtype) moves into the caption."""
+    if "cluster" not in df.columns and {"nodes", "gpus_per_node", "tp"} <= set(df.columns):
+        df = df.copy()
+        df.insert(0, "cluster", [_cluster_label(n, g, t) for n, g, t in zip(df["nodes"], df["gpus_per_node"], df["tp"])])
     if "cluster" in df.columns:
-        df = df.drop(columns=[c for c in ("nodes", "gpus_per_node", "tp") if c in df.columns])
-    return df.dropna(axis=1, how="all")
+        said = ["nodes", "gpus_per_node"] + (["tp"] if df["cluster"].astype(str).str.contains(" TP").all() else [])
+        df = df.drop(columns=[c for c in said if c in df.columns])
+    if "model" in df.columns:
+        df = df.assign(model=[_base_model(m, df.columns) for m in df["model"]])
+    df = df.dropna(axis=1, how="all")
+    notes = []
+    for c in CONTEXT:
+        if c in df.columns and df[c].dropna().nunique() == 1:
+            notes.append(f"{c} {df[c].dropna().iloc[0]}")
+            df = df.drop(columns=c)
+    return df, "; ".join(notes)
+
+
+def _base_model(model: Any, columns: Iterable[str]) -> Any:
+    """'moe-2x70b-mini[layers=1,topk=2]' -> 'moe-2x70b-mini' when every override has its own column."""
+    m = re.fullmatch(r"(.*?)\[(.*)\]", str(model))
+    if not m:
+        return model
+    keys = {kv.split("=", 1)[0] for kv in m.group(2).split(",") if kv}
+    return m.group(1) if keys <= set(columns) else model
+
+
+# Columns that describe the whole table when they have a single value.
+CONTEXT = ("dtype", "kind", "experiment", "ep")
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str) -> list[Path]:
-    """Write results/tables/<name>.{md,csv,tex}; an empty frame becomes a 'no data' table."""
+    """Write results/tables/<name>.{md,csv,tex}; an empty frame becomes a 'no data' table. The
+    markdown and LaTeX tables are for people (human units, 3 significant digits); the CSV keeps
+    the raw numbers."""
     tables = Path(out_dir) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     if df.empty:
-        df = pd.DataFrame({"status": [f"no data ({caption})"]})
+        df = shown = pd.DataFrame({"status": [f"no data ({caption})"]})
     else:
-        df = _display(df)
+        df, notes = _display(df)
+        caption = f"{caption} ({notes})" if notes else caption
+        shown = display.humanize(df)
     paths = [tables / f"{name}.md", tables / f"{name}.csv", tables / f"{name}.tex"]
-    paths[0].write_text(f"**{caption}**\n\n" + df.to_markdown(index=False, floatfmt=".4g") + "\n")
+    paths[0].write_text(f"**{caption}**\n\n" + shown.to_markdown(index=False, disable_numparse=True) + "\n")
     df.to_csv(paths[1], index=False)
-    paths[2].write_text(df.to_latex(index=False, caption=caption, label=f"tab:{name}",
-                                    float_format="%.4g", na_rep="-"))
+    paths[2].write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{name}", escape=True))
     return paths

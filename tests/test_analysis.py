@@ -217,3 +217,123 @@ def test_step_panel_titles_are_short_two_line():
                                                "emulated 2x4 TP4\ntop-k 2, capacity 2.0"]
     mixed = figures.step_panel_titles([("emulated", "2x4 TP4", "mini"), ("predicted", "a800-8nic 2x8 TP8", "moe-2x70b")])
     assert mixed == ["emulated 2x4 TP4\nmini", "predicted a800-8nic 2x8 TP8\nmoe-2x70b"]
+
+
+# -- the report for people: units, filled columns, names, summary -------------------------------
+def test_sig3_plain_notation():
+    from analysis.display import fmt_bytes, sig3
+
+    assert [sig3(x) for x in (306600.0, 3066.0, 44.8067, 4.5, 0.02431, 9.996, 1.0)] == \
+        ["307000", "3070", "44.8", "4.50", "0.0243", "10.0", "1.00"]
+    assert [fmt_bytes(b) for b in (65536, 1 << 20, 3 << 19, 1 << 30)] == ["64 KiB", "1 MiB", "1.50 MiB", "1 GiB"]
+
+
+def _paper_pred(size, t, legacy, deepspeed, chunks, cluster="a800-8nic"):
+    """What `monta predict paper` writes: monta at the model's own chunk count, the baselines as metrics."""
+    return make_record(kind="alltoall", source="predicted", experiment="p", env=ENV,
+                       params={"size_bytes": size, "variant": "monta", "chunks": chunks, "nodes": 2, "gpus_per_node": 8,
+                               "tp": 8, "ep": 2, "cluster": cluster},
+                       metrics={"time_us": t, "legacy_us": legacy, "deepspeed_us": deepspeed,
+                                "speedup": legacy / t, "speedup_vs_deepspeed": deepspeed / t})
+
+
+def test_summary_table_fills_what_the_model_knows_and_reads_in_human_units(tmp_path):
+    emulated = [a2a(16 << 20, "legacy", 1, 3066000.0, inter_bytes=4 << 20), a2a(16 << 20, "deepspeed", 1, 480000.0),
+                a2a(16 << 20, "monta", 4, 346000.0, inter_bytes=1 << 20)]
+    # a800-4nic: paper predictions only (no legacy/deepspeed records); a800-8nic: the sweep's records
+    # at chunk counts 1/2 plus the paper's faster 3 chunks, which states no inter-node bytes
+    pred = [_paper_pred(16 << 20, 255.06, 1148.0, 341.9, 3, "a800-4nic"), _paper_pred(16 << 20, 230.34, 592.0, 272.4, 3)]
+    for v, c, t in (("legacy", 1, 592.0), ("deepspeed", 1, 272.4), ("monta", 2, 240.0)):
+        pred.append(_pred(16 << 20, v, c, t, "a800-8nic", inter_bytes=(8 if v == "legacy" else 1) * float(1 << 20)))
+        del pred[-1]["params"]["dtype"]  # as `monta predict alltoall` writes them: bytes, no dtype
+    summary = tables.alltoall_summary(tables.alltoall_table(emulated + pred)).set_index("cluster")
+    four = summary.loc["a800-4nic 2x8 TP8"]
+    assert four["legacy_us"] == pytest.approx(1148.0) and four["deepspeed_us"] == pytest.approx(341.9)
+    # bytes from the model itself: 16 MiB over TP 8 and EP 2 leaves 1 MiB per rank for the other node
+    assert four["monta_inter_bytes"] == 1 << 20 and four["inter_bytes_ratio"] == 8.0
+    eight = summary.loc["a800-8nic 2x8 TP8"]
+    assert eight["best_chunks"] == 3 and eight["monta_inter_bytes"] == 1 << 20 and eight["inter_bytes_ratio"] == 8.0
+    assert eight["inter_gbps"] == pytest.approx(8 * 23.5 * 8)  # the preset's 8 NICs, per node like the emulator's
+    md, csv, _ = tables.write_table(summary.reset_index(), tmp_path, "s", "caption")
+    text = md.read_text()
+    assert "e+" not in text and "nan" not in text.lower()
+    assert "| 3070 ms " in text and "| 346 ms " in text and "| 8.86x " in text  # emulated: ms, 3 significant digits
+    assert "| 1150 us " in text and "| 230 us " in text and "| 16 MiB " in text  # predicted: us
+    assert "dtype float32" in text.splitlines()[0]  # one value for the table: said once, in the caption
+    assert "3066000" in csv.read_text()  # the CSV keeps the raw numbers
+
+
+def test_emulator_profile_is_named_by_its_links():
+    acc = make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
+                      params={"size_bytes": 1 << 20, "variant": "monta", "chunks": 2, "nodes": 2, "gpus_per_node": 4,
+                              "tp": 4, "ep": 2, "cluster": "emulator:custom"},
+                      metrics={"time_us": 900.0, "measured_us": 1000.0},
+                      config={"profile": {"name": "custom", "topology": {"name": "custom", "inter_gbps": 0.25,
+                                                                         "intra_gbps": None}}})
+    df = tables.to_frame([acc])
+    assert df["cluster"].tolist() == ["emulator links (inter 0.25 Gbit/s, intra unshaped) 2x4 TP4"]
+    assert df["inter_gbps"].tolist() == [0.25]
+
+
+def test_tp_ablation_is_its_own_table_and_figure(tmp_path):
+    recs = alltoall_records()  # 2x4 TP4 at 1 and 4 MiB
+    for tp in (1, 2):  # the ablation points: one size each
+        for v, c, f in (("legacy", 1, 1.0 + tp), ("deepspeed", 1, 1.5), ("monta", 2, 1.0)):
+            recs.append(a2a(4 << 20, v, c, 1000.0 * f, tp=tp))
+    table = tables.alltoall_table(recs)
+    tp = tables.tp_ablation(tables.alltoall_summary(table))
+    assert tp["tp"].tolist() == [1, 2, 4] and set(tp["size_bytes"]) == {4 << 20}
+    assert tp["speedup_vs_legacy"].tolist() == pytest.approx([2.0, 3.0, 4.0 / 1.0])
+    data, _ = figures.alltoall_comparison_data(table)
+    assert set(data["series"]) == {"emulated 2x4 TP4"}  # no single-point TP1/TP2 panels
+    path = figures.tp_ablation(tp, tmp_path)
+    assert path is not None and path.stat().st_size > 5000
+
+
+def _accuracy(size, chunks, predicted, measured, gpus=4):
+    return make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
+                       params={"size_bytes": size, "variant": "monta", "chunks": chunks, "nodes": 2,
+                               "gpus_per_node": gpus, "tp": gpus, "ep": 2, "cluster": "emulator:custom"},
+                       metrics={"time_us": predicted, "measured_us": measured})
+
+
+def test_chunk_pick_follows_the_models_rule_on_recorded_predictions():
+    from analysis import summary
+
+    recs = [_accuracy(1 << 20, 1, 100.0, 100.0), _accuracy(1 << 20, 2, 99.8, 90.0),  # 0.2% faster: a tie, keeps 1
+            _accuracy(4 << 20, 1, 400.0, 400.0), _accuracy(4 << 20, 4, 300.0, 310.0), _accuracy(4 << 20, 8, 290.0, 300.0)]
+    picks = {setup[0]: (best, pick, loss) for setup, best, pick, loss in summary.chunk_picks(recs)}
+    assert picks[1 << 20] == (2, 1, pytest.approx(100.0 / 90.0 - 1))  # a miss: 11% off the best measured
+    assert picks[4 << 20] == (8, 8, 0.0)
+
+
+def test_summary_states_the_headline_numbers_with_links(tmp_path):
+    from analysis import summary
+    from monta.regress import compare, format_table
+
+    recs = alltoall_records()
+    recs += [a2a(16 << 20, "legacy", 1, 3066000.0, tp=8, gpus=8), a2a(16 << 20, "deepspeed", 1, 480000.0, tp=8, gpus=8),
+             a2a(16 << 20, "monta", 4, 346000.0, tp=8, gpus=8), a2a(8 << 20, "monta", 4, 200000.0, tp=8, gpus=8)]
+    recs += [_paper_pred(16 << 20, 230.34, 592.0, 272.4, 3), _paper_pred(64 << 20, 748.1, 1799.7, 865.6, 3)]
+    recs += [step("deepspeed", 20.0), step("monta", 16.0), step("lina", 12.5), step("legacy", 25.0)]
+    recs += [_accuracy(1 << 20, 1, 110.0, 100.0), _accuracy(1 << 20, 2, 80.0, 100.0)]  # MAPE 15%, pick 2: 0% off
+    base = [a2a(1 << 20, "monta", 4, 1000.0), a2a(4 << 20, "monta", 4, 1000.0)]
+    cur = [a2a(1 << 20, "monta", 4, 1000.0), a2a(4 << 20, "monta", 4, 3000.0)]
+    for r in base + cur:
+        r["metrics"]["samples_us"] = [r["metrics"]["time_us"] * f for f in (0.99, 1.0, 1.01, 1.0, 0.995)]
+    regress_md = tmp_path / "alltoall.md"  # the table `monta regress` writes
+    regress_md.write_text(format_table(compare(base, cur), "time_us", 0.10, 0.95))
+    paper = yaml.safe_load((ROOT / "analysis" / "paper.yaml").read_text())
+    lines = summary.summarize(recs, paper, regress_md, lambda target: target)
+    text = "\n".join(lines)
+    # the headline: the largest TP measured, its largest buffer with every variant
+    assert ("**TP AllToAll**, emulated 2x8 TP8 @ 2 Gbit/s, 16 MiB per rank: monta (4 chunks) 346 ms: **8.86x** "
+            "over legacy (3070 ms), **1.39x** over deepspeed (480 ms). [table](tables/alltoall_summary.md)") in text
+    assert "a800-8nic 2x8 TP8: up to **2.57x** over legacy at 16 MiB (1.18x over deepspeed there)" in text
+    assert "mini: monta 16.0 ms, **1.25x** over deepspeed (20.0 ms); lina 1.60x, legacy 0.800x over deepspeed." in text
+    assert "MAPE **15.0%** over 2 points" in text and "at **1 of 1** buffer sizes" in text
+    assert "2 matched points, **1 regressed** (1 improved" not in text  # the 1 MiB point is unchanged
+    assert "2 matched points, **1 regressed**" in text and "threshold 10%" in text
+    assert "AllToAll 8x vs DeepSpeed under TP8: paper 8x, ours 8.86x emulated, 2.57x predicted" in text
+    assert all(line.startswith("- ") for line in lines)
+    assert summary.regress_line(None).startswith("**Regression check**: not run")

@@ -1,5 +1,6 @@
 # Notebooks (jupytext .py under analysis/) executed with papermill on the record files, then one
-# report page linking every table and figure they wrote.
+# report page: a summary of the headline numbers (records, regression check), then every table and
+# figure the notebooks wrote.
 
 
 rule notebook:
@@ -24,7 +25,7 @@ rule notebook:
 
 rule report:
     input:
-        get_report_input,
+        unpack(get_report_input),
     output:
         "results/report.md",
     log:
@@ -32,7 +33,10 @@ rule report:
     params:
         experiment=config["experiment"],
         root=str(ROOT),
+        regress=report_regress_arg,
     conda:
         "../envs/monta.yaml"
     shell:
-        "PYTHONPATH={params.root}${{PYTHONPATH:+:$PYTHONPATH}} python -m analysis.report --experiment {params.experiment} --out {output} {input} > {log} 2>&1"
+        "PYTHONPATH={params.root}${{PYTHONPATH:+:$PYTHONPATH}} python -m analysis.report {input.manifests}"
+        " --experiment {params.experiment} --out {output} --records {input.records} --paper {input.paper}"
+        " {params.regress} > {log} 2>&1"

@@ -240,7 +240,20 @@ def notebook_params(wildcards, input):
 
 
 def get_report_input(wildcards):
-    return expand("results/analysis/{notebook}.json", notebook=config["analysis"]["notebooks"])
+    """The notebooks' manifests, and for the summary: the records, the published numbers, the
+    regression check's table (when it runs)."""
+    files = {
+        "manifests": expand("results/analysis/{notebook}.json", notebook=config["analysis"]["notebooks"]),
+        "records": record_files(),
+        "paper": config["analysis"]["paper"],
+    }
+    if config["regress"]["enabled"] and config["alltoall"]["enabled"]:
+        files["regress"] = "results/regress/alltoall.md"
+    return files
+
+
+def report_regress_arg(wildcards, input):
+    return f"--regress {input.regress}" if "regress" in input.keys() else ""
 
 
 REG = config["regress"]

@@ -1,0 +1,203 @@
+"""The report's opening summary: the run's headline numbers, each linked to the table or figure behind it.
+
+Pure functions of the records, analysis/paper.yaml and the regression check's table; analysis.report renders them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import tables
+from analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
+from monta.perfmodel.accuracy import CHUNK_TOLERANCE
+# `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
+# chunk-pick check below applies the model's own rule to the recorded predictions.
+from monta.perfmodel.chunks import _TIE as AUTO_TIE
+
+MEASURED = ("measured", "emulated")
+REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok")
+
+
+def _x(v: float) -> str:
+    return f"{sig3(v)}x"
+
+
+def _t(us: float, source: str) -> str:
+    return fmt_time_us(us, time_unit(source, us))
+
+
+def _where(row: Mapping[str, Any]) -> str:
+    gbps = row.get("inter_gbps")
+    link = f" @ {gbps:g} Gbit/s" if row.get("source") in MEASURED and gbps == gbps and gbps is not None else ""
+    return f"{row['source']} {row['cluster']}{link}"
+
+
+def alltoall_lines(summary: pd.DataFrame) -> list[str]:
+    """Measured: the largest TP (then the largest cluster) at its main link and its largest buffer with
+    legacy and monta (and deepspeed when it ran). Predicted (a named cluster, not the emulator's
+    profile): the largest gain over legacy."""
+    if summary.empty:
+        return []
+    full = summary.dropna(subset=["legacy_us", "monta_us"])
+    lines = []
+    meas = full[full["source"].isin(MEASURED)]
+    if len(meas):
+        meas = meas.assign(_size=meas["nodes"] * meas["gpus_per_node"])
+        top = meas.sort_values(["tp", "_size"]).iloc[-1]
+        same = meas[(meas["cluster"] == top["cluster"]) & (meas["source"] == top["source"])]
+        gbps = same["inter_gbps"].mode()
+        if len(gbps):
+            same = same[same["inter_gbps"] == gbps.iloc[0]]
+        r = same.sort_values("size_bytes").iloc[-1]
+        text = (f"**TP AllToAll**, {_where(r)}, {fmt_bytes(r['size_bytes'])} per rank: monta "
+                f"({int(r['best_chunks'])} chunk{'s' if r['best_chunks'] != 1 else ''}) {_t(r['monta_us'], r['source'])}: "
+                f"**{_x(r['speedup_vs_legacy'])}** over legacy ({_t(r['legacy_us'], r['source'])})")
+        if r["deepspeed_us"] == r["deepspeed_us"]:
+            text += f", **{_x(r['speedup_vs_deepspeed'])}** over deepspeed ({_t(r['deepspeed_us'], r['source'])})"
+        lines.append(text + ".")
+    pred = full[(full["source"] == "predicted") & ~full["cluster"].astype(str).str.startswith("emulator")]
+    pred = pred.dropna(subset=["deepspeed_us"])
+    parts = []
+    for cluster, g in pred.groupby("cluster", sort=True):
+        r = g.loc[g["speedup_vs_legacy"].idxmax()]
+        parts.append(f"{cluster}: up to **{_x(r['speedup_vs_legacy'])}** over legacy at {fmt_bytes(r['size_bytes'])} "
+                     f"({_x(r['speedup_vs_deepspeed'])} over deepspeed there)")
+    if parts:
+        lines.append("**TP AllToAll, predicted** by the performance model: " + "; ".join(parts) + ".")
+    return lines
+
+
+def step_line(steps: pd.DataFrame) -> str | None:
+    """The measured step point with the most variants (the step experiment, not a 2-variant ablation)."""
+    if steps.empty or "deepspeed" not in set(steps["variant"]):
+        return None
+    key = ["source", "cluster", "model"]
+    meas = steps[steps["source"].isin(MEASURED)]
+    pool = meas if len(meas) else steps
+    counts = pool.groupby(key, dropna=False)["variant"].nunique()
+    point = counts.idxmax()
+    g = pool[(pool[key] == pd.Series(point, index=key)).all(axis=1)].set_index("variant")
+    if "monta" not in g.index or g["speedup_vs_deepspeed"].isna().all():
+        return None
+    ds = g.loc["deepspeed", "step_ms"]
+    model, overrides = split_model(point[2])
+    text = (f"**Training step**, {point[0]} {point[1]}, {model}{' (' + overrides + ')' if overrides else ''}: "
+            f"monta {sig3(g.loc['monta', 'step_ms'])} ms, **{_x(g.loc['monta', 'speedup_vs_deepspeed'])}** over "
+            f"deepspeed ({sig3(ds)} ms)")
+    order = {v: i for i, v in enumerate(("monta+priority", "lina", "lancet", "legacy"))}
+    rest = sorted((v for v in g.index if v not in ("monta", "deepspeed")), key=lambda v: (order.get(v, 9), v))
+    others = [f"{v} {_x(g.loc[v, 'speedup_vs_deepspeed'])}" for v in rest]
+    return text + ("; " + ", ".join(others) + " over deepspeed" if others else "") + "."
+
+
+def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, int, float]]:
+    """(setup, best measured chunks, model's pick, measured loss of the pick) per buffer size and shape,
+    from `monta predict accuracy` records (a prediction next to each measurement)."""
+    by_setup: dict[tuple, dict[int, tuple[float, float]]] = {}
+    for r in records:
+        m, p = r.get("metrics", {}), r.get("params", {})
+        if r.get("kind") != "alltoall" or r.get("source") != "predicted" or m.get("measured_us") is None:
+            continue
+        if p.get("variant") != "monta":
+            continue
+        setup = tuple(p.get(k) for k in ("size_bytes", "nodes", "gpus_per_node", "tp", "ep"))
+        by_setup.setdefault(setup, {})[int(p["chunks"])] = (float(m["time_us"]), float(m["measured_us"]))
+    out = []
+    for setup, by_k in sorted(by_setup.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        if len(by_k) < 2:
+            continue
+        pick, best_t = None, float("inf")
+        for k in sorted(by_k):
+            if pick is None or by_k[k][0] < best_t * (1 - AUTO_TIE):
+                pick, best_t = k, by_k[k][0]
+        best = min(by_k, key=lambda k: by_k[k][1])
+        out.append((setup, best, pick, by_k[pick][1] / by_k[best][1] - 1))
+    return out
+
+
+def model_line(records: Sequence[Mapping[str, Any]]) -> str | None:
+    pvm = tables.predicted_vs_measured(records)
+    if pvm.empty:
+        return None
+    err = pvm["error_pct"].abs()
+    shapes = pvm.assign(shape=[f"{int(n)}x{int(g)} TP{int(t)}" for n, g, t in
+                               zip(pvm["nodes"], pvm["gpus_per_node"], pvm["tp"])]).groupby("shape")
+    per = ", ".join(f"{s} {g['error_pct'].abs().mean():.1f}%" for s, g in shapes) if shapes.ngroups > 1 else ""
+    text = (f"**Performance model** vs this run's measurements: MAPE **{err.mean():.1f}%** over {len(pvm)} "
+            f"point{'s' if len(pvm) != 1 else ''}")
+    text += f" ({per})" if per else ""
+    picks = chunk_picks(records)
+    if picks:
+        ok = sum(loss <= CHUNK_TOLERANCE for *_, loss in picks)
+        text += (f"; its chunk pick is within {CHUNK_TOLERANCE:.0%} of the best measured count at "
+                 f"**{ok} of {len(picks)}** buffer sizes")
+    else:
+        text += "; chunk pick not checked (no buffer size measured at two or more chunk counts)"
+    return text + "."
+
+
+def regress_line(path: str | Path | None) -> str:
+    if path is None:
+        return "**Regression check**: not run (regress.enabled is false in this config)."
+    text = Path(path).read_text() if Path(path).exists() else ""
+    counts = {s: 0 for s in REGRESS_STATUSES}
+    for line in text.splitlines():
+        cell = line.split("|")[1].strip() if line.startswith("|") and line.count("|") > 2 else ""
+        if cell in counts:
+            counts[cell] += 1
+    total = sum(counts.values())
+    if not total:
+        first = text.strip().splitlines()[0] if text.strip() else "no output"
+        return f"**Regression check**: no verdict ({first.removeprefix('regress: ')})."
+    threshold = re.search(r"threshold (\d+(?:\.\d+)?%)", text)
+    bad = counts["REGRESSED"]
+    verdict = f"**{bad} regressed**" if bad else "**none regressed**"
+    rest = ", ".join(f"{counts[s]} {s}" for s in ("improved", "inconclusive") if counts[s])
+    return (f"**Regression check** against the stored baseline: {total} matched points, {verdict}"
+            f"{' (' + rest + ')' if rest else ''}{'; threshold ' + threshold.group(1) if threshold else ''}.")
+
+
+def paper_line(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -> str | None:
+    parts = []
+    for c in paper.get("claims", []):
+        if "short" not in c:
+            continue
+        values = tables.claim_values(records, c["ours"])
+        fraction = c["paper"].get("unit") == "fraction"
+        shown = ", ".join(f"{v * 100:.1f}% {s}" if fraction else f"{_x(v)} {s}" for s, (v, _) in sorted(values.items()))
+        parts.append(f"{c['short']}: paper {tables.fmt_paper(c['paper'])}, ours {shown or 'no data'}")
+    if not parts:
+        return None
+    return "**Paper** (MoNTA, arXiv 2411.00662): " + "; ".join(parts) + "."
+
+
+def summarize(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any] | None, regress: str | Path | None,
+              link: Callable[[str], str | None]) -> list[str]:
+    """Markdown bullet lines; ``link(relative path under results/)`` gives a link target or None
+    when that file does not exist."""
+
+    def links(*targets: tuple[str, str]) -> str:
+        got = [f"[{name}]({link(t)})" for name, t in targets if link(t)]
+        return (" " + " · ".join(got)) if got else ""
+
+    summary = tables.alltoall_summary(tables.alltoall_table(records))
+    lines = [line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
+             for line in alltoall_lines(summary)]
+    step = step_line(tables.step_table(records))
+    if step:
+        lines.append(step + links(("table", "tables/step_summary.md"), ("figure", "figures/step_breakdown.png")))
+    model = model_line(records)
+    if model:
+        lines.append(model + links(("table", "tables/predicted_vs_measured.md"),
+                                   ("figure", "figures/predicted_vs_measured.png"), ("log", "logs/predict/accuracy.log")))
+    lines.append(regress_line(regress) + links(("table", "regress/alltoall.md")))
+    if paper:
+        line = paper_line(records, paper)
+        if line:
+            lines.append(line + links(("table", "tables/paper_comparison.md")))
+    return [f"- {line}" for line in lines]
