@@ -13,8 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import display
-from monta.perfmodel.links import PRESETS
+from analysis import display, known
 from monta.results import read_records
 
 # Params that describe how a point was measured, not which point it is.
@@ -51,7 +50,7 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
                 row[k] = v
         if r.get("kind") == "step" and row.get("step_ms") is None and _is_number(row.get("step_time_us")):
             row["step_ms"] = row["step_time_us"] / 1000.0  # the performance model states step time in us
-        _name_links(row, r)
+        known.fill(row, r)
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty and {"nodes", "gpus_per_node"} <= set(df.columns):
@@ -60,58 +59,6 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
         df["cluster"] = [_cluster_label(nd, g, t, c) for nd, g, t, c in
                          zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * n)), named)]
     return df
-
-
-def _name_links(row: dict[str, Any], rec: Mapping[str, Any]) -> None:
-    """A predicted point says which links it models: `emulator:<profile>` becomes the profile's
-    links (the name alone, e.g. 'custom', says nothing), a preset cluster its inter-node rate."""
-    cluster = row.get("cluster")
-    if not isinstance(cluster, str):
-        return
-    if cluster.startswith("emulator:"):
-        topo = ((rec.get("config") or {}).get("profile") or {}).get("topology") or {}
-        rate = lambda v: "unshaped" if v is None else f"{v:g} Gbit/s"  # noqa: E731
-        if "inter_gbps" in topo:
-            row["cluster"] = f"emulator links (inter {rate(topo['inter_gbps'])}, intra {rate(topo.get('intra_gbps'))})"
-            if row.get("inter_gbps") is None and topo["inter_gbps"] is not None:
-                row["inter_gbps"] = float(topo["inter_gbps"])
-        else:
-            row["cluster"] = "emulator links (calibrated profile)"
-    elif row.get("source") == "predicted" and cluster in PRESETS:
-        if rec.get("kind") == "step" and row.get("topk") is None:
-            _preset_routing(row)
-        if row.get("inter_gbps") is None:
-            c = PRESETS[cluster]()  # per node and direction, as the emulator's inter_gbps
-            row["inter_gbps"] = round(c.inter.bandwidth_GBps * c.nics_per_node * 8, 1)
-        if rec.get("kind") == "alltoall" and row.get("inter_bytes") is None:
-            _model_bytes(row, cluster)
-
-
-def _preset_routing(row: dict[str, Any]) -> None:
-    """A predicted step states its model preset; top-k and capacity factor are the preset's."""
-    from monta.model.config import resolve_config
-
-    try:
-        cfg = resolve_config(str(row.get("model")))
-    except ValueError:
-        return
-    row.update(topk=cfg.top_k, capacity_factor=cfg.capacity_factor)
-
-
-def _model_bytes(row: dict[str, Any], cluster: str) -> None:
-    """Bytes of a prediction that states only times (`monta predict paper`), from the same model;
-    legacy's too, for the inter-node byte ratio at that point."""
-    from monta.perfmodel.alltoall import make_layout
-    from monta.perfmodel.exchange import exchange_time
-
-    try:
-        layout = make_layout(int(row["nodes"]), int(row["gpus_per_node"]), int(row["tp"]), row.get("ep"))
-        chunks = int(row["chunks"])
-        b = exchange_time(row["variant"], float(row["size_bytes"]), layout, cluster, chunks)
-        legacy = exchange_time("legacy", float(row["size_bytes"]), layout, cluster, 1)
-    except (KeyError, TypeError, ValueError):
-        return  # not a shape the model takes: leave the bytes unknown
-    row.update(inter_bytes=b.inter_bytes, intra_bytes=b.intra_bytes, legacy_inter_bytes=legacy.inter_bytes)
 
 
 def _is_number(v: Any) -> bool:
