@@ -1,9 +1,14 @@
 """The Snakemake pipeline: lint, dry runs (default, test, a800 on the SLURM profile), config errors,
-and a real run of its analysis half (notebooks via papermill, report) on synthetic records."""
+and a real run of its analysis half (notebooks via papermill, report) on synthetic records.
+
+Every run happens in a working directory of its own (the pipeline's files linked in, results/
+empty): no test depends on what an earlier `make reproduce` left in the checkout, and none writes
+into the checkout's results/ (checked after the module)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +19,44 @@ from monta.results import make_record, write_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+PIPELINE_FILES = ("Snakefile", "workflows", "config", "analysis", "profiles")
 pytestmark = pytest.mark.timeout(300)
 
 
-def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 240) -> subprocess.CompletedProcess:
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(f.relative_to(path)): (f.stat().st_size, f.stat().st_mtime_ns)
+            for f in path.rglob("*") if f.is_file()} if path.is_dir() else {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def users_results_untouched():
+    """The checkout's results/ (a user's `make reproduce`) is neither deleted nor overwritten."""
+    before = _tree(ROOT / "results")
+    yield
+    assert _tree(ROOT / "results") == before
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    """A fresh working directory with the pipeline's files linked in and no results/."""
+    for name in PIPELINE_FILES:
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def snakemake(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled"}
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def test_lint_clean():
-    proc = snakemake("--lint")
+def test_lint_clean(work):
+    proc = snakemake("--lint", cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Lints for" not in proc.stdout + proc.stderr
 
 
-def test_dry_run_default_runs_every_experiment():
-    proc = snakemake("-n", "--profile", "profiles/local")
+def test_dry_run_default_runs_every_experiment(work):
+    proc = snakemake("-n", "--profile", "profiles/local", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 2M:16M:2" in out  # per-cluster sizes
@@ -46,18 +73,18 @@ def test_dry_run_default_runs_every_experiment():
     assert "\nrule ablation_chunks:" not in out and "\nrule ablation_buffer:" not in out
 
 
-def test_dry_run_separate_chunk_and_buffer_ablations(tmp_path):
-    extra = tmp_path / "abl.yaml"
+def test_dry_run_separate_chunk_and_buffer_ablations(work):
+    extra = work / "abl.yaml"
     extra.write_text('ablation:\n  chunks: [1, 2, 4, 8]\n  buffer_sizes: "256K:16M:4"\n')
-    proc = snakemake("-n", "-p", "--profile", "profiles/local", "--configfile", str(extra))
+    proc = snakemake("-n", "-p", "--profile", "profiles/local", "--configfile", str(extra), cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "--sizes 256K:16M:4 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
     assert "--sizes 4M --variants legacy,monta --chunks 1,2,4,8" in out and "results/ablation/chunks.jsonl" in out
 
 
-def test_dry_run_slurm_profile_a800_shows_srun_torchrun():
-    proc = snakemake("-n", "--profile", "profiles/slurm", "--configfile", "config/a800.yaml")
+def test_dry_run_slurm_profile_a800_shows_srun_torchrun(work):
+    proc = snakemake("-n", "--profile", "profiles/slurm", "--configfile", "config/a800.yaml", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert ("srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=32 --gpus-per-node=8 --kill-on-bad-exit=1 "
@@ -68,8 +95,8 @@ def test_dry_run_slurm_profile_a800_shows_srun_torchrun():
     assert "--inter-gbps" not in out and "rule calibrate:" not in out  # real fabric: nothing emulated
 
 
-def test_dry_run_test_config():
-    proc = snakemake("-n", "--configfile", "config/test.yaml")
+def test_dry_run_test_config(work):
+    proc = snakemake("-n", "--configfile", "config/test.yaml", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "results/alltoall/2x2.jsonl" in out and "results/alltoall/2x4.jsonl" not in out
@@ -81,10 +108,10 @@ def test_dry_run_test_config():
     ("launcher:\n  kind: slurm\n", "launcher.kind"),
     ("alltoall:\n  clusters:\n    - {name: x, nodes: 2, gpus_per_node: 4, tp: 3}\n", "alltoall.clusters"),
 ])
-def test_bad_config_stops_before_anything_with_the_key_named(tmp_path, bad, named):
-    cfg = tmp_path / "bad.yaml"
+def test_bad_config_stops_before_anything_with_the_key_named(work, bad, named):
+    cfg = work / "bad.yaml"
     cfg.write_text(bad)
-    proc = snakemake("-n", "--configfile", str(cfg))
+    proc = snakemake("-n", "--configfile", str(cfg), cwd=work)
     err = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "invalid config" in err and named in err, err[-2000:]
@@ -109,12 +136,10 @@ def _step(variant, ms, **extra):
 
 
 @pytest.mark.slow
-def test_analysis_half_runs_for_real_on_synthetic_records(tmp_path):
+def test_analysis_half_runs_for_real_on_synthetic_records(work):
     """Real Snakemake + papermill on a working directory whose record files already exist (as the
     benchmarks would have left them): the notebooks, tables, figures and report are produced."""
-    for name in ("Snakefile", "workflows", "config", "analysis", "profiles"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    res = tmp_path / "results"
+    res = work / "results"
     shape = (2, 2)
     a2a = [_a2a(shape, s, v, c, t * s / 65536, inter_gbps=1.0)
            for s in (65536, 131072) for v, c, t in (("legacy", 1, 400.0), ("monta", 1, 250.0), ("monta", 2, 200.0))]
@@ -128,7 +153,7 @@ def test_analysis_half_runs_for_real_on_synthetic_records(tmp_path):
     for f in ("predict/paper.jsonl", "predict/alltoall.jsonl", "predict/plan.jsonl",
               "ablation/seq/8192.jsonl", "ablation/seq/32768.jsonl"):
         write_records(res / f, pred)
-    proc = snakemake("results/report.md", "--cores", "2", "--configfile", "config/test.yaml", cwd=tmp_path, timeout=280)
+    proc = snakemake("results/report.md", "--cores", "2", "--configfile", "config/test.yaml", cwd=work, timeout=280)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     for t in ("alltoall_summary", "chunk_ablation", "step_summary", "step_breakdown", "paper_comparison",
               "predicted_vs_measured"):
@@ -138,21 +163,24 @@ def test_analysis_half_runs_for_real_on_synthetic_records(tmp_path):
         assert (res / "figures" / f"{f}.png").stat().st_size > 5000
     report = (res / "report.md").read_text()
     assert "](figures/step_breakdown.png)" in report and "](tables/paper_comparison.csv)" in report
+    # opens with the headline numbers, each linked; tables for people: units, no NaN, no 1e+03
+    assert report.index("## Summary") < report.index("## Notebook")
+    assert ("- **TP AllToAll**, emulated 2x2 TP2 @ 1 Gbit/s, 128 KiB per rank: monta (2 chunks) 0.400 ms: **2.00x** "
+            "over legacy (0.800 ms). [table](tables/alltoall_summary.md)") in report
+    assert "monta 24.5 ms, **1.22x** over deepspeed (30.0 ms)" in report  # 24 and the top-k file's 25: median
+    assert "**Regression check**: not run" in report
+    assert not re.search(r"\bnan\b|\de[+-]\d", report, re.IGNORECASE)
     import pandas as pd
 
     pvm = pd.read_csv(res / "tables" / "predicted_vs_measured.csv")
     assert pvm["error_pct"].tolist() == pytest.approx([-5.0])  # 190 predicted vs 200 measured
     assert (res / "analysis" / "nb_paper.ipynb").exists()
-    assert not (ROOT / "results" / "report.md").exists() or (ROOT / "results" / "report.md").stat().st_mtime < \
-        (res / "report.md").stat().st_mtime
 
 
 @pytest.mark.parametrize("fail", [False, True])
-def test_regress_rule_reports_or_fails_as_configured(tmp_path, fail):
+def test_regress_rule_reports_or_fails_as_configured(work, fail):
     """A 2x slower current sweep: with regress.fail false the rule reports it and the run succeeds
     (what `make reproduce` does on another machine); with fail true the run stops non-zero."""
-    for name in ("Snakefile", "workflows", "config", "analysis", "profiles"):
-        (tmp_path / name).symlink_to(ROOT / name)
     points = [(s, v, c) for s in (65536, 131072) for v, c in (("legacy", 1), ("monta", 2))]
     with_samples = lambda t: dict(time_us=t, samples_us=[t * f for f in (0.98, 1.0, 1.02, 0.99, 1.01)])  # noqa: E731
     base, cur = [], []
@@ -161,32 +189,30 @@ def test_regress_rule_reports_or_fails_as_configured(tmp_path, fail):
             r = _a2a((2, 2), size, variant, chunks, t)
             r["metrics"].update(with_samples(t))
             out.append(r)
-    write_records(tmp_path / "base.jsonl", base)
-    write_records(tmp_path / "results" / "alltoall" / "2x2.jsonl", cur)
-    (tmp_path / "reg.yaml").write_text(f"regress: {{enabled: true, baseline: base.jsonl, fail: {str(fail).lower()}}}\n")
+    write_records(work / "base.jsonl", base)
+    write_records(work / "results" / "alltoall" / "2x2.jsonl", cur)
+    (work / "reg.yaml").write_text(f"regress: {{enabled: true, baseline: base.jsonl, fail: {str(fail).lower()}}}\n")
     proc = snakemake("results/regress/alltoall.md", "--cores", "1", "--configfile", "config/test.yaml",
-                     str(tmp_path / "reg.yaml"), cwd=tmp_path)
+                     str(work / "reg.yaml"), cwd=work)
     out = proc.stdout + proc.stderr
     assert "4 point(s) regressed" in out, out[-3000:]
     if fail:
-        assert proc.returncode != 0 and not (tmp_path / "results/regress/alltoall.md").exists()
+        assert proc.returncode != 0 and not (work / "results/regress/alltoall.md").exists()
     else:
         assert proc.returncode == 0, out[-3000:]
-        assert "REGRESSED" in (tmp_path / "results/regress/alltoall.md").read_text()
+        assert "REGRESSED" in (work / "results/regress/alltoall.md").read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_tiny_pipeline_end_to_end(tmp_path):
+def test_tiny_pipeline_end_to_end(work):
     """The whole pipeline for real on config/test.yaml: build, the emulated AllToAll sweep, the
     training step, ablations, predictions, notebooks, tables, figures and the report."""
-    for name in ("Snakefile", "workflows", "config", "analysis", "profiles"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=tmp_path, timeout=1400)
+    proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=work, timeout=1400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     from monta.results import read_records
 
-    res = tmp_path / "results"
+    res = work / "results"
     a2a = read_records(res / "alltoall" / "2x2.jsonl")
     assert {r["params"]["variant"] for r in a2a} >= {"legacy", "monta"}
     assert all(r["kind"] == "alltoall" and r["metrics"]["wrong"] == 0 and r["metrics"]["time_us"] > 0 for r in a2a)
@@ -200,3 +226,7 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     assert (res / "figures" / "alltoall_comparison.png").stat().st_size > 5000
     report = (res / "report.md").read_text()
     assert "figures/alltoall_comparison.png" in report
+    summary = report[report.index("## Summary"):report.index("## Notebook")]
+    assert "- **TP AllToAll**, emulated 2x2 TP2 @ 0.25 Gbit/s, 128 KiB per rank: monta" in summary
+    assert "- **Training step**, emulated 2x2 TP2, moe-2x70b-mini" in summary and "- **Paper**" in summary
+    assert not re.search(r"\bnan\b|\de[+-]\d", report, re.IGNORECASE)
