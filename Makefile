@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean
+.PHONY: setup test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm
 
 setup: $(STAMP)
 
@@ -43,6 +43,20 @@ bench-step: setup
 
 lint: setup
 	$(VENV)/bin/snakemake --lint
+
+# A real SLURM on this machine (root; installs Debian's slurmctld, slurmd, slurmdbd, munge, mariadb-server
+# when missing): nodes n1, n2 on this host, state in MONTA_SLURM_DIR (default /tmp/monta-slurm). Then
+#   SLURM_CONF=/tmp/monta-slurm/etc/slurm.conf snakemake --profile profiles/slurm --configfile config/slurm-local.yaml
+# slurm-down stops exactly what slurm-up started (its jobs, daemons and their leftovers).
+slurm-up:
+	bash tools/slurm/up.sh
+
+slurm-down:
+	bash tools/slurm/down.sh
+
+# The SLURM pipeline test alone (installs the packages if needed; stops the cluster unless slurm-up started it).
+test-slurm: setup
+	MONTA_SLURM_INSTALL=1 $(PY) -m pytest -q tests/test_slurm.py
 
 clean:
 	rm -rf results .snakemake
