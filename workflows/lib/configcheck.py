@@ -90,5 +90,6 @@ def _check_semantics(cfg: Mapping[str, Any]) -> None:
         names = [c["name"] for c in cfg[section]["clusters"]]
         if len(set(names)) != len(names):
             raise ConfigError(f"config key {section}.clusters: cluster names must be unique, got {names}")
-    if cfg["launcher"]["kind"] == "srun-torchrun" and cfg["launcher"]["backend"] != "nccl":
-        raise ConfigError("config key launcher.backend: srun-torchrun runs on real GPU nodes; set backend: nccl")
+    if cfg["launcher"]["kind"] == "emulated" and cfg["launcher"]["backend"] != "gloo":
+        raise ConfigError("config key launcher.backend: the emulated cluster has no GPUs; set backend: gloo"
+                          " (nccl needs launcher.kind: srun-torchrun on GPU nodes)")

@@ -23,13 +23,23 @@ config.update(_checked)
 # runs Snakemake (e.g. .venv/bin/snakemake without an activated venv).
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
+# A cluster whose slurm.conf is found through SLURM_CONF (e.g. `make slurm-up`) loses it inside
+# its jobs: Snakemake's slurm-jobstep (0.6.1) drops every SLURM_* variable but SLURM_JOB_ID before it
+# runs the rule, and srun/squeue there then fail with "Could not establish a configuration source".
+# Carry it under another name through the job (sbatch --export=ALL) and restore it for the rule.
+_slurm_conf = os.environ.get("SLURM_CONF") or os.environ.get("MONTA_SLURM_CONF")
+if _slurm_conf:
+    os.environ.update(SLURM_CONF=_slurm_conf, MONTA_SLURM_CONF=_slurm_conf)
+
 # Benchmarks log to wandb themselves (monta.tracking); the environment carries the settings.
 os.environ.setdefault("WANDB_MODE", config["wandb"]["mode"])
 os.environ.setdefault("MONTA_WANDB_DIR", config["wandb"]["dir"])
 os.environ.setdefault("MONTA_WANDB_PROJECT", config["wandb"]["project"])
 os.environ.setdefault("MONTA_EXPERIMENT", config["experiment"])
 os.environ.setdefault("MONTA_BACKEND", config["launcher"]["backend"])
-os.environ.setdefault("DS_ACCELERATOR", "cpu" if config["launcher"]["kind"] == "emulated" else "cuda")
+# gloo ranks run on CPUs (the emulator, or SLURM nodes without GPUs); NCCL ranks on GPUs.
+GPUS = config["launcher"]["kind"] != "emulated" and config["launcher"]["backend"] == "nccl"
+os.environ.setdefault("DS_ACCELERATOR", "cuda" if GPUS else "cpu")
 
 VARIANTS = sorted(set(config["alltoall"]["variants"]) | set(config["step"]["variants"]))
 ALLTOALL_CLUSTERS = {c["name"]: c for c in config["alltoall"]["clusters"]}
@@ -86,14 +96,16 @@ def step_launcher_args():
 
 def launch(cluster):
     """Command prefix that starts the benchmark: nothing for the emulator (it spawns its own
-    ranks); on SLURM one torchrun per node under srun, rendezvous on the allocation's first node."""
+    ranks); on SLURM one torchrun per node under srun, rendezvous on the allocation's first node
+    (workflows/scripts/master_addr.sh: the jobstep has SLURM_JOB_ID but no SLURM_JOB_NODELIST)."""
     if EMULATED:
         return ""
     lc = config["launcher"]
+    gpus = f"--gpus-per-node={cluster['gpus_per_node']} " if GPUS else ""
     return (
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); '
+        f"MASTER_ADDR=$(sh {shlex.quote(str(ROOT / 'workflows' / 'scripts' / 'master_addr.sh'))}); "
         f"srun --nodes={cluster['nodes']} --ntasks-per-node=1 --cpus-per-task={lc['cpus_per_task']} "
-        f"--gpus-per-node={cluster['gpus_per_node']} --kill-on-bad-exit=1 "
+        f"{gpus}--kill-on-bad-exit=1 "
         f"torchrun --nnodes={cluster['nodes']} --nproc-per-node={cluster['gpus_per_node']} "
         f"--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:{lc['rdzv_port']} --rdzv-id=$SLURM_JOB_ID "
         "--no-python"
@@ -112,7 +124,7 @@ def bench_resources(cluster):
             mpi="srun",
             cpus_per_task=lc["cpus_per_task"],
             mem_mb=0,
-            slurm_extra=f"'--gpus-per-node={cluster['gpus_per_node']} --exclusive'",
+            slurm_extra=f"'--gpus-per-node={cluster['gpus_per_node']} --exclusive'" if GPUS else "'--exclusive'",
         )
         if lc["partition"]:
             res["slurm_partition"] = lc["partition"]
