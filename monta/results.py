@@ -72,6 +72,33 @@ def _git_commit() -> str | None:
 _ENV_CACHE: dict[str, Any] | None = None
 
 
+def launch_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """How this process was started: ``launcher`` (emulator, srun-torchrun, torchrun, srun, local),
+    the rank environment it was given (``dist``) and, under SLURM, the job and node (``slurm``)."""
+    e = os.environ if environ is None else environ
+    if "MONTA_EMULATED" in e:
+        launcher = "emulator"
+    elif "TORCHELASTIC_RUN_ID" in e:
+        launcher = "srun-torchrun" if "SLURM_STEP_ID" in e else "torchrun"
+    elif "SLURM_STEP_ID" in e:
+        launcher = "srun"
+    else:
+        launcher = "local"
+    out: dict[str, Any] = {"launcher": launcher}
+    if "RANK" in e:
+        keys = {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
+                "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK", "master_addr": "MASTER_ADDR",
+                "master_port": "MASTER_PORT"}
+        out["dist"] = {k: e[v] for k, v in keys.items() if v in e}
+    if "SLURM_JOB_ID" in e:
+        keys = {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID", "node": "SLURMD_NODENAME",
+                "job_nodelist": "SLURM_JOB_NODELIST", "step_nodelist": "SLURM_STEP_NODELIST",
+                "procid": "SLURM_PROCID", "ntasks": "SLURM_NTASKS", "cluster": "SLURM_CLUSTER_NAME",
+                "partition": "SLURM_JOB_PARTITION", "account": "SLURM_JOB_ACCOUNT"}
+        out["slurm"] = {k: e[v] for k, v in keys.items() if v in e}
+    return out
+
+
 def environment() -> dict[str, Any]:
     """Versions and hardware, without importing torch/deepspeed if the caller has not."""
     global _ENV_CACHE
@@ -86,6 +113,7 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "git_commit": _git_commit(),
         "monta": __import__("monta").__version__,
+        **launch_environment(),
     }
     torch = sys.modules.get("torch")
     if torch is not None:
