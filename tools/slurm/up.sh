@@ -86,6 +86,8 @@ AccountingStoragePort=$DBD_PORT
 # for slurmdbd connections this names the MUNGE socket (AuthInfo covers the rest)
 AccountingStoragePass=$MUNGE_SOCK
 AccountingStorageEnforce=associations
+# sacct -o Comment shows Snakemake's rule_<rule>_wildcards_<...> for each job
+AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
