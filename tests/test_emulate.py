@@ -56,12 +56,23 @@ def _children() -> list[int]:
     return kids
 
 
+_CHILDREN_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test():
+    """This test's children are the ones it started: one left by an earlier test (or a helper process
+    of the session) is that test's failure, not a reason for every later case to fail too."""
+    _CHILDREN_BEFORE.clear()
+    _CHILDREN_BEFORE.update(_children())
+
+
 def _assert_nothing_left(marker: str, before: tuple[str, str, str]) -> None:
     deadline = time.monotonic() + 5  # the kernel reaps a dead PID namespace asynchronously
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_with(marker) == []
-    assert _children() == []
+    assert set(_children()) - _CHILDREN_BEFORE == set()
     assert _host_net_state() == before  # no interface, qdisc or named namespace appeared or vanished
 
 
