@@ -32,14 +32,20 @@ print(f"{len(recs)} records, {len(table)} AllToAll points")
 # ## Comparison per buffer size (best MoNTA chunk count)
 
 # %%
+shown, cpu_note = tables.with_intervals(summary)
+caption = "TP AllToAll: time per exchange and MoNTA's speedups" + (f". {cpu_note}" if cpu_note else "")
 manifest.section(
     "AllToAll comparison",
-    tables.write_table(summary, out_dir, "alltoall_summary", "TP AllToAll: time per exchange and MoNTA's speedups"),
+    tables.write_table(shown, out_dir, "alltoall_summary", caption),
     figures.alltoall_comparison(table, out_dir),
     empty=summary.empty,
     note=("Times: median of the slowest rank per iteration (emulated, in ms) or the performance model's "
           "(predicted, in us). monta = its best chunk count; vs legacy / vs deepspeed = baseline time / MoNTA "
-          "time at the same point; inter-node link = per node and direction (for a predicted cluster, its NICs)."),
+          "time at the same point; 'paired' = the median of the per-iteration ratios (variants interleaved in "
+          "every iteration) with its 95% bootstrap CI; overlap efficiency = (gain - 1) / (ideal - 1) with ideal = "
+          "(t_a2a + t_ag) / max(t_a2a, t_ag); CPU-bound = some variant's ranks waited for a core more than 10% of "
+          "the time; inter-node link = per node and direction (for a predicted cluster, its NICs)."
+          + (f" **{cpu_note}.**" if cpu_note else "")),
 )
 tables.write_table(table.drop(columns=tables.STATED), out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count")
 summary

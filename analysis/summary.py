@@ -59,6 +59,16 @@ def alltoall_lines(summary: pd.DataFrame) -> list[str]:
                 f"**{_x(r['speedup_vs_legacy'])}** over legacy ({_t(r['legacy_us'], r['source'])})")
         if r["deepspeed_us"] == r["deepspeed_us"]:
             text += f", **{_x(r['speedup_vs_deepspeed'])}** over deepspeed ({_t(r['deepspeed_us'], r['source'])})"
+        paired = [f"{_x(r[f'paired_vs_{b}'])} [{_x(r[f'paired_vs_{b}_lo'])}, {_x(r[f'paired_vs_{b}_hi'])}] vs {b}"
+                  for b in ("legacy", "deepspeed")
+                  if r.get(f"paired_vs_{b}") == r.get(f"paired_vs_{b}") and r.get(f"paired_vs_{b}") is not None
+                  and r.get(f"paired_vs_{b}_lo") == r.get(f"paired_vs_{b}_lo")]
+        if paired:
+            text += f"; paired per iteration (95% CI, {int(r['iters'])} iterations): {', '.join(paired)}"
+        if r.get("overlap_efficiency") == r.get("overlap_efficiency") and r.get("overlap_efficiency") is not None:
+            text += f"; overlap efficiency {100 * r['overlap_efficiency']:.0f}%"
+        if r.get("cpu_bound") is True:
+            text += "; **CPU-BOUND** (the ranks waited for cores: the machine, not the method)"
         lines.append(text + ".")
     pred = full[(full["source"] == "predicted") & ~full["cluster"].astype(str).str.startswith("emulator")]
     pred = pred.dropna(subset=["deepspeed_us"])

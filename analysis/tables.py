@@ -26,6 +26,10 @@ TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchang
 A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
 # What a monta prediction states about its baselines (filled into the summary, not a column of its own).
 STATED = ["legacy_us", "deepspeed_us", "legacy_inter_bytes"]
+# Measured paired per iteration by `monta bench alltoall` (records' speedups with bootstrap CIs).
+PAIRED = ["paired_vs_legacy", "paired_vs_legacy_lo", "paired_vs_legacy_hi", "paired_vs_deepspeed",
+          "paired_vs_deepspeed_lo", "paired_vs_deepspeed_hi", "overlap_efficiency", "overlap_efficiency_ci_lo",
+          "overlap_efficiency_ci_hi", "iters"]
 STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
 
 
@@ -46,8 +50,10 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
         for k, v in r.get("metrics", {}).items():
             if isinstance(v, Mapping):
                 row.update({f"{k}.{sk}": sv for sk, sv in v.items() if _is_number(sv)})
-            elif _is_number(v) or v is None:
+            elif _is_number(v) or v is None or isinstance(v, bool):
                 row[k] = v
+            elif k.endswith("_ci") and isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v):
+                row[f"{k}_lo"], row[f"{k}_hi"] = v  # a confidence interval: its two ends
         if r.get("kind") == "step" and row.get("step_ms") is None and _is_number(row.get("step_time_us")):
             row["step_ms"] = row["step_time_us"] / 1000.0  # the performance model states step time in us
         known.fill(row, r)
@@ -91,11 +97,23 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         return df
     # legacy_us / deepspeed_us: `monta predict paper` states the baselines on its monta records
     metrics = ["time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "wrong", "legacy_us",
-               "deepspeed_us", "legacy_inter_bytes"]
-    df = _ensure(df, A2A_POINT + ["variant", "chunks"] + metrics)
+               "deepspeed_us", "legacy_inter_bytes"] + PAIRED
+    df = _ensure(df, A2A_POINT + ["variant", "chunks", "cpu_bound"] + metrics)
+    # What the benchmark measured paired per iteration (the records' speedups and their CIs) is kept
+    # under its own names: speedup_vs_* below is recomputed from the medians for every source.
+    for base in ("legacy", "deepspeed"):
+        if f"speedup_vs_{base}" in df.columns and "source" in df.columns:
+            measured = df["source"].isin(MEASURED)
+            df.loc[measured, f"paired_vs_{base}"] = df.loc[measured, f"speedup_vs_{base}"]
+            for end in ("lo", "hi"):
+                col = f"speedup_vs_{base}_ci_{end}"
+                if col in df.columns:
+                    df.loc[measured, f"paired_vs_{base}_{end}"] = df.loc[measured, col]
     keys = A2A_POINT + ["variant", "chunks"]
-    out = (df.groupby(keys, dropna=False)[metrics].median().reset_index()
-           .assign(n=df.groupby(keys, dropna=False).size().values))
+    grouped = df.groupby(keys, dropna=False)
+    out = (grouped[metrics].median().reset_index().assign(n=grouped.size().values))
+    out["cpu_bound"] = grouped["cpu_bound"].apply(lambda c: bool(c.fillna(False).astype(bool).any())
+                                                  if c.notna().any() else None).values
     for base in ("legacy", "deepspeed"):
         ref = (out[out["variant"] == base].groupby(A2A_POINT, dropna=False)["time_us"].min()
                .rename(f"_t_{base}").reset_index())
@@ -124,6 +142,11 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
             else:
                 row[f"{v}_us"] = float("nan")
         nan = float("nan")
+        for k in PAIRED:  # the best chunk count's paired ratios, efficiency and iterations
+            row[k] = best[k] if best is not None and k in best else nan
+        # a point is CPU-bound when any variant's timing was: every ratio at it involves them all
+        flags = [f for f in g["cpu_bound"] if f is not None and f == f] if "cpu_bound" in g else []
+        row["cpu_bound"] = any(flags) if flags else None
         row.update(monta_us=best["time_us"] if best is not None else nan,
                    best_chunks=best["chunks"] if best is not None else nan,
                    # monta's inter-node bytes do not depend on the chunk count: any monta row says them
@@ -136,6 +159,39 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
         row["speedup_vs_deepspeed"] = row["deepspeed_us"] / row["monta_us"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def with_intervals(summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The summary to read: paired ratios and overlap efficiency as 'value [lo, hi]' cells, a
+    CPU-bound column, and a note naming the CPU-bound points (empty when none or unknown)."""
+    if summary.empty:
+        return summary, ""
+    df = summary.copy()
+    has = lambda c: c in df.columns and df[c].notna().any()  # noqa: E731
+
+    def cell(v, lo, hi, pct=False):
+        if v != v or v is None:
+            return None
+        f = (lambda x: f"{100 * x:.0f}%") if pct else (lambda x: f"{display.sig3(x)}x")
+        return f"{f(v)} [{f(lo)}, {f(hi)}]" if lo == lo and hi == hi and lo is not None else f(v)
+
+    for base in ("legacy", "deepspeed"):
+        if has(f"paired_vs_{base}"):
+            df[f"vs {base}, paired [95% CI]"] = [cell(v, lo, hi) for v, lo, hi in zip(
+                df[f"paired_vs_{base}"], df[f"paired_vs_{base}_lo"], df[f"paired_vs_{base}_hi"])]
+    if has("overlap_efficiency"):
+        df["overlap efficiency [95% CI]"] = [cell(v, lo, hi, pct=True) for v, lo, hi in zip(
+            df["overlap_efficiency"], df["overlap_efficiency_ci_lo"], df["overlap_efficiency_ci_hi"])]
+    note = ""
+    if "cpu_bound" in df.columns and df["cpu_bound"].notna().any():
+        bound = df[df["cpu_bound"] == True]  # noqa: E712  (None = not measured)
+        df["CPU-bound"] = ["yes" if b is True else ("no" if b is False else "-") for b in df["cpu_bound"]]
+        if len(bound):
+            where = ", ".join(f"{c} {display.fmt_bytes(sz)}" for c, sz in zip(bound["cluster"], bound["size_bytes"]))
+            note = (f"CPU-BOUND: {len(bound)} of {int(df['cpu_bound'].notna().sum())} measured points ({where}): "
+                    "the ranks waited for a core more than the limit; their timings measure this machine, not the links")
+    df = df.drop(columns=[c for c in PAIRED + ["cpu_bound"] if c in df.columns])
+    return df, note
 
 
 def chunk_ablation(table: pd.DataFrame) -> pd.DataFrame:

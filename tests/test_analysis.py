@@ -337,3 +337,25 @@ def test_summary_states_the_headline_numbers_with_links(tmp_path):
     assert "AllToAll 8x vs DeepSpeed under TP8: paper 8x, ours 8.86x emulated, 2.57x predicted" in text
     assert all(line.startswith("- ") for line in lines)
     assert summary.regress_line(None).startswith("**Regression check**: not run")
+
+
+def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(tmp_path):
+    recs = alltoall_records()
+    for r in recs:
+        m, p = r["metrics"], r["params"]
+        if p["variant"] == "monta" and p["chunks"] == 4 and p.get("inter_gbps") == 2.0:
+            m.update(speedup_vs_legacy=3.9, speedup_vs_legacy_ci=[3.8, 4.05], speedup_vs_deepspeed=2.1,
+                     speedup_vs_deepspeed_ci=[2.0, 2.2], overlap_efficiency=0.9, overlap_efficiency_ci=[0.8, 0.97],
+                     iters=12)
+        m["cpu_bound"] = p["size_bytes"] == 1 << 20 and p["variant"] == "legacy"
+    summary = tables.alltoall_summary(tables.alltoall_table(recs))
+    shown, note = tables.with_intervals(summary)
+    row = shown[(shown["size_bytes"] == 4 << 20) & (shown["inter_gbps"] == 2.0)].iloc[0]
+    assert row["vs legacy, paired [95% CI]"] == "3.90x [3.80x, 4.05x]"
+    assert row["overlap efficiency [95% CI]"] == "90% [80%, 97%]" and row["CPU-bound"] == "no"
+    small = shown[(shown["size_bytes"] == 1 << 20)].iloc[0]
+    assert small["CPU-bound"] == "yes"  # its legacy timing was: the whole point is
+    assert note.startswith("CPU-BOUND: 1 of 4 measured points (2x4 TP4 1 MiB)")
+    assert "paired_vs_legacy" not in shown.columns and "cpu_bound" not in shown.columns
+    md = tables.write_table(shown, tmp_path, "s", "cap")[0].read_text()
+    assert "3.90x [3.80x, 4.05x]" in md and "nan" not in md.lower()

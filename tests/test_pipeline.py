@@ -61,8 +61,11 @@ def test_dry_run_default_runs_every_experiment(work):
     assert proc.returncode == 0, out[-3000:]
     assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 2M:16M:2" in out  # per-cluster sizes
     assert "--tp 4 --sizes 256K:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
-    assert "--inter-gbps 0.25 --dtype float32" in out and "--launcher emulate --backend gloo --experiment default" in out
-    assert "--emulate --inter-gbps 0.25 --intra-gbps 2 --experiment default --out results/step/2x4.jsonl" in out
+    # the time-dilated A800 links everywhere, adaptive iterations (paired ratios' CIs within 4%)
+    assert "--inter-gbps 0.25 --intra-gbps 1.818 --dtype float32" in out
+    assert "--iters 5 --max-iters 20 --target-ci 0.04 --budget-s 30" in out
+    assert "--launcher emulate --backend gloo --experiment default" in out
+    assert "--emulate --inter-gbps 0.25 --intra-gbps 1.818 --experiment default --out results/step/2x4.jsonl" in out
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
     assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
     for rule in ("build", "build_variant", "alltoall", "step", "ablation_tp", "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",

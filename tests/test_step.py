@@ -275,12 +275,13 @@ def test_chunks_auto_follows_the_performance_model():
 
 
 def test_default_emulated_topology_is_shaped():
-    """No shaping flag: the documented 2 : 0.25 Gbit/s (ratio 8); any flag: exactly what it says."""
+    """No shaping flag: the time-dilated A800 preset (1.818 : 0.25 Gbit/s, ratio 7.27); any flag:
+    exactly what it says."""
     from monta.bench import step
 
     t = step._topology(_args(emulate=True))
-    assert (t.intra_gbps, t.inter_gbps) == (step.DEFAULT_INTRA_GBPS, step.DEFAULT_INTER_GBPS)
-    assert t.ratio == pytest.approx(8.0)
+    assert t.name == "a800-4nic-dilated" and (t.intra_gbps, t.inter_gbps) == (1.818, 0.25)
+    assert t.ratio == pytest.approx(160 / 22, rel=1e-3)
     assert step._topology(_args(emulate=True, topology="a800-4nic")).name == "a800-4nic"
     assert step._topology(_args(emulate=True, inter_gbps=2.0)).intra_gbps is None
 

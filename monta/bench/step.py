@@ -29,16 +29,15 @@ BREAKDOWN = {"attention": "attention", "gate": "gate", "dispatch": "dispatch_exc
 
 EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
 
-# Default shaping of the emulated run (no --topology/--*-gbps flag): intra 2 : inter 0.25 Gbit/s
-# per node, ratio 8 ~ an A800 node with 4 HDR NICs (7.27, BRIEF.md), at rates low enough that the
-# shaped links, not the 2 cores the 8 ranks share, bound the exchange. Measured with the mini
-# preset (12 steps, 2 x 4): at A800's ratio on faster links (8 : 1.1) gloo's intra-node AllGather
-# was CPU-bound near the inter-node rate and the regime inverted (exchange per step, ms: legacy
-# 682, deepspeed 825, monta 822); at 8 : 0.625 (ratio 12.8) the AllGather left 16-45 ms per pass to
-# hide behind the AllToAll and monta tied deepspeed (3447 vs 3488 ms per step); at 2 : 0.25 the
-# AllGather is shaping-bound (~100 ms per pass) next to a ~134 ms AllToAll, the regime MoNTA's
-# overlap is for (monta 4127 vs deepspeed 4627 ms, legacy 5488).
-DEFAULT_INTRA_GBPS, DEFAULT_INTER_GBPS = 2.0, 0.25
+# Default shaping of the emulated run (no --topology/--*-gbps flag): the time-dilated A800 profile
+# (monta.emulate.topology.A800_4NIC_DILATED: intra 1.818 : inter 0.25 Gbit/s per node, the A800
+# 4-NIC ratio 7.27) at rates low enough that the shaped links, not the 2 cores the 8 ranks share,
+# bound the exchange. Measured with the mini preset (12 steps, 2 x 4): at A800's ratio on faster
+# links (8 : 1.1) gloo's intra-node AllGather was CPU-bound near the inter-node rate and the regime
+# inverted (exchange per step, ms: legacy 682, deepspeed 825, monta 822); at 8 : 0.625 (ratio 12.8)
+# the AllGather left 16-45 ms per pass to hide behind the AllToAll and monta tied deepspeed; at
+# 2 : 0.25 the AllGather is shaping-bound next to the AllToAll, the regime MoNTA's overlap is for.
+DEFAULT_PRESET = "a800-4nic-dilated"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,9 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{flag}", type=int, default=None, help="model override")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override")
     p.add_argument("--emulate", action="store_true",
-                   help=f"run on the emulated cluster (monta.emulate); without shaping flags: intra "
-                        f"{DEFAULT_INTRA_GBPS:g} : inter {DEFAULT_INTER_GBPS:g} Gbit/s (ratio 8, see "
-                        "DEFAULT_INTER_GBPS)")
+                   help=f"run on the emulated cluster (monta.emulate); without shaping flags: the "
+                        f"{DEFAULT_PRESET} preset (intra 1.818 : inter 0.25 Gbit/s, A800's ratio 7.27)")
     try:
         from monta.emulate.topology import add_topology_args
 
@@ -127,7 +125,7 @@ def _topology(args: argparse.Namespace):
     from monta.emulate.topology import Topology, topology_from_args
 
     if args.topology is None and args.inter_gbps is None and args.intra_gbps is None and args.latency_us is None:
-        return Topology(name="a800-4nic-slow", intra_gbps=DEFAULT_INTRA_GBPS, inter_gbps=DEFAULT_INTER_GBPS)
+        return Topology.preset(DEFAULT_PRESET, **({"tcp_cc": args.tcp_cc} if args.tcp_cc else {}))
     return topology_from_args(args)
 
 

@@ -53,10 +53,18 @@ def _param(rec: dict, key: str, where: str) -> Any:
 
 
 def _same_network(rec: dict, profile: LinkProfile) -> bool:
-    """A record measured at the inter-node rate the profile was calibrated at (when both say)."""
-    want = (profile.extra.get("topology") or {}).get("inter_gbps")
-    got = rec["params"].get("inter_gbps")
-    return want is None or got is None or abs(float(got) - float(want)) <= 1e-9 * max(1.0, float(want))
+    """A record measured at the link rates the profile was calibrated at (each where both say;
+    an unshaped intra-node link on one side and a shaped one on the other differ)."""
+    topo = profile.extra.get("topology") or {}
+    for key in ("inter_gbps", "intra_gbps"):
+        if key not in topo or key not in rec["params"]:
+            continue
+        want, got = topo[key], rec["params"][key]
+        if (want is None) != (got is None):
+            return False
+        if want is not None and abs(float(got) - float(want)) > 1e-9 * max(1.0, float(want)):
+            return False
+    return True
 
 
 def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], list[ChunkCheck]]:

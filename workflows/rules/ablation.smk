@@ -10,6 +10,7 @@ rule ablation_chunks:
         "results/logs/ablation/chunks.log",
     params:
         run=launcher_args(),
+        rep=repeat_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -23,7 +24,7 @@ rule ablation_chunks:
     shell:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --sizes {params.size} --variants legacy,monta --chunks {params.chunks} {params.net}"
-        " --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
+        " --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
         " {params.run} --out {output} > {log} 2>&1"
 
 
@@ -34,6 +35,7 @@ rule ablation_tp:
         "results/logs/ablation/tp/{tp}.log",
     params:
         run=launcher_args(),
+        rep=repeat_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -48,7 +50,7 @@ rule ablation_tp:
     shell:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {wildcards.tp} --sizes {params.size} --variants {params.variants} --chunks {params.chunks}"
-        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
+        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
         " {params.run} --out {output} > {log} 2>&1"
 
 
@@ -59,6 +61,7 @@ rule ablation_buffer:
         "results/logs/ablation/buffer.log",
     params:
         run=launcher_args(),
+        rep=repeat_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -73,7 +76,7 @@ rule ablation_buffer:
     shell:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --sizes {params.sizes} --variants {params.variants} --chunks {params.chunks}"
-        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
+        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
         " {params.run} --out {output} > {log} 2>&1"
 
 
@@ -84,6 +87,7 @@ rule ablation_ratio:
         "results/logs/ablation/ratio/{gbps}.log",
     params:
         run=launcher_args(),
+        rep=repeat_args(),
         launch=launch(ABL_CLUSTER),
         c=ABL_CLUSTER,
         a=ABL_A,
@@ -98,7 +102,7 @@ rule ablation_ratio:
     shell:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
         " --tp {params.c[tp]} --sizes {params.size} --variants {params.variants} --chunks {params.chunks}"
-        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} --iters {params.a[iters]}"
+        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
         " {params.run} --out {output} > {log} 2>&1"
 
 

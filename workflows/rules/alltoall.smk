@@ -10,6 +10,7 @@ rule alltoall:
         "results/benchmarks/alltoall/{cluster}.tsv"
     params:
         run=launcher_args(),
+        rep=repeat_args(),
         launch=lambda wildcards: launch(ALLTOALL_CLUSTERS[wildcards.cluster]),
         c=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster],
         net=net_args(),
@@ -26,4 +27,4 @@ rule alltoall:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]}"
         " --gpus-per-node {params.c[gpus_per_node]} --tp {params.c[tp]} --sizes {params.sizes}"
         " --variants {params.variants} --chunks {params.chunks} {params.net} --dtype {params.a[dtype]}"
-        " --warmup {params.a[warmup]} --iters {params.a[iters]} {params.check} {params.run} --out {output} > {log} 2>&1"
+        " --warmup {params.a[warmup]} {params.rep} {params.check} {params.run} --out {output} > {log} 2>&1"

@@ -80,6 +80,16 @@ def net_args(inter_gbps=None, intra_gbps=None):
     return " ".join(args)
 
 
+def repeat_args(a=None):
+    """How many iterations `monta bench alltoall` runs: a fixed count, or adaptive (at least
+    `iters`, more until the paired ratios' CIs are narrow, up to `max_iters` / `budget_s`)."""
+    a = a or config["alltoall"]
+    if a["max_iters"] <= a["iters"]:
+        return f"--iters {a['iters']} --max-iters {a['iters']} --target-ci 0"
+    return (f"--iters {a['iters']} --max-iters {a['max_iters']} --target-ci {a['target_ci']}"
+            f" --budget-s {a['budget_s']}")
+
+
 def launcher_args():
     """How `monta bench alltoall` gets its ranks: it spawns them on the emulator, or it is one
     rank of a torchrun started by srun (reads RANK, WORLD_SIZE, MASTER_ADDR)."""
