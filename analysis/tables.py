@@ -144,8 +144,12 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
         nan = float("nan")
         for k in PAIRED:  # the best chunk count's paired ratios, efficiency and iterations
             row[k] = best[k] if best is not None and k in best else nan
-        # a point is CPU-bound when any variant's timing was: every ratio at it involves them all
-        flags = [f for f in g["cpu_bound"] if f is not None and f == f] if "cpu_bound" in g else []
+        # a point is CPU-bound when a timing its ratios come from was: legacy, deepspeed, the best
+        # monta (another chunk count's CPU-bound time shows only in the chunk ablation)
+        used = g["variant"].isin(["legacy", "deepspeed", "a2a", "ag"])
+        if best is not None:
+            used |= (g["variant"] == "monta") & (g["chunks"] == best["chunks"])
+        flags = [f for f in g.loc[used, "cpu_bound"] if f is not None and f == f] if "cpu_bound" in g else []
         row["cpu_bound"] = any(flags) if flags else None
         row.update(monta_us=best["time_us"] if best is not None else nan,
                    best_chunks=best["chunks"] if best is not None else nan,

@@ -31,7 +31,17 @@ def burst_bytes(gbps: float, dev: str = "eth0") -> int:
     return max(floor, int(gbps * 1e9 / 8 * _BURST_SECONDS))
 
 
-def queue_bytes(gbps: float) -> int:
+# A node's loopback carries every intra-node flow of its ranks at once: an AllGather over 8 ranks
+# starts 56 flows together, and with a 4 MiB FIFO their first windows overflowed it; the tail
+# drops cost a 200 ms retransmit timeout in a third of the iterations (a 1-2 MiB AllGather took
+# ~70 or ~215 ms, nothing between). The loopback's bulk leaf therefore holds what a node's flows
+# can have in flight (each socket's initial 4 MiB window) instead of dropping it.
+_LO_QUEUE_BYTES = 256 * 1024 * 1024
+
+
+def queue_bytes(gbps: float, dev: str = "eth0") -> int:
+    if dev == "lo":
+        return _LO_QUEUE_BYTES
     return max(_MIN_QUEUE_BYTES, int(gbps * 1e9 / 8 * _QUEUE_SECONDS))
 
 
@@ -59,7 +69,7 @@ def link_commands(dev: str, gbps: float | None, delay_us: float = 0.0) -> list[l
         cls("1:1", "1:10", share, "prio", "0"),
         cls("1:1", "1:20", f"{int(gbps * 1e9) - int(gbps * 1e9 / 20)}bit", "prio", "1"),
         base + ["parent", "1:10", "handle", "10:"] + (delay or ["pfifo", "limit", "1000"]),
-        base + ["parent", "1:20", "handle", "20:"] + (delay or ["bfifo", "limit", str(queue_bytes(gbps))]),
+        base + ["parent", "1:20", "handle", "20:"] + (delay or ["bfifo", "limit", str(queue_bytes(gbps, dev))]),
         ["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
          "match", "ip", "protocol", "6", "0xff", *_SMALL_PACKET, "flowid", "1:10"],
     ]
