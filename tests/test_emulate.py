@@ -133,6 +133,9 @@ def test_link_commands_shape_rate_and_prioritise_small_packets():
     assert cmds[-1].endswith("match u16 0x0000 0xff80 at 2 flowid 1:10")
     delayed = [" ".join(c) for c in link_commands("eth0", 2.0, 25.0)]
     assert sum("netem delay 25us" in c for c in delayed) == 2  # leaf of both classes
+    # The NIC's bulk queue is bounded; a node's loopback (all its intra-node flows at once) never drops.
+    assert "bfifo limit 4194304" in cmds[5]
+    assert "bfifo limit 268435456" in " ".join(link_commands("lo", 1.818)[5])
 
 
 def test_profile_from_raw_measurements():
