@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -126,6 +127,26 @@ def decide(ratio: float, lo: float, hi: float, threshold: float) -> str:
     return "ok"
 
 
+def _human(value: float, metric: str) -> str:
+    """A metric value for people: times in the unit that fits (us, ms, s), 3 significant digits, never
+    scientific notation; other metrics with 3 significant digits."""
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}.get(metric.rsplit("_", 1)[-1])
+    if scale is None:
+        return _sig3(value)
+    seconds = value * scale
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= factor or unit == "us":
+            return f"{_sig3(seconds / factor)} {unit}"
+    return _sig3(value)
+
+
+def _sig3(x: float) -> str:
+    if x == 0 or not math.isfinite(x):
+        return str(x) if x else "0"
+    rounded = round(x, 2 - math.floor(math.log10(abs(x))))
+    return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
+
+
 def _short(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
 
@@ -138,8 +159,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: floa
     lines = ["| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
              "|---|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {r['baseline']:.4g} | "
-                     f"{r['current']:.4g} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {r['from']} |")
+        lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {_human(r['baseline'], metric)} | "
+                     f"{_human(r['current'], metric)} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {r['from']} |")
     bad = sum(r["status"] == "REGRESSED" for r in rows)
     unsure = sum(r["status"] == "inconclusive" for r in rows)
     tail = f"\n\n{len(rows)} matched points, {bad} regressed, {unsure} inconclusive.\n"

@@ -126,3 +126,13 @@ def test_bad_gate_settings_are_refused(tmp_path, capsys, flag, value, message):
     b = write_records(tmp_path / "b.jsonl", recs(seed=1))
     assert main(["regress", "--baseline", str(b), "--current", str(b), flag, value]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_table_prints_times_in_human_units_never_scientific():
+    from monta.regress import _human
+    assert _human(306600.0, "time_us") == "307 ms"
+    assert _human(2_500_000.0, "time_us") == "2.50 s"
+    assert _human(42.0, "time_us") == "42.0 us"
+    assert _human(1234.0, "step_ms") == "1.23 s"
+    assert _human(0.02431, "busbw_GBps") == "0.0243"
+    assert "e+" not in _human(3.066e5, "time_us")
