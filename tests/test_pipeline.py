@@ -206,6 +206,21 @@ def test_regress_rule_reports_or_fails_as_configured(work, fail):
         assert "REGRESSED" in (work / "results/regress/alltoall.md").read_text()
 
 
+def test_regress_rule_reports_a_baseline_it_cannot_compare(work):
+    """With regress.fail false a stored baseline from another configuration (no point in common)
+    gives 'no verdict' in the table and the report's summary; it does not fail the reproduction."""
+    write_records(work / "base.jsonl", [_a2a((2, 2), 65536, "legacy", 1, 100.0)])
+    write_records(work / "results" / "alltoall" / "2x2.jsonl", [_a2a((2, 2), 131072, "legacy", 1, 100.0)])
+    (work / "reg.yaml").write_text("regress: {enabled: true, baseline: base.jsonl, fail: false}\n")
+    proc = snakemake("results/regress/alltoall.md", "--cores", "1", "--configfile", "config/test.yaml",
+                     str(work / "reg.yaml"), cwd=work)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    table = (work / "results/regress/alltoall.md").read_text()
+    assert table.startswith("regress: no verdict: no point of --current matches --baseline"), table
+    from analysis.summary import regress_line
+    assert "no verdict" in regress_line(work / "results/regress/alltoall.md")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_tiny_pipeline_end_to_end(work):

@@ -27,6 +27,7 @@ from monta.emulate.topology import Topology
 
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
            "--mount", "--mount-proc"]
+RANK_THREADS_ENV = "MONTA_RANK_THREADS"  # OpenMP threads per emulated rank (default 1)
 _PR_SET_PDEATHSIG = 1
 _GRACE_S = 10.0  # beyond timeout_s, before the launcher kills the whole tree itself
 _TAIL_LINES = 15
@@ -139,8 +140,8 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     Each rank gets torchrun's environment (MASTER_ADDR = node 0, RANK, WORLD_SIZE, LOCAL_RANK,
     LOCAL_WORLD_SIZE, GROUP_RANK), GLOO_SOCKET_IFNAME = its node's NIC, and MONTA_NODE,
     MONTA_NODES, MONTA_GPUS_PER_NODE, MONTA_HOST, MONTA_BIND_ADDR, MONTA_NODE_ADDRS,
-    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS
-    defaults to 1, as under torchrun). Rank 0's stdout is streamed to ``stdout``
+    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS is 1,
+    or $MONTA_RANK_THREADS, whatever the caller's says: the ranks share this machine's cores). Rank 0's stdout is streamed to ``stdout``
     (default sys.stdout); every rank's stderr (and other ranks' stdout) goes to
     ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if not given).
     When a rank fails, the others are killed at once and RankFailed names it (``check=False``
@@ -180,8 +181,13 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
 
     package_root = str(Path(__file__).resolve().parents[2])
     # The ranks inherit the supervisor's environment (never written to disk: it may hold secrets).
-    # As torchrun does with several ranks per machine: one OpenMP thread each unless told otherwise.
-    sup_env = {"OMP_NUM_THREADS": "1", **os.environ, **(env or {})}
+    # Every rank of every node shares this machine's cores: one OpenMP thread each, whatever the
+    # caller's OMP_NUM_THREADS says (MONTA_RANK_THREADS to change it; ``env`` still wins). Snakemake
+    # sets OMP_NUM_THREADS to a job's threads (2), meant for the job, not for each of its 8-16
+    # ranks: inherited, the ranks' spinning OpenMP workers made the pipeline's calibration of
+    # 1-4 MiB collectives 2-3x slower than the same command run by hand, and the performance
+    # model's error 75-79% instead of 8%.
+    sup_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get(RANK_THREADS_ENV, "1"), **(env or {})}
     sup_env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, sup_env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
     if emulated:
