@@ -36,10 +36,10 @@ pipeline-test: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml
 
 bench-alltoall: setup
-	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --sizes 1M:16M:2 --chunks 2,4,8 --inter-gbps 0.5 --check
+	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic-dilated --sizes 2M:16M:2 --chunks 2,4,8 --warmup 1 --max-iters 20 --budget-s 60 --check
 
 bench-step: setup
-	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --topology a800-4nic --steps 6 --warmup 2
+	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --steps 6 --warmup 2
 
 lint: setup
 	$(VENV)/bin/snakemake --lint

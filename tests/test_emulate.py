@@ -199,16 +199,19 @@ def test_nodes_get_reno_and_quickack_and_ranks_are_told():
 
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
-def test_ranks_get_one_openmp_thread_whatever_the_caller_inherited(monkeypatch):
-    """Snakemake exports OMP_NUM_THREADS=<job threads>; inherited by 8-16 ranks on 2 cores, their
-    spinning OpenMP workers slowed mid-size collectives 2-3x. Ranks get 1 (or $MONTA_RANK_THREADS)."""
-    code = "import os, torch; print(os.environ['OMP_NUM_THREADS'], torch.get_num_threads())"
+def test_ranks_get_one_compute_thread_whatever_the_caller_inherited(monkeypatch):
+    """Snakemake exports OMP/MKL/..._NUM_THREADS=<job threads>; inherited by 8-16 ranks on 2 cores,
+    their extra workers slowed mid-size collectives 2-3x (torch sizes its pool from MKL_NUM_THREADS
+    too). Ranks get 1 thread (or $MONTA_RANK_THREADS)."""
+    code = ("import os, torch; print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'], "
+            "torch.get_num_threads())")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
     res = launch([PY, "-c", code], 1, 2, Topology(), timeout_s=60, stdout=open(os.devnull, "w"))
-    assert res.stdout.split() == ["1", "1"], res.stdout
+    assert res.stdout.split() == ["1", "1", "1"], res.stdout
     monkeypatch.setenv("MONTA_RANK_THREADS", "2")
     res = launch([PY, "-c", code], 1, 2, Topology(), timeout_s=60, stdout=open(os.devnull, "w"))
-    assert res.stdout.split() == ["2", "2"], res.stdout
+    assert res.stdout.split() == ["2", "2", "2"], res.stdout
 
 
 GLOO_ROUTES = textwrap.dedent("""

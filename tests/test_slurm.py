@@ -116,6 +116,10 @@ def test_benchmarks_are_slurm_jobs_and_sacct_shows_them_completed(slurm, pipelin
         assert (a["NNodes"], a["NodeList"], a["Partition"], a["Account"]) == ("2", "n[1-2]", "debug", "monta"), a
     # Inside each allocation the rule started one torchrun per node: a step of 2 tasks over both nodes.
     steps = _sacct(slurm, jobs, "JobID", "JobName", "State", "NTasks", "NodeList", allocations_only=False)
+    print("\nsacct of the pipeline's jobs (rule: allocation and steps):")  # shown with pytest -s
+    for s in steps:
+        rule = jobs.get(s["JobID"].split(".")[0], "?")
+        print(f"  {s['JobID']:<14} {rule:<18} {s['JobName']:<12} {s['State']:<10} {s['NTasks']:>3} {s['NodeList']}")
     for jobid, rule in jobs.items():
         torchrun = [s for s in steps if s["JobID"].startswith(f"{jobid}.") and s["JobName"] == "torchrun"]
         assert [(s["State"], s["NTasks"], s["NodeList"]) for s in torchrun] == [("COMPLETED", "2", "n[1-2]")], \

@@ -27,7 +27,9 @@ from monta.emulate.topology import Topology
 
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
            "--mount", "--mount-proc"]
-RANK_THREADS_ENV = "MONTA_RANK_THREADS"  # OpenMP threads per emulated rank (default 1)
+RANK_THREADS_ENV = "MONTA_RANK_THREADS"  # compute threads per emulated rank (default 1)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 _PR_SET_PDEATHSIG = 1
 _GRACE_S = 10.0  # beyond timeout_s, before the launcher kills the whole tree itself
 _TAIL_LINES = 15
@@ -140,8 +142,9 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     Each rank gets torchrun's environment (MASTER_ADDR = node 0, RANK, WORLD_SIZE, LOCAL_RANK,
     LOCAL_WORLD_SIZE, GROUP_RANK), GLOO_SOCKET_IFNAME = its node's NIC, and MONTA_NODE,
     MONTA_NODES, MONTA_GPUS_PER_NODE, MONTA_HOST, MONTA_BIND_ADDR, MONTA_NODE_ADDRS,
-    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS is 1,
-    or $MONTA_RANK_THREADS, whatever the caller's says: the ranks share this machine's cores). Rank 0's stdout is streamed to ``stdout``
+    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS,
+    MKL_NUM_THREADS and the other thread counts are 1, or $MONTA_RANK_THREADS, whatever the
+    caller's say: the ranks share this machine's cores). Rank 0's stdout is streamed to ``stdout``
     (default sys.stdout); every rank's stderr (and other ranks' stdout) goes to
     ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if not given).
     When a rank fails, the others are killed at once and RankFailed names it (``check=False``
@@ -181,13 +184,15 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
 
     package_root = str(Path(__file__).resolve().parents[2])
     # The ranks inherit the supervisor's environment (never written to disk: it may hold secrets).
-    # Every rank of every node shares this machine's cores: one OpenMP thread each, whatever the
-    # caller's OMP_NUM_THREADS says (MONTA_RANK_THREADS to change it; ``env`` still wins). Snakemake
-    # sets OMP_NUM_THREADS to a job's threads (2), meant for the job, not for each of its 8-16
-    # ranks: inherited, the ranks' spinning OpenMP workers made the pipeline's calibration of
-    # 1-4 MiB collectives 2-3x slower than the same command run by hand, and the performance
-    # model's error 75-79% instead of 8%.
-    sup_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get(RANK_THREADS_ENV, "1"), **(env or {})}
+    # Every rank of every node shares this machine's cores: one compute thread each, whatever the
+    # caller's thread variables say (MONTA_RANK_THREADS to change it; ``env`` still wins). Snakemake
+    # exports OMP/MKL/OPENBLAS/..._NUM_THREADS = a job's threads (2), meant for the job, not for each
+    # of its 8-16 ranks; torch sizes its intra-op pool from MKL_NUM_THREADS too. Inherited, the
+    # ranks' extra workers made the pipeline's calibration of 1-4 MiB collectives 2-3x slower than
+    # the same command by hand (an 8-rank AllGather of 1 MiB: 57 ms instead of 19), and the
+    # performance model's error 71-79% instead of 8%.
+    threads = os.environ.get(RANK_THREADS_ENV, "1")
+    sup_env = {**os.environ, **{name: threads for name in THREAD_VARS}, **(env or {})}
     sup_env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, sup_env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
     if emulated:
