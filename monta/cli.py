@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         # User-caused errors: one line that says what to change, no traceback.
         print(f"monta: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        # A file the command cannot read or write (permissions, a full disk, a directory): one line.
+        name = f" {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"monta: error:{name} {e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("monta: interrupted", file=sys.stderr)
         return 130
