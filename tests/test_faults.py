@@ -362,3 +362,125 @@ def test_nan_is_not_a_finite_size_factor():
         sizes("1M:2M:inf")
     assert sizes("1M:16M:2") == [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
     assert math.isclose(len(sizes("1K:1G:2")), 21)
+
+
+# -- class 7: stale work directories of killed runs are cleaned at the next start -----------------
+def test_stale_work_dirs_whose_owner_is_gone_are_removed_and_only_those(tmp_path, monkeypatch):
+    import subprocess
+
+    from monta import tmpdirs
+
+    monkeypatch.setattr(tmpdirs.tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmpdirs.make("monta-emulate-")
+    (stale / tmpdirs.OWNER).write_text(json.dumps({**json.loads((stale / tmpdirs.OWNER).read_text()),
+                                                   "pid": dead.pid, "start": "1"}))
+    (stale / "rank0.log").write_text("x")
+    live = tmpdirs.make("monta-emulate-")  # owned by this (running) process
+    kept = tmpdirs.make("monta-emulate-")
+    tmpdirs.keep(kept)  # a failed run's logs, named in its error
+    foreign = tmp_path / "monta-emulate-nowner"
+    foreign.mkdir()  # no owner file: never touched
+    other = tmp_path / "something-else"
+    other.mkdir()
+    removed = tmpdirs.clean_stale()
+    assert removed == [stale] and not stale.exists()
+    assert live.exists() and kept.exists() and foreign.exists() and other.exists()
+
+
+def test_a_reused_pid_does_not_keep_a_stale_dir(tmp_path, monkeypatch):
+    import os
+
+    from monta import tmpdirs
+
+    monkeypatch.setattr(tmpdirs.tempfile, "tempdir", str(tmp_path))
+    d = tmpdirs.make("monta-a2a-")
+    owner = json.loads((d / tmpdirs.OWNER).read_text())
+    assert owner["pid"] == os.getpid() and tmpdirs.owner_alive(d) is True
+    (d / tmpdirs.OWNER).write_text(json.dumps({**owner, "start": "0"}))  # same pid, another process
+    assert tmpdirs.owner_alive(d) is False and tmpdirs.clean_stale() == [d]
+
+
+# -- class 5: a stalled rank is named long before the collective timeout ---------------------------
+def _supervisor(tmp_path, **spec):
+    from monta.emulate.supervisor import Supervisor
+    from monta.emulate.topology import Topology
+
+    s = Supervisor({"mode": "plain", "nodes": 1, "gpus_per_node": 2, "topology": Topology(name="unshaped").to_dict(),
+                    "log_dir": str(tmp_path), "argv": ["true"], **spec})
+    s.progress_dir.mkdir(exist_ok=True)
+    return s
+
+
+def test_a_rank_stopped_by_sigstop_is_named_with_where_it_was(tmp_path, monkeypatch):
+    import signal
+    import subprocess
+
+    from monta import progress
+    from monta.emulate import supervisor as sup
+    from monta.emulate.ranks import layout
+
+    monkeypatch.setattr(sup, "STOPPED_S", 0.0)
+    s = _supervisor(tmp_path)
+    ranks = layout(1, 2, ["127.0.0.1"], ["node0"], "lo")
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        s.procs = dict(enumerate(procs))
+        monkeypatch.setenv("MONTA_PROGRESS_DIR", str(s.progress_dir))
+        for r in (0, 1):
+            monkeypatch.setenv("RANK", str(r))
+            progress.beat("timing size 4M (2/3), iteration 7")
+        assert s._stalled(ranks) is None
+        procs[1].send_signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        failure = s._stalled(ranks)
+        assert failure["kind"] == "stalled" and failure["rank"] == 1
+        assert "rank 1 (node 0) stalled: stopped by a signal (process state T" in failure["message"]
+        assert "timing size 4M (2/3), iteration 7" in failure["message"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_no_progress_from_any_rank_names_the_one_behind(tmp_path, monkeypatch):
+    import subprocess
+
+    from monta.emulate.ranks import layout
+
+    s = _supervisor(tmp_path, stall_s=30)
+    ranks = layout(1, 2, ["127.0.0.1"], ["node0"], "lo")
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        s.procs = dict(enumerate(procs))
+        now = time.time()
+        (s.progress_dir / "rank0").write_text(f"12 {now - 5:.3f} timing size 1M (1/1), iteration 12\n")
+        (s.progress_dir / "rank1").write_text(f"11 {now - 6:.3f} timing size 1M (1/1), iteration 11\n")
+        assert s._stalled(ranks) is None  # 5 s without progress: within the limit
+        (s.progress_dir / "rank0").write_text(f"12 {now - 40:.3f} timing size 1M (1/1), iteration 12\n")
+        (s.progress_dir / "rank1").write_text(f"11 {now - 41:.3f} timing size 1M (1/1), iteration 11\n")
+        failure = s._stalled(ranks)
+        assert failure["rank"] == 1 and "no rank made progress for 30 s" in failure["message"]
+        assert "iteration 11" in failure["message"]
+        (s.progress_dir / "rank1").unlink()  # a rank that never reported: the limit is not armed
+        assert s._stalled(ranks) is None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_the_default_timeout_scales_with_the_expected_run_time():
+    import argparse
+
+    from monta.bench.alltoall import build_config, default_timeout
+    from monta.bench.cli import register
+
+    p = argparse.ArgumentParser()
+    register(p.add_subparsers())
+    small = build_config(p.parse_args(["bench", "alltoall", "--sizes", "64K", "--hidden", "256", "--iters", "1",
+                                       "--max-iters", "1"]))
+    big = build_config(p.parse_args(["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "8", "--sizes", "2M:16M:2",
+                                     "--topology", "a800-4nic-dilated", "--max-iters", "40", "--budget-s", "60"]))
+    assert default_timeout(small) < 600 < default_timeout(big)

@@ -62,7 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--allow-unshaped", action="store_true",
                    help="if user namespaces are unavailable, run unshaped on 127.0.0.1 (loud warning)")
-    p.add_argument("--timeout", type=float, default=1200.0, help="seconds before the run is abandoned")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds before the run is abandoned (default: scaled to the expected run time, see "
+                        "expected_seconds; a rank that stops making progress ends the run much earlier, named)")
     p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
     p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
     add_topology_args(p)
@@ -143,18 +145,56 @@ def build_config(args: argparse.Namespace) -> dict:
             "topology": {**topo.to_dict(), "description": topo.describe()}, "chunks_arg": args.chunks}
 
 
+# Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
+_UNSHAPED_GBPS = 4.0
+
+
+def expected_seconds(cfg: dict) -> float:
+    """A generous estimate of one run's wall time: start-up (imports, rendezvous, per rank on a
+    shared machine), then per size the warm-up, the timed iterations (the most adaptive iterations
+    can take: --max-iters, or --budget-s when set) and the check, each iteration one call of every
+    variant row at the legacy exchange's inter-node time (the slowest variant's bytes)."""
+    topo = cfg.get("topology") or {}
+    gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
+    rows = len(cfg["variants"]) - ("monta" in cfg["variants"]) + len(cfg["chunks"]) * ("monta" in cfg["variants"])
+    rows += 2 if cfg["tp"] > 1 and cfg.get("components", True) else 0
+    total = 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"]
+    for size in cfg["sizes"]:
+        call = max(0.01, cfg["gpus_per_node"] * size * 8 / (gbps * 1e9))
+        round_s = rows * call
+        timed = cfg["iters"] * round_s
+        if cfg["max_iters"] > cfg["iters"] and cfg["target_ci"] > 0:
+            extra = (cfg["max_iters"] - cfg["iters"]) * round_s
+            timed += min(extra, cfg["budget_s"] + round_s) if cfg["budget_s"] else extra
+        total += cfg["warmup"] * round_s + timed + (round_s if cfg["check"] else 0.0)
+    return total
+
+
+def default_timeout(cfg: dict) -> float:
+    """Twice the expected run time plus two minutes: a slow machine passes, a hung run does not wait
+    the old fixed 20 minutes for a sweep of seconds (and a stalled rank is caught sooner still)."""
+    return round(2 * expected_seconds(cfg) + 120.0)
+
+
 def main(args: argparse.Namespace) -> int:
     cfg = build_config(args)
+    if args.timeout is None:
+        args.timeout = default_timeout(cfg)
     if args.launcher == "env":  # we are one rank of torchrun/srun
         from monta.bench import alltoall_worker
 
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        with tempfile.NamedTemporaryFile("w", prefix="monta-a2a-", suffix=".json") as f:
             json.dump(cfg, f)
-        return alltoall_worker.main(f.name)
+            f.flush()
+            return alltoall_worker.main(f.name)
     from monta.emulate import EmulationError, Topology, launch
 
     topo = Topology(**{k: v for k, v in cfg["topology"].items() if k != "description"})
-    with tempfile.TemporaryDirectory(prefix="monta-a2a-") as tmp:
+    from monta import tmpdirs
+
+    tmpdirs.clean_stale()
+    tmp = tmpdirs.make("monta-a2a-")
+    try:
         cfg_path = Path(tmp) / "config.json"
         cfg_path.write_text(json.dumps(cfg))
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -164,6 +204,10 @@ def main(args: argparse.Namespace) -> int:
         except EmulationError as e:
             print(f"monta: error: {e}", file=sys.stderr)
             return 1
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
     if cfg["out"] and not args.no_wandb:
         from monta.results import read_records
         from monta.tracking import log_records

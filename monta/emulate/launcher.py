@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -163,7 +162,11 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
         print(msg, file=sys.stderr, flush=True)
 
     own_log_dir = log_dir is None
-    logs = Path(tempfile.mkdtemp(prefix="monta-emulate-")) if own_log_dir else Path(log_dir)
+    from monta import tmpdirs
+
+    # Work directories of earlier runs that were killed (SIGKILL leaves them): their owner is gone.
+    tmpdirs.clean_stale()
+    logs = tmpdirs.make("monta-emulate-") if own_log_dir else Path(log_dir)
     logs.mkdir(parents=True, exist_ok=True)
     result_path = logs / "supervisor-result.json"
     result_path.unlink(missing_ok=True)
@@ -219,6 +222,8 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
                 _kill_tree(proc, interrupted, "cleanup")
             proc.stdout.close()
 
+    if own_log_dir:  # from here on every error names this folder: keep it (a clean run removes it below)
+        tmpdirs.keep(logs)
     if not result_path.exists():
         why = "killed by the launcher's watchdog" if interrupted else f"exit status {proc.returncode}"
         raise EmulationError(f"the emulated cluster's supervisor died without a result ({why}); "
