@@ -64,7 +64,8 @@ def number(value: Any, key: str, lo: float, hi: float, where: Where = cli, *, lo
     ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
           and (value > lo if lo_open else value >= lo) and value <= hi)
     if not ok:
-        rng = f"{'above' if lo_open else 'at least'} {lo:g} and at most {hi:g}"
+        fmt = lambda x: f"{int(x)}" if float(x).is_integer() else f"{x:g}"  # noqa: E731 - never 2.592e+06
+        rng = f"{'above' if lo_open else 'at least'} {fmt(lo)} and at most {fmt(hi)}"
         raise _fail(where, key, value, f"must be a finite number {rng}{(' ' + unit) if unit else ''}")
     return float(value)
 
