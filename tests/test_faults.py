@@ -117,6 +117,23 @@ def test_out_under_a_file_or_a_read_only_directory_is_refused(no_launch, capsys,
 
 
 @pytest.mark.parametrize("args,named", [
+    (["emulate", "run", "--nodes", "0", "--", "true"], "--nodes 0: must be an integer from 1 to 250"),
+    (["emulate", "run", "--timeout", "-1", "--", "true"], "--timeout -1.0: must be a finite number above 0"),
+    (["emulate", "run", "--inter-gbps", "nan", "--", "true"], "--inter-gbps nan: must be a number of Gbit/s"),
+    (["emulate", "calibrate", "--out", "/"], "--out /: is a directory"),
+    (["emulate", "calibrate", "--out", "p.json", "--min-bytes", "16M", "--max-bytes", "1K"],
+     "--min-bytes 16M --max-bytes 1K: need 1 <= min <= max"),
+    (["emulate", "probe", "--gpus-per-node", "0"], "--gpus-per-node 0: must be an integer from 1"),
+    (["bench", "alltoall", "--topology", "a900"], "--topology a900: unknown topology preset 'a900'"),
+    (["bench", "alltoall", "--gpus-per-node", "2", "--sizes", "64K", "--hidden", "256", "--latency-us", "inf"],
+     "--latency-us inf: must be a number of microseconds"),
+])
+def test_a_bad_emulate_or_network_flag_is_named_before_anything_starts(no_launch, capsys, args, named):
+    err = one_line_error(capsys, args + (["--no-wandb"] if args[0] == "bench" else []))
+    assert named in err, err
+
+
+@pytest.mark.parametrize("args,named", [
     (["--steps", "0"], "--steps 0: must be an integer from 1"),
     (["--nodes", "0"], "--nodes 0: must be an integer from 1"),
     (["--seed", "-1"], "--seed -1: must be an integer from 0"),
