@@ -143,6 +143,7 @@ def main(cfg_path: str) -> int:
     beat("joining the process group (init_process_group)")
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.get("collective_timeout_s", 300)))
     torch.set_num_threads(1)
+    beat("building the process groups")
     r = Runner(cfg)
     rank, world = r.rank, r.layout.world_size
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if backend == "nccl" else torch.device("cpu")
