@@ -170,6 +170,18 @@ def expected_seconds(cfg: dict) -> float:
     return total
 
 
+def stall_seconds(cfg: dict) -> float:
+    """How long the ranks may go without a progress report before the run counts as stalled: the
+    longest stretch between two reports (one size's warm-up or check, or one timed iteration) four
+    times over, and never under two minutes plus 5 s a rank (start-up on a shared machine)."""
+    topo = cfg.get("topology") or {}
+    gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
+    rows = len(cfg["variants"]) + len(cfg["chunks"]) + 2
+    longest = max(max(0.01, cfg["gpus_per_node"] * s * 8 / (gbps * 1e9)) * rows * max(1, cfg["warmup"])
+                  for s in cfg["sizes"])
+    return max(120.0, 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"], 4 * longest)
+
+
 def default_timeout(cfg: dict) -> float:
     """Twice the expected run time plus two minutes: a slow machine passes, a hung run does not wait
     the old fixed 20 minutes for a sweep of seconds (and a stalled rank is caught sooner still)."""
@@ -200,7 +212,8 @@ def main(args: argparse.Namespace) -> int:
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         try:
             launch([sys.executable, "-m", "monta.bench.alltoall_worker", str(cfg_path)], args.nodes,
-                   args.gpus_per_node, topo, env=env, timeout_s=args.timeout, allow_unshaped=args.allow_unshaped)
+                   args.gpus_per_node, topo, env=env, timeout_s=args.timeout, allow_unshaped=args.allow_unshaped,
+                   stall_s=stall_seconds(cfg))
         except EmulationError as e:
             print(f"monta: error: {e}", file=sys.stderr)
             return 1

@@ -217,7 +217,8 @@ def _launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
         spec["emulated"] = True
         spec["topology"] = topo.to_dict()
         result = launch(argv + [json.dumps(spec)], lay["nodes"], lay["gpus_per_node"], topo,
-                        env=env, timeout_s=args.timeout)
+                        env=env, timeout_s=args.timeout,
+                        stall_s=max(120.0, 60.0 + 5.0 * lay["nodes"] * lay["gpus_per_node"]))
         spec["emulated"] = bool(result.emulated)
         return 0
     world = lay["nodes"] * lay["gpus_per_node"]
