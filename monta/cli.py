@@ -21,9 +21,17 @@ _TOPICS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``monta bench alltoall: error: argument --hidden: invalid int
+    value: 'x' (see --help)`` instead of a usage block and the error (exit 2 as before)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s topic module is imported (all of them when ``command`` is None)."""
-    parser = argparse.ArgumentParser(prog="monta", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="monta", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"monta {__import__('monta').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = {module for name, module, _ in _TOPICS if command is None or name == command}

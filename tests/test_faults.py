@@ -501,3 +501,11 @@ def test_the_default_timeout_scales_with_the_expected_run_time():
     big = build_config(p.parse_args(["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "8", "--sizes", "2M:16M:2",
                                      "--topology", "a800-4nic-dilated", "--max-iters", "40", "--budget-s", "60"]))
     assert default_timeout(small) < 600 < default_timeout(big)
+
+
+def test_an_unparsable_flag_is_one_line_too(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "alltoall", "--hidden", "x"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert "monta bench alltoall: error: argument --hidden: invalid int value: 'x'" in err
