@@ -56,7 +56,7 @@ class Supervisor:
         self.notes: list[str] = []
         self.tuning: dict[str, Any] = {}
         self.progress_dir = self.log_dir / "progress"
-        self.stall_s = float(spec.get("stall_s") or os.environ.get("MONTA_STALL_S") or DEFAULT_STALL_S)
+        self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
         self.stopped_since: dict[int, float] = {}
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
