@@ -509,3 +509,10 @@ def test_an_unparsable_flag_is_one_line_too(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1
     assert "monta bench alltoall: error: argument --hidden: invalid int value: 'x'" in err
+
+
+def test_the_validation_knows_the_same_exchanges_as_the_library():
+    from monta.comm import EXCHANGES
+    from monta.validate import EXCHANGES as CHECKED
+
+    assert CHECKED == EXCHANGES
