@@ -58,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         # User-caused errors: one line that says what to change, no traceback.
         print(f"monta: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from monta.emulate.launcher import EmulationError
+
+        if not isinstance(e, EmulationError):
+            raise
+        # An emulated run that failed (a rank died or stalled, a timeout): its message names the
+        # rank and the log; no traceback (bench step raised it, bench alltoall printed it itself).
+        print(f"monta: error: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         # A file the command cannot read or write (permissions, a full disk, a directory): one line.
         name = f" {e.filename}" if getattr(e, "filename", None) else ""

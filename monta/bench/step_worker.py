@@ -45,6 +45,7 @@ def build_world(layout, cfg, variants, chunks, seed: int, zero_stage: int = 1, l
     model_pgs = build_process_groups(layout)  # the model's TP linears: a separate communicator
     sync_pgs = build_process_groups(layout)  # background gradient sync: a separate communicator
     init_deepspeed_groups(pgs, expert_tp=True)
+    beat("building the process groups and engines")
     tp = make_tp_group(model_pgs)
     built = {}
     for name in variants:

@@ -29,6 +29,8 @@ STOPPED_S = 10.0
 # No rank reported progress this long (MONTA_PROGRESS_DIR heartbeats, between iterations): the run
 # is stuck; the rank that is behind is named. Armed only once every rank has reported once.
 DEFAULT_STALL_S = 120.0
+# ... and the ranks used less than this share of a core each over that time (blocked, not computing).
+STALL_CPU_SHARE = 0.05
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -58,6 +60,7 @@ class Supervisor:
         self.progress_dir = self.log_dir / "progress"
         self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
         self.stopped_since: dict[int, float] = {}
+        self.cpu_samples: list[tuple[float, float]] = []  # (monotonic time, CPU seconds of the running ranks)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
@@ -194,18 +197,27 @@ class Supervisor:
                             "log": str(self.log_dir / f"rank{r}.log")}
             else:
                 self.stopped_since.pop(r, None)
+        # CPU the ranks used: a rank that computes (a slow start-up on a loaded machine, a long
+        # phase between two reports) is busy, not stalled; ranks blocked on a peer use next to none.
+        cpu = sum(_proc_cpu_s(self.procs[r].pid) for r in running)
+        self.cpu_samples.append((now, cpu))
+        while len(self.cpu_samples) > 2 and self.cpu_samples[1][0] <= now - self.stall_s:
+            self.cpu_samples.pop(0)
         reports = {r: self._progress(r) for r in running}
         if not running or any(p is None for p in reports.values()):
             return None  # not every rank reports progress (yet): the stall limit is not armed
         newest = max(p[1] for p in reports.values())
         if time.time() - newest < self.stall_s:
             return None
+        t_old, cpu_old = self.cpu_samples[0]
+        if now - t_old < self.stall_s or cpu - cpu_old > STALL_CPU_SHARE * (now - t_old) * len(running):
+            return None  # no report, but the ranks are working (or not watched for long enough yet)
         # The rank that is behind: fewest reports (its peers went on to the next collective), then oldest.
         r = min(reports, key=lambda k: (reports[k][0], reports[k][1]))
         info = ranks[r]
         return {"kind": "stalled", "rank": r, "node": info.node,
-                "message": f"rank {r} (node {info.node}) stalled: no rank made progress for {self.stall_s:g} s "
-                           f"and rank {r} is furthest behind; {self._where(r)}",
+                "message": f"rank {r} (node {info.node}) stalled: no rank made progress or used CPU for "
+                           f"{self.stall_s:g} s and rank {r} is furthest behind; {self._where(r)}",
                 "log": str(self.log_dir / f"rank{r}.log")}
 
     def _reap(self, by_pid: dict[int, int]) -> list[int]:
@@ -256,6 +268,18 @@ def _proc_state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads, and its children it waited for)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in f[11:15]) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def main(argv: list[str]) -> int:
