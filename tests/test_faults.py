@@ -478,9 +478,9 @@ def test_no_progress_from_any_rank_names_the_one_behind(tmp_path, monkeypatch):
         (s.progress_dir / "rank0").write_text(f"12 {now - 40:.3f} timing size 1M (1/1), iteration 12\n")
         (s.progress_dir / "rank1").write_text(f"11 {now - 41:.3f} timing size 1M (1/1), iteration 11\n")
         assert s._stalled(ranks) is None  # not watched for 30 s yet
-        s.cpu_samples = [(time.monotonic() - 40, -100.0)]  # ...and the ranks used 100 s of CPU since
+        s.cpu_samples = [(time.monotonic() - 40, {0: -20.0, 1: -20.0})]  # ...and the ranks used 20 s of CPU each
         assert s._stalled(ranks) is None  # busy, not stalled (a slow start-up on a loaded machine)
-        s.cpu_samples = [(time.monotonic() - 40, 0.0)]  # sleeping ranks: next to no CPU in 40 s
+        s.cpu_samples = [(time.monotonic() - 40, {0: 0.0, 1: 0.0})]  # sleeping ranks: next to no CPU in 40 s
         failure = s._stalled(ranks)
         assert failure["rank"] == 1 and "no rank made progress or used CPU for 30 s" in failure["message"]
         assert "iteration 11" in failure["message"]

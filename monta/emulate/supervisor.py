@@ -29,8 +29,9 @@ STOPPED_S = 10.0
 # No rank reported progress this long (MONTA_PROGRESS_DIR heartbeats, between iterations): the run
 # is stuck; the rank that is behind is named. Armed only once every rank has reported once.
 DEFAULT_STALL_S = 120.0
-# ... and the ranks used less than this share of a core each over that time (blocked, not computing).
-STALL_CPU_SHARE = 0.05
+# ... and the median rank used less than this share of a core over that time (blocked, not computing;
+# a rank that works, even starved on a loaded 2-core machine, gets several % of a core).
+STALL_CPU_SHARE = 0.01
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -60,7 +61,7 @@ class Supervisor:
         self.progress_dir = self.log_dir / "progress"
         self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
         self.stopped_since: dict[int, float] = {}
-        self.cpu_samples: list[tuple[float, float]] = []  # (monotonic time, CPU seconds of the running ranks)
+        self.cpu_samples: list[tuple[float, dict[int, float]]] = []  # (monotonic time, CPU seconds per rank)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
@@ -199,7 +200,7 @@ class Supervisor:
                 self.stopped_since.pop(r, None)
         # CPU the ranks used: a rank that computes (a slow start-up on a loaded machine, a long
         # phase between two reports) is busy, not stalled; ranks blocked on a peer use next to none.
-        cpu = sum(_proc_cpu_s(self.procs[r].pid) for r in running)
+        cpu = {r: _proc_cpu_s(self.procs[r].pid) for r in running}
         self.cpu_samples.append((now, cpu))
         while len(self.cpu_samples) > 2 and self.cpu_samples[1][0] <= now - self.stall_s:
             self.cpu_samples.pop(0)
@@ -210,8 +211,11 @@ class Supervisor:
         if time.time() - newest < self.stall_s:
             return None
         t_old, cpu_old = self.cpu_samples[0]
-        if now - t_old < self.stall_s or cpu - cpu_old > STALL_CPU_SHARE * (now - t_old) * len(running):
-            return None  # no report, but the ranks are working (or not watched for long enough yet)
+        if now - t_old < self.stall_s:
+            return None  # not watched for long enough yet
+        used = sorted(cpu[r] - cpu_old.get(r, 0.0) for r in running)
+        if used[len(used) // 2] > STALL_CPU_SHARE * (now - t_old):
+            return None  # no report, but the ranks are working (the median rank: rank 0 samples the host)
         # The rank that is behind: fewest reports (its peers went on to the next collective), then oldest.
         r = min(reports, key=lambda k: (reports[k][0], reports[k][1]))
         info = ranks[r]
