@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm
+.PHONY: setup test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -40,6 +40,11 @@ bench-alltoall: setup
 
 bench-step: setup
 	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --steps 6 --warmup 2
+
+# Fault injection as a user meets faults (bad flags, corrupt inputs, damaged files, bad configs,
+# stopped/killed/unprivileged ranks, killed runs): one line per case, then `N/M handled`.
+faults: setup
+	$(PY) tools/faults.py
 
 lint: setup
 	$(VENV)/bin/snakemake --lint

@@ -21,9 +21,17 @@ _TOPICS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``monta bench alltoall: error: argument --hidden: invalid int
+    value: 'x' (see --help)`` instead of a usage block and the error (exit 2 as before)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s topic module is imported (all of them when ``command`` is None)."""
-    parser = argparse.ArgumentParser(prog="monta", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="monta", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"monta {__import__('monta').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = {module for name, module, _ in _TOPICS if command is None or name == command}
@@ -50,6 +58,20 @@ def main(argv: list[str] | None = None) -> int:
         # User-caused errors: one line that says what to change, no traceback.
         print(f"monta: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from monta.emulate.launcher import EmulationError
+
+        if not isinstance(e, EmulationError):
+            raise
+        # An emulated run that failed (a rank died or stalled, a timeout): its message names the
+        # rank and the log; no traceback (bench step raised it, bench alltoall printed it itself).
+        print(f"monta: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        # A file the command cannot read or write (permissions, a full disk, a directory): one line.
+        name = f" {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"monta: error:{name} {e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("monta: interrupted", file=sys.stderr)
         return 130

@@ -178,9 +178,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--threshold {args.threshold}: must be a slowdown between 0 and 10, e.g. 0.10 for 10%")
     if args.bootstrap < 100:
         raise ValueError(f"--bootstrap {args.bootstrap}: use at least 100 resamples (default 2000)")
-    for p in args.baseline + args.current:
-        if not Path(p).exists():
-            raise FileNotFoundError(f"record file {p} not found")
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: must be >= 0")
+    if args.bootstrap > 1_000_000:
+        raise ValueError(f"--bootstrap {args.bootstrap}: at most 1000000 resamples")
+    if args.out:
+        from monta.validate import out_path
+
+        out_path(args.out)
     base, cur = read_records(*args.baseline), read_records(*args.current)
     rows = compare(base, cur, args.metric, args.threshold, args.confidence, args.bootstrap, args.seed)
     if not rows:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import socket
@@ -139,13 +140,24 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
     records = list(records)
     for r in records:
         validate_record(r)
-    existing = path.read_text() if append and path.exists() else ""
+    existing = path.read_bytes() if append and path.exists() else b""
+    if existing and not existing.endswith(b"\n"):
+        existing += b"\n"  # never glue a record onto the last line: it starts a line of its own
+        last = existing.count(b"\n")
+        try:
+            check_record(json.loads(existing.rsplit(b"\n", 2)[-2]))
+        except ValueError:  # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
+            import sys
+
+            print(f"monta: warning: {path}:{last}: the last line is cut off (a write was interrupted before this "
+                  f"run); it is kept as it was and the {len(records)} new record(s) start on line {last + 1}. "
+                  "Readers will name that line until it is repaired or removed.", file=sys.stderr)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(existing)
             for r in records:
-                f.write(json.dumps(r, sort_keys=True, default=str) + "\n")
+                f.write((json.dumps(r, sort_keys=True, default=str) + "\n").encode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -153,16 +165,88 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
     return path
 
 
+class RecordError(ValueError):
+    """A records file that cannot be read as records: the message names file:line and what is wrong."""
+
+
+# Time metrics: each, where a record has it, must be a finite number above zero (a NaN, zero or
+# negative time is a broken measurement, never data). Sample lists hold such times too.
+TIME_METRICS = ("time_us", "time_us_p10", "time_us_p90", "step_ms", "step_ms_p10", "step_ms_p90", "step_time_us",
+                "measured_us")
+TIME_SAMPLES = ("samples_us", "samples_ms")
+
+
+def _positive_time(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and value > 0)
+
+
+def check_record(rec: Any) -> None:
+    """Raise ValueError (what is wrong, one line) unless ``rec`` is a complete record with usable times."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"a JSON {type(rec).__name__}, not a record (a JSON object with "
+                         f"{', '.join(REQUIRED)})")
+    validate_record(rec)
+    for key in ("params", "metrics", "config", "env"):
+        if not isinstance(rec[key], dict):
+            raise ValueError(f"{key} is {json.dumps(rec[key])[:40]}, not an object")
+    for key in ("kind", "experiment", "run_id"):
+        if not isinstance(rec[key], str) or not rec[key]:
+            raise ValueError(f"{key} is {json.dumps(rec[key])[:40]}, not a non-empty string")
+    m = rec["metrics"]
+    for key in TIME_METRICS:
+        if key in m and not _positive_time(m[key]):
+            raise ValueError(f"metrics.{key} is {json.dumps(m[key])}: a time must be a finite number above zero")
+    for key in TIME_SAMPLES:
+        if key in m:
+            s = m[key]
+            if not isinstance(s, list) or not s:
+                raise ValueError(f"metrics.{key} is {json.dumps(s)[:40]}, not a non-empty list of times")
+            bad = [x for x in s if not _positive_time(x)]
+            if bad:
+                bad = bad[0]
+                raise ValueError(f"metrics.{key} holds {json.dumps(bad)}: every time must be a finite number "
+                                 "above zero")
+
+
 def read_records(*paths: str | os.PathLike) -> list[dict[str, Any]]:
+    """The one validating loader of record files (JSONL): every reader of records goes through it.
+
+    Raises RecordError naming ``file:line`` and what is wrong: a missing file, a directory,
+    bytes that are not UTF-8, a line that is not JSON (or is cut off), JSON that is not a record,
+    a record without params/metrics objects, and NaN, zero or negative times. A file without a
+    single record is an error too (an empty input is never "nothing regressed")."""
     out: list[dict[str, Any]] = []
     for p in paths:
-        for n, line in enumerate(Path(p).read_text().splitlines(), 1):
+        path = Path(p)
+        if path.is_dir():
+            raise RecordError(f"{p}: is a directory, not a records file (JSONL)")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise RecordError(f"{p}: no such records file") from None
+        except OSError as e:
+            raise RecordError(f"{p}: cannot read it ({e.strerror or e})") from None
+        count = 0
+        for n, raw in enumerate(data.split(b"\n"), 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise RecordError(f"{p}:{n}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                                  "a records file is JSON lines") from None
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{n}: not a JSON record ({e.msg})") from None
-            validate_record(rec)
+                cut = " (the line is cut off: a write was interrupted)" if n == data.count(b"\n") + 1 else ""
+                raise RecordError(f"{p}:{n}: not a JSON record ({e.msg}, column {e.colno}){cut}") from None
+            try:
+                check_record(rec)
+            except ValueError as e:
+                raise RecordError(f"{p}:{n}: {e}") from None
             out.append(rec)
+            count += 1
+        if not count:
+            raise RecordError(f"{p}: holds no records (empty file)")
     return out

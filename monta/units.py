@@ -29,7 +29,7 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
-def size_range(spec: str) -> list[int]:
+def size_range(spec: str, max_count: int = 10_000) -> list[int]:
     """``"1M:16M:2"`` -> [1M, 2M, 4M, 8M, 16M] (min:max:factor); ``"4M"`` or ``"1M,3M"`` -> those sizes."""
     spec = str(spec).strip()
     if ":" not in spec:
@@ -49,6 +49,11 @@ def size_range(spec: str) -> list[int]:
         raise ValueError(f"sizes {spec!r}: need 1 <= min <= max")
     if factor <= 1:
         raise ValueError(f"sizes {spec!r}: factor must be > 1")
+    import math
+
+    count = int(math.floor(math.log(hi / lo) / math.log(factor) + 1e-9)) + 1 if math.isfinite(factor) else 0
+    if count > max_count or not math.isfinite(factor):
+        raise ValueError(f"sizes {spec!r}: {count} sizes; at most {max_count} (use a larger factor)")
     out, size = [], float(lo)
     while size <= hi * (1 + 1e-9):
         out.append(int(round(size)))

@@ -41,13 +41,13 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--chunks", "0"), "every value must be >= 1"),
-    (("--chunks", "64"), "exceeds the capacity slice"),
-    (("--variants", "legacy,tutel"), "unknown exchange 'tutel'"),
-    (("--tp", "3"), "tp=3 is larger than a node"),
+    (("--chunks", "0"), "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
+    (("--chunks", "64"), "--chunks 64: 64 chunks exceed the capacity slice 16"),
+    (("--variants", "legacy,tutel"), "--variants legacy,tutel: unknown 'tutel'"),
+    (("--tp", "3"), "--tp 3: must be an integer from 1 to gpus_per_node=2 (tensor parallelism stays inside a node)"),
     (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
     (("--max-iters", "0"), "--max-iters 0 is below --iters 1"),
-    (("--target-ci", "-1"), "--target-ci -1.0: must be a relative CI width"),
+    (("--target-ci", "-1"), "--target-ci -1.0: must be a finite number at least 0 and at most 10"),
     (("--inject-slowdown", "monta"), "--inject-slowdown 'monta': use VARIANT:FRACTION"),
     (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
 ])

@@ -121,6 +121,28 @@ def test_bad_config_stops_before_anything_with_the_key_named(work, bad, named):
     assert "Building DAG" not in err
 
 
+@pytest.mark.parametrize("bad, named", [
+    ("alltoall:\n  sizes: '128K:64K:2'\n", "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
+    ("alltoall:\n  chunks: [64]\n", "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice"),
+])
+def test_a_config_that_cannot_run_stops_at_validation_not_inside_a_job(work, bad, named):
+    """The semantic checks `monta bench alltoall` runs on its flags run on the config too."""
+    cfg = work / "bad.yaml"
+    cfg.write_text(bad)
+    proc = snakemake("-n", "--configfile", str(cfg), cwd=work)
+    err = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "invalid config" in err and named in err, err[-2000:]
+    assert "Building DAG" not in err
+
+
+def test_a_nested_config_override_as_users_type_it_is_accepted(work):
+    """Snakemake hands nested values over as strings ({'iters': '3'}); the schema's types are read from them."""
+    proc = snakemake("-n", "--profile", "profiles/local", "--config", "alltoall={iters: 3, check: false}", cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "--iters 3 --max-iters 20" in out
+
+
 def _a2a(cluster, size, variant, chunks, t, source="emulated", **extra):
     n, g = cluster
     return make_record(kind="alltoall", source=source, experiment="test", env={"python": "3"},

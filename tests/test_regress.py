@@ -78,7 +78,7 @@ def test_no_match_and_missing_file_are_clear_errors(tmp_path, capsys):
     assert main(["regress", "--baseline", str(b), "--current", str(c)]) == 2
     assert "no point of --current matches --baseline" in capsys.readouterr().err
     assert main(["regress", "--baseline", str(tmp_path / "nope.jsonl"), "--current", str(c)]) == 2
-    assert "nope.jsonl not found" in capsys.readouterr().err
+    assert "nope.jsonl: no such records file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["regress", "--baseline", str(b)])
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from monta.comm import EXCHANGES
 from monta.parallel import ParallelLayout
-from monta.units import size_range
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -63,20 +62,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--allow-unshaped", action="store_true",
                    help="if user namespaces are unavailable, run unshaped on 127.0.0.1 (loud warning)")
-    p.add_argument("--timeout", type=float, default=1200.0, help="seconds before the run is abandoned")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds before the run is abandoned (default: scaled to the expected run time, see "
+                        "expected_seconds; a rank that stops making progress ends the run much earlier, named)")
     p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
     p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
     add_topology_args(p)
 
 
-def _int_list(text: str, what: str) -> list[int]:
+# Buffers one rank holds per size (input, output, the chunk and gather scratch, the check's copy).
+_BUFFERS_PER_RANK = 6
+
+
+def _check_memory(sizes: list[int], ranks_here: int) -> None:
+    """All emulated ranks share this machine's memory: refuse a sweep that cannot fit before it starts."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"--{what} {text!r}: expected a comma list of integers") from None
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"--{what} {text!r}: every value must be >= 1")
-    return values
+        with open("/proc/meminfo") as f:
+            total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError):
+        return
+    need = _BUFFERS_PER_RANK * max(sizes) * ranks_here
+    if need > total:
+        from monta.units import format_size
+        from monta.validate import UsageError
+
+        raise UsageError(f"--sizes: the largest size {format_size(max(sizes))}B needs about {format_size(need)}B on "
+                         f"{ranks_here} emulated ranks, more than this machine's {format_size(total)}B of memory; "
+                         "use smaller sizes")
 
 
 def _parse_slowdown(text: str, variants: list[str]) -> dict:
@@ -92,46 +104,34 @@ def _parse_slowdown(text: str, variants: list[str]) -> dict:
 
 
 def build_config(args: argparse.Namespace) -> dict:
-    """Validate the flags into the worker config (ValueError names what to change)."""
-    from monta.emulate import topology_from_args
+    """Validate the flags into the worker config (UsageError names the flag, its value and what is allowed).
 
-    tp = args.tp or args.gpus_per_node
-    layout_probe = ParallelLayout(args.nodes, args.gpus_per_node, tp, 1)
-    ep = args.ep or layout_probe.dp
+    Every check here runs before any rank or emulated network starts (monta.validate holds the
+    semantic ones, shared with the pipeline's config validation)."""
+    from monta.emulate import topology_from_args
+    from monta.validate import UsageError, alltoall_sweep, number, out_path
+
+    v = alltoall_sweep(nodes=args.nodes, gpus_per_node=args.gpus_per_node, tp=args.tp, ep=args.ep,
+                       sizes_spec=args.sizes, variants=args.variants, chunks=args.chunks, dtype=args.dtype,
+                       experts=args.experts, hidden=args.hidden, warmup=args.warmup, iters=args.iters,
+                       max_iters=args.max_iters, target_ci=args.target_ci, budget_s=args.budget_s)
+    tp, ep, sizes, variants, experts = v["tp"], v["ep"], v["sizes"], v["variants"], v["experts"]
     layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, ep)
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    for v in variants:
-        if v not in EXCHANGES:
-            raise ValueError(f"--variants: unknown exchange {v!r}; choose from {', '.join(EXCHANGES)}")
-    sizes = size_range(args.sizes)
-    experts = args.experts or ep
-    if experts % ep:
-        raise ValueError(f"--experts {experts} is not divisible by EP={ep}")
     elsize = {"float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
-    if args.chunks.strip() == "auto":
+    if v["chunks"] == "auto":
         from monta.comm.auto import auto_chunks
 
         chunks = sorted({auto_chunks(s, layout, max(1, s // (experts * args.hidden * elsize * tp)), args.cluster)
                          for s in sizes})
     else:
-        chunks = _int_list(args.chunks, "chunks")
-    for s in sizes:
-        row = experts * args.hidden * elsize
-        if s % row or (s // row) % tp:
-            raise ValueError(f"--sizes: {s} B is not a whole [E={experts}, C, M={args.hidden}] {args.dtype} buffer "
-                             f"with C divisible by TP={tp}; use multiples of {row * tp} B or change --hidden")
-        if "monta" in variants and max(chunks) > s // row // tp:
-            raise ValueError(f"--chunks {max(chunks)} exceeds the capacity slice {s // row // tp} at size {s} B; "
-                             "use fewer chunks, larger sizes or a smaller --hidden")
-    for name in ("warmup", "iters"):
-        if getattr(args, name) < (0 if name == "warmup" else 1):
-            raise ValueError(f"--{name} {getattr(args, name)} is too small")
+        chunks = v["chunks"]
     if args.max_iters < args.iters:
-        raise ValueError(f"--max-iters {args.max_iters} is below --iters {args.iters}; use --max-iters >= --iters")
-    if not (args.target_ci == args.target_ci and 0 <= args.target_ci < 10):
-        raise ValueError(f"--target-ci {args.target_ci}: must be a relative CI width between 0 and 10, e.g. 0.04")
-    if not (args.budget_s == args.budget_s and args.budget_s >= 0):
-        raise ValueError(f"--budget-s {args.budget_s}: must be >= 0 seconds (0 = no budget)")
+        raise UsageError(f"--max-iters {args.max_iters} is below --iters {args.iters}; use --max-iters >= --iters")
+    if args.timeout is not None:
+        number(args.timeout, "timeout", 1, 30 * 86400, lo_open=False, unit="seconds")
+    if args.launcher == "emulate":
+        _check_memory(sizes, args.nodes * args.gpus_per_node)
+    out_path(args.out, append=args.append)
     inject = _parse_slowdown(args.inject_slowdown, variants) if args.inject_slowdown else None
     topo = topology_from_args(args)
     return {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": ep, "sizes": sizes,
@@ -145,27 +145,82 @@ def build_config(args: argparse.Namespace) -> dict:
             "topology": {**topo.to_dict(), "description": topo.describe()}, "chunks_arg": args.chunks}
 
 
+# Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
+_UNSHAPED_GBPS = 4.0
+
+
+def expected_seconds(cfg: dict) -> float:
+    """A generous estimate of one run's wall time: start-up (imports, rendezvous, per rank on a
+    shared machine), then per size the warm-up, the timed iterations (the most adaptive iterations
+    can take: --max-iters, or --budget-s when set) and the check, each iteration one call of every
+    variant row at the legacy exchange's inter-node time (the slowest variant's bytes)."""
+    topo = cfg.get("topology") or {}
+    gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
+    rows = len(cfg["variants"]) - ("monta" in cfg["variants"]) + len(cfg["chunks"]) * ("monta" in cfg["variants"])
+    rows += 2 if cfg["tp"] > 1 and cfg.get("components", True) else 0
+    total = 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"]
+    for size in cfg["sizes"]:
+        call = max(0.01, cfg["gpus_per_node"] * size * 8 / (gbps * 1e9))
+        round_s = rows * call
+        timed = cfg["iters"] * round_s
+        if cfg["max_iters"] > cfg["iters"] and cfg["target_ci"] > 0:
+            extra = (cfg["max_iters"] - cfg["iters"]) * round_s
+            timed += min(extra, cfg["budget_s"] + round_s) if cfg["budget_s"] else extra
+        total += cfg["warmup"] * round_s + timed + (round_s if cfg["check"] else 0.0)
+    return total
+
+
+def stall_seconds(cfg: dict) -> float:
+    """How long the ranks may go without a progress report before the run counts as stalled: the
+    longest stretch between two reports (one size's warm-up or check, or one timed iteration) four
+    times over, and never under two minutes plus 5 s a rank (start-up on a shared machine)."""
+    topo = cfg.get("topology") or {}
+    gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
+    rows = len(cfg["variants"]) + len(cfg["chunks"]) + 2
+    longest = max(max(0.01, cfg["gpus_per_node"] * s * 8 / (gbps * 1e9)) * rows * max(1, cfg["warmup"])
+                  for s in cfg["sizes"])
+    return max(120.0, 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"], 4 * longest)
+
+
+def default_timeout(cfg: dict) -> float:
+    """Twice the expected run time plus two minutes: a slow machine passes, a hung run does not wait
+    the old fixed 20 minutes for a sweep of seconds (and a stalled rank is caught sooner still)."""
+    return round(2 * expected_seconds(cfg) + 120.0)
+
+
 def main(args: argparse.Namespace) -> int:
     cfg = build_config(args)
+    if args.timeout is None:
+        args.timeout = default_timeout(cfg)
     if args.launcher == "env":  # we are one rank of torchrun/srun
         from monta.bench import alltoall_worker
 
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        with tempfile.NamedTemporaryFile("w", prefix="monta-a2a-", suffix=".json") as f:
             json.dump(cfg, f)
-        return alltoall_worker.main(f.name)
+            f.flush()
+            return alltoall_worker.main(f.name)
     from monta.emulate import EmulationError, Topology, launch
 
     topo = Topology(**{k: v for k, v in cfg["topology"].items() if k != "description"})
-    with tempfile.TemporaryDirectory(prefix="monta-a2a-") as tmp:
+    from monta import tmpdirs
+
+    tmpdirs.clean_stale()
+    tmp = tmpdirs.make("monta-a2a-")
+    try:
         cfg_path = Path(tmp) / "config.json"
         cfg_path.write_text(json.dumps(cfg))
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         try:
             launch([sys.executable, "-m", "monta.bench.alltoall_worker", str(cfg_path)], args.nodes,
-                   args.gpus_per_node, topo, env=env, timeout_s=args.timeout, allow_unshaped=args.allow_unshaped)
+                   args.gpus_per_node, topo, env=env, timeout_s=args.timeout, allow_unshaped=args.allow_unshaped,
+                   stall_s=stall_seconds(cfg))
         except EmulationError as e:
             print(f"monta: error: {e}", file=sys.stderr)
             return 1
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
     if cfg["out"] and not args.no_wandb:
         from monta.results import read_records
         from monta.tracking import log_records

@@ -25,6 +25,7 @@ from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
 from monta.groups import build_process_groups
 from monta.parallel import ParallelLayout
+from monta.progress import beat
 from monta.results import environment, make_record, new_run_id, write_records
 from monta.units import format_size
 
@@ -139,8 +140,10 @@ def main(cfg_path: str) -> int:
     with open(cfg_path) as f:
         cfg = json.load(f)
     backend = cfg.get("backend", "gloo")
+    beat("joining the process group (init_process_group)")
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.get("collective_timeout_s", 300)))
     torch.set_num_threads(1)
+    beat("building the process groups")
     r = Runner(cfg)
     rank, world = r.rank, r.layout.world_size
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if backend == "nccl" else torch.device("cpu")
@@ -166,7 +169,8 @@ def main(cfg_path: str) -> int:
 
     inputs = [rank_input(rank // cfg["tp"], i, shp, dtype).to(device) for i, shp in enumerate(shapes)]
     # Warm up every size and variant first (connections, allocator), as nccl-tests does.
-    for x in inputs:
+    for si, x in enumerate(inputs):
+        beat(f"warm-up of size {format_size(cfg['sizes'][si])}")
         for v, c in variants:
             for _ in range(cfg["warmup"]):
                 r.run(v, c, x)
@@ -187,6 +191,7 @@ def main(cfg_path: str) -> int:
         t_size = time.perf_counter()
         it = 0
         while True:
+            beat(f"timing size {format_size(cfg['sizes'][si])} ({si + 1}/{len(shapes)}), iteration {it + 1}")
             round_t = torch.zeros(len(variants), dtype=torch.float64)
             round_c = torch.zeros(len(variants), dtype=torch.float64)
             round_clean = torch.zeros(len(variants), dtype=torch.float64)  # before an injected delay
@@ -264,6 +269,7 @@ def main(cfg_path: str) -> int:
     if cfg["check"]:
         ex.FAULT.enabled = bool(cfg.get("inject_fault"))
         for si, shp in enumerate(shapes):
+            beat(f"checking size {format_size(cfg['sizes'][si])}")
             for vi, (v, c) in enumerate(variants):
                 x = rank_input(rank // cfg["tp"], si, shp, dtype, salt=1).to(device)  # fresh data
                 got = r.run(v, c, x)
@@ -271,6 +277,7 @@ def main(cfg_path: str) -> int:
         ex.FAULT.enabled = False
         dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
 
+    beat("writing the records")
     if rank == 0:
         host = [[load.window(spans[si][vi]) for vi in range(len(variants))] for si in range(len(shapes))]
         if float(measured_wait[0]):  # the ranks' own wait for a core, averaged over ranks

@@ -81,11 +81,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
+def check_args(args: argparse.Namespace) -> list[str]:
+    """Range checks of every flag (monta.validate), before any rank starts; returns the variants."""
+    from monta import validate as V
+
+    V.integer(args.nodes, "nodes", 1, V.MAX_NODES)
+    V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    if args.tp is not None:
+        V.integer(args.tp, "tp", 1, args.gpus_per_node)
+    variants = V.names(args.variants, "variants", VARIANTS)
+    V.integer(args.steps, "steps", 1, V.MAX_ITERS)
+    V.integer(args.warmup, "warmup", 0, V.MAX_ITERS)
+    V.integer(args.seed, "seed", 0, 2**32 - 1)
+    for flag in ("layers", "hidden", "heads", "kv_heads", "ffn", "experts", "topk", "seq", "micro_batch"):
+        if getattr(args, flag) is not None:
+            V.integer(getattr(args, flag), flag, 1, 2**24)
+    if args.capacity_factor is not None:
+        V.number(args.capacity_factor, "capacity_factor", 0, 1000, lo_open=True)
+    if args.peak_tflops is not None:
+        V.number(args.peak_tflops, "peak_tflops", 0, 1e6, lo_open=True)
+    V.number(args.timeout, "timeout", 1, 30 * 86400, unit="seconds")
+    V.out_path(args.out)
+    return variants
+
+
 def _spec(args: argparse.Namespace) -> dict[str, Any]:
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad or not variants:
-        raise ValueError(f"--variants: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(VARIANTS)}")
+    variants = check_args(args)
     if args.chunks == "auto":
         chunks: int | str = "auto"
         cluster = args.cluster or os.environ.get("MONTA_CLUSTER")
@@ -196,7 +217,8 @@ def _launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
         spec["emulated"] = True
         spec["topology"] = topo.to_dict()
         result = launch(argv + [json.dumps(spec)], lay["nodes"], lay["gpus_per_node"], topo,
-                        env=env, timeout_s=args.timeout)
+                        env=env, timeout_s=args.timeout,
+                        stall_s=max(120.0, 60.0 + 5.0 * lay["nodes"] * lay["gpus_per_node"]))
         spec["emulated"] = bool(result.emulated)
         return 0
     world = lay["nodes"] * lay["gpus_per_node"]

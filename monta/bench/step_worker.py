@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.progress import beat
+
 
 def init_from_env(timeout_s: float = 300.0) -> None:
     """torch.distributed from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, srun, emulator, spawn)."""
@@ -22,6 +24,8 @@ def init_from_env(timeout_s: float = 300.0) -> None:
     os.environ.setdefault("LOCAL_RANK", os.environ["RANK"])
     if not dist.is_initialized():
         import deepspeed
+
+        beat("joining the process group (init_distributed)")
 
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if torch.cuda.is_available():
@@ -41,9 +45,11 @@ def build_world(layout, cfg, variants, chunks, seed: int, zero_stage: int = 1, l
     model_pgs = build_process_groups(layout)  # the model's TP linears: a separate communicator
     sync_pgs = build_process_groups(layout)  # background gradient sync: a separate communicator
     init_deepspeed_groups(pgs, expert_tp=True)
+    beat("building the process groups and engines")
     tp = make_tp_group(model_pgs)
     built = {}
     for name in variants:
+        beat(f"building the {name} engine")
         built[name] = build_variant(name, cfg, pgs, tp, chunks=chunks, seed=seed, zero_stage=zero_stage,
                                     sync_pgs=sync_pgs, lancet_partitions=lancet_partitions,
                                     lina_chunk_bytes=lina_chunk_bytes)
@@ -66,6 +72,7 @@ def run_interleaved(layout, cfg, variants, *, chunks=4, steps=5, warmup=1, seed=
     spans: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for step in range(warmup + steps):
         for name in variants:
+            beat(f"{'warm-up ' if step < warmup else ''}step {step + 1}/{warmup + steps} of variant {name}")
             d0, t0 = own_run_delay_s(), time.perf_counter()
             r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
             d1, t1 = own_run_delay_s(), time.perf_counter()

@@ -9,6 +9,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 
 from monta.emulate.topology import PRESETS, add_topology_args, topology_from_args
 
@@ -28,6 +29,15 @@ def _common(p: argparse.ArgumentParser, gpus: int) -> None:
     p.add_argument("--allow-unshaped", action="store_true",
                    help="if user namespaces are unavailable, run all ranks on 127.0.0.1 unshaped (warns)")
     add_topology_args(p)
+
+
+def _check_common(args: argparse.Namespace):
+    """The flags every emulate action shares, checked before anything starts; returns the Topology."""
+    from monta import validate as V
+
+    V.integer(args.nodes, "nodes", 1, V.MAX_NODES)
+    V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    return topology_from_args(args)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,7 +93,13 @@ def _run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ValueError("no command given: monta emulate run [flags] -- CMD [ARGS...]")
-    topo = topology_from_args(args)
+    topo = _check_common(args)
+    if args.timeout is not None:
+        from monta.validate import number
+
+        number(args.timeout, "timeout", 0, 30 * 86400, lo_open=True, unit="seconds")
+    if args.log_dir is not None and Path(args.log_dir).exists() and not Path(args.log_dir).is_dir():
+        raise ValueError(f"--log-dir {args.log_dir}: is a file, not a directory")
     print(f"monta emulate: {args.nodes} nodes x {args.gpus_per_node} ranks, {topo.describe()}", file=sys.stderr)
     try:
         launch(cmd, args.nodes, args.gpus_per_node, topo, timeout_s=args.timeout, log_dir=args.log_dir,
@@ -97,7 +113,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     from monta.emulate.calibrate import calibrate
     from monta.emulate.launcher import EmulationError
 
-    topo = topology_from_args(args)
+    from monta.validate import out_path
+
+    topo = _check_common(args)
+    out_path(args.out)
+    lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
+    if not 1 <= lo <= hi <= 1 << 34:
+        raise ValueError(f"--min-bytes {args.min_bytes} --max-bytes {args.max_bytes}: need 1 <= min <= max <= 16G")
     print(f"monta emulate calibrate: {args.nodes} nodes x {args.gpus_per_node} ranks, {topo.describe()}",
           file=sys.stderr)
     try:
@@ -129,7 +151,7 @@ def _probe(args: argparse.Namespace) -> int:
     from monta.emulate.launcher import EmulationError, launch
     from monta.emulate.probe import summarize
 
-    topo = topology_from_args(args)
+    topo = _check_common(args)
     flows = _positive_list(args.flows, "--flows")
     if args.reps < 2:
         raise ValueError(f"--reps {args.reps}: need at least 2 repetitions for a spread")
@@ -158,8 +180,6 @@ def _probe(args: argparse.Namespace) -> int:
         print(f"{r['link']:>5} {r['flows']:>5} {r['n']:>3} {r['p10_gbps']:>8.4g} {r['p50_gbps']:>8.4g} "
               f"{r['p90_gbps']:>8.4g} {share(r['share_p10'])} {share(r['share_p50'])} {r['spread']:>7.3f}")
     if args.json:
-        from pathlib import Path
-
         Path(args.json).write_text(json.dumps({"topology": topo.to_dict(), "raw": raw, "summary": rows}, indent=1))
     return 0
 

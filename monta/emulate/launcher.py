@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -136,7 +135,8 @@ def _validate(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Top
 def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topology | None = None, *,
            env: Mapping[str, str] | None = None, timeout_s: float | None = None,
            log_dir: str | os.PathLike | None = None, allow_unshaped: bool = False,
-           check: bool = True, stdout: TextIO | None = None, master_port: int = 29500) -> LaunchResult:
+           check: bool = True, stdout: TextIO | None = None, master_port: int = 29500,
+           stall_s: float | None = None) -> LaunchResult:
     """Run ``argv`` once per rank on ``nodes`` x ``gpus_per_node`` emulated ranks.
 
     Each rank gets torchrun's environment (MASTER_ADDR = node 0, RANK, WORLD_SIZE, LOCAL_RANK,
@@ -148,7 +148,9 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     (default sys.stdout); every rank's stderr (and other ranks' stdout) goes to
     ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if not given).
     When a rank fails, the others are killed at once and RankFailed names it (``check=False``
-    returns the result instead). Call from the main thread: the kill-on-exit chain is tied to
+    returns the result instead). A rank stopped by a signal, or (for ranks that report progress
+    with ``monta.progress.beat``) no progress from any rank for ``stall_s`` seconds (default 120,
+    ``MONTA_STALL_S``), is a failure too, naming the rank behind and where it was. Call from the main thread: the kill-on-exit chain is tied to
     the calling thread, and signal handlers can only be installed there. While it runs, SIGINT
     (as KeyboardInterrupt), SIGTERM and SIGHUP (as SystemExit) tear the whole tree down whatever
     disposition was inherited: a background shell starts its commands with SIGINT ignored, and an
@@ -167,14 +169,18 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
         print(msg, file=sys.stderr, flush=True)
 
     own_log_dir = log_dir is None
-    logs = Path(tempfile.mkdtemp(prefix="monta-emulate-")) if own_log_dir else Path(log_dir)
+    from monta import tmpdirs
+
+    # Work directories of earlier runs that were killed (SIGKILL leaves them): their owner is gone.
+    tmpdirs.clean_stale()
+    logs = tmpdirs.make("monta-emulate-") if own_log_dir else Path(log_dir)
     logs.mkdir(parents=True, exist_ok=True)
     result_path = logs / "supervisor-result.json"
     result_path.unlink(missing_ok=True)
     spec = {
         "mode": "netns" if emulated else "plain",
         "nodes": nodes, "gpus_per_node": gpus_per_node, "topology": topology.to_dict(),
-        "argv": list(argv), "timeout_s": timeout_s,
+        "argv": list(argv), "timeout_s": timeout_s, "stall_s": stall_s,
         "log_dir": str(logs), "result_path": str(result_path),
         # Each node has its own network stack, so a fixed port cannot clash; the fallback shares ours.
         "master_port": master_port if emulated else _free_port(),
@@ -230,6 +236,8 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
                 _kill_tree(proc, interrupted, "cleanup")
             proc.stdout.close()
 
+    if own_log_dir:  # from here on every error names this folder: keep it (a clean run removes it below)
+        tmpdirs.keep(logs)
     if not result_path.exists():
         why = "killed by the launcher's watchdog" if interrupted else f"exit status {proc.returncode}"
         raise EmulationError(f"the emulated cluster's supervisor died without a result ({why}); "

@@ -16,11 +16,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from monta.emulate.privileges import drop_capabilities
 from monta.emulate.ranks import RankInfo, layout, rank_env
 from monta.emulate.topology import Topology
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02
+_PROGRESS_POLL_S = 1.0
+# A rank stopped by a signal (SIGSTOP, SIGTSTP: state T in /proc) this long is a failure: nothing
+# in a run stops its own ranks, and its peers would wait for it until the collective timeout.
+STOPPED_S = 10.0
+# No rank reported progress this long (MONTA_PROGRESS_DIR heartbeats, between iterations): the run
+# is stuck; the rank that is behind is named. Armed only once every rank has reported once.
+DEFAULT_STALL_S = 120.0
+# ... and the median rank used less than this share of a core over that time (blocked, not computing;
+# a rank that works, even starved on a loaded 2-core machine, gets several % of a core).
+STALL_CPU_SHARE = 0.01
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -47,6 +58,10 @@ class Supervisor:
         self.net_nodes: list = []
         self.notes: list[str] = []
         self.tuning: dict[str, Any] = {}
+        self.progress_dir = self.log_dir / "progress"
+        self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
+        self.stopped_since: dict[int, float] = {}
+        self.cpu_samples: list[tuple[float, dict[int, float]]] = []  # (monotonic time, CPU seconds per rank)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
@@ -91,6 +106,8 @@ class Supervisor:
 
     def _start(self, ranks: list[RankInfo]) -> None:
         base_env = dict(os.environ)
+        self.progress_dir.mkdir(exist_ok=True)
+        base_env["MONTA_PROGRESS_DIR"] = str(self.progress_dir)
         node_addrs = [r.addr for r in ranks if r.local_rank == 0]
         for info in ranks:
             if self.stop_reason:
@@ -101,18 +118,20 @@ class Supervisor:
             log = open(self.log_dir / f"rank{info.rank}.log", "wb")
             fds = self.net_nodes[info.node].ns_fds() if self.emulated else []
 
-            def preexec(fds=fds) -> None:
+            def preexec(fds=fds, emulated=self.emulated) -> None:
                 die_with_parent()
                 if fds:
                     from monta.emulate.netns import enter
                     enter(fds)
+                if emulated:  # the network is set up: the rank needs no capability from here on
+                    drop_capabilities()
 
             try:
                 self.procs[info.rank] = subprocess.Popen(
                     self.spec["argv"], env=env, stdin=subprocess.DEVNULL,
                     stdout=None if info.rank == 0 else log, stderr=log,
                     start_new_session=True, preexec_fn=preexec, pass_fds=[fd for fd, _ in fds])
-            except OSError as e:
+            except (OSError, subprocess.SubprocessError) as e:
                 raise RuntimeError(f"cannot start rank {info.rank}: {e}") from None
             finally:
                 log.close()
@@ -123,6 +142,7 @@ class Supervisor:
         timeout = self.spec.get("timeout_s")
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         by_pid = {p.pid: r for r, p in self.procs.items()}
+        next_check = time.monotonic() + _PROGRESS_POLL_S
         while len(self.codes) < len(self.procs):
             failed = self._reap(by_pid)
             if failed:
@@ -137,12 +157,72 @@ class Supervisor:
                         "log": str(self.log_dir / f"rank{rank}.log")}
             if self.stop_reason:
                 return {"kind": "interrupted", "message": self.stop_reason}
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + _PROGRESS_POLL_S
+                stalled = self._stalled(ranks)
+                if stalled:
+                    return stalled
             if deadline is not None and time.monotonic() > deadline:
                 running = sorted(set(self.procs) - set(self.codes))
                 return {"kind": "timeout", "message": f"timed out after {timeout:g} s; ranks still running: "
                                                       f"{', '.join(map(str, running))}"}
             time.sleep(_POLL_S)
         return None
+
+    def _progress(self, rank: int) -> tuple[int, float, str] | None:
+        from monta.progress import read
+
+        return read(str(self.progress_dir / f"rank{rank}"))
+
+    def _where(self, rank: int) -> str:
+        p = self._progress(rank)
+        if p is None:
+            return "before its first progress report (starting up)"
+        n, t, where = p
+        return f"last progress {time.time() - t:.0f} s ago: {where} (report {n})"
+
+    def _stalled(self, ranks: list[RankInfo]) -> dict[str, Any] | None:
+        """A rank stopped by a signal for STOPPED_S, or no progress from any rank for stall_s."""
+        now = time.monotonic()
+        running = [r for r in self.procs if r not in self.codes]
+        for r in running:
+            state = _proc_state(self.procs[r].pid)
+            if state in ("T", "t"):
+                since = self.stopped_since.setdefault(r, now)
+                if now - since >= STOPPED_S:
+                    info = ranks[r]
+                    return {"kind": "stalled", "rank": r, "node": info.node,
+                            "message": f"rank {r} (node {info.node}) stalled: stopped by a signal (process state "
+                                       f"{state}, e.g. SIGSTOP) for {now - since:.0f} s, its peers waiting on it; "
+                                       f"{self._where(r)}",
+                            "log": str(self.log_dir / f"rank{r}.log")}
+            else:
+                self.stopped_since.pop(r, None)
+        # CPU the ranks used: a rank that computes (a slow start-up on a loaded machine, a long
+        # phase between two reports) is busy, not stalled; ranks blocked on a peer use next to none.
+        cpu = {r: _proc_cpu_s(self.procs[r].pid) for r in running}
+        self.cpu_samples.append((now, cpu))
+        while len(self.cpu_samples) > 2 and self.cpu_samples[1][0] <= now - self.stall_s:
+            self.cpu_samples.pop(0)
+        reports = {r: self._progress(r) for r in running}
+        if not running or any(p is None for p in reports.values()):
+            return None  # not every rank reports progress (yet): the stall limit is not armed
+        newest = max(p[1] for p in reports.values())
+        if time.time() - newest < self.stall_s:
+            return None
+        t_old, cpu_old = self.cpu_samples[0]
+        if now - t_old < self.stall_s:
+            return None  # not watched for long enough yet
+        used = sorted(cpu[r] - cpu_old.get(r, 0.0) for r in running)
+        if used[len(used) // 2] > STALL_CPU_SHARE * (now - t_old):
+            return None  # no report, but the ranks are working (the median rank: rank 0 samples the host)
+        # The rank that is behind: fewest reports (its peers went on to the next collective), then oldest.
+        r = min(reports, key=lambda k: (reports[k][0], reports[k][1]))
+        info = ranks[r]
+        return {"kind": "stalled", "rank": r, "node": info.node,
+                "message": f"rank {r} (node {info.node}) stalled: no rank made progress or used CPU for "
+                           f"{self.stall_s:g} s and rank {r} is furthest behind; {self._where(r)}",
+                "log": str(self.log_dir / f"rank{r}.log")}
 
     def _reap(self, by_pid: dict[int, int]) -> list[int]:
         """waitpid(-1) ourselves: as PID 1 we also reap orphans, which Popen.poll would not."""
@@ -184,6 +264,26 @@ class Supervisor:
         for n in self.net_nodes:
             n.holder.kill()
             n.holder.wait()
+
+
+def _proc_state(pid: int) -> str | None:
+    """The process state letter from /proc/PID/stat (R, S, D, T stopped, t traced, Z, ...)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads, and its children it waited for)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in f[11:15]) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def main(argv: list[str]) -> int:

@@ -132,6 +132,16 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
     """Build the Topology from flags added by :func:`add_topology_args` (ValueError on bad values)."""
     overrides = {k: getattr(args, k) for k in ("inter_gbps", "intra_gbps", "latency_us", "tcp_cc")
                  if getattr(args, k, None) is not None}
-    if args.topology:
-        return Topology.preset(args.topology, **overrides)
-    return Topology(name="custom" if overrides else "unshaped", **overrides)
+    try:
+        if args.topology:
+            return Topology.preset(args.topology, **overrides)
+        return Topology(name="custom" if overrides else "unshaped", **overrides)
+    except ValueError as e:  # name the flag, not the field: "inter_gbps=-1.0: ..." -> "--inter-gbps -1.0: ..."
+        text = str(e)
+        for k in ("inter_gbps", "intra_gbps", "latency_us", "tcp_cc"):
+            if text.startswith(f"{k}="):
+                value, _, rest = text[len(k) + 1:].partition(": ")
+                text = f"--{k.replace('_', '-')} {value}: {rest}"
+        if text.startswith("unknown topology preset"):
+            text = f"--topology {args.topology}: {text}"
+        raise ValueError(text) from None

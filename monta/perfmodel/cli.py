@@ -82,8 +82,17 @@ def _cmd_plan(args) -> int:
     from monta.perfmodel.planner import plan
     from monta.perfmodel.strategy import RECOMPUTE, STEP_VARIANTS
 
-    if args.nodes < 1:
-        raise ValueError(f"--nodes {args.nodes}: must be >= 1")
+    from monta import validate as V
+
+    V.integer(args.nodes, "nodes", 1, 1_000_000)
+    if args.gpus_per_node is not None:
+        V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    V.integer(args.seq, "seq", 1, 2**30)
+    V.integer(args.top, "top", 1, 10_000)
+    for name in ("layers", "global_batch", "tp", "ep", "pp", "cp"):
+        if getattr(args, name) is not None:
+            V.integer(getattr(args, name), name, 1, 1_000_000)
+    V.out_path(args.out)
     if args.variant not in STEP_VARIANTS:
         raise ValueError(f"--variant {args.variant!r}: choose one of {', '.join(STEP_VARIANTS)}")
     recompute = tuple(x.strip() for x in args.recompute.split(",") if x.strip())
@@ -133,6 +142,11 @@ def _cmd_paper(args) -> int:
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
     if not clusters:
         raise ValueError("--cluster: give at least one preset")
+    from monta.validate import integer, out_path
+
+    if args.layers is not None:
+        integer(args.layers, "layers", 1, 100_000)
+    out_path(args.out)
     text, recs = run(clusters, args.layers, args.recompute)
     print(text)
     _write(args.out, recs)
@@ -142,11 +156,22 @@ def _cmd_paper(args) -> int:
 def _cmd_alltoall(args) -> int:
     from monta.perfmodel.alltoall import format_table, make_layout, parse_chunks, parse_variants, records, sweep
     from monta.perfmodel.links import get_cluster
-    from monta.units import size_range
+    from monta import validate as V
 
-    sizes = size_range(args.sizes)
+    V.integer(args.nodes, "nodes", 1, 1_000_000)
+    V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    V.integer(args.tp, "tp", 1, args.gpus_per_node)
+    if args.ep is not None:
+        V.integer(args.ep, "ep", 1, args.nodes * args.gpus_per_node)
+    sizes = V.sizes(args.sizes)
     variants = parse_variants(args.variants)
-    chunks = parse_chunks(args.chunks)
+    try:
+        chunks = parse_chunks(args.chunks)
+    except ValueError as e:
+        raise V.UsageError(f"--chunks {args.chunks}: {e}") from None
+    if any(c != "auto" and c > V.MAX_CHUNKS for c in chunks):
+        raise V.UsageError(f"--chunks {args.chunks}: at most {V.MAX_CHUNKS} chunks")
+    V.out_path(args.out)
     layout = make_layout(args.nodes, args.gpus_per_node, args.tp, args.ep)
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
     rows = sweep(cluster, layout, sizes, variants, chunks)
@@ -163,8 +188,12 @@ def _cmd_accuracy(args) -> int:
     from monta.perfmodel.links import LinkProfile
     from monta.results import make_record, read_records
 
+    from monta.validate import out_path
+
+    out_path(args.out)
+    measured = read_records(*args.measured)  # the validating loader: file:line of anything unusable
     profile = LinkProfile.load(args.profile)
-    points, checks = evaluate(read_records(*args.measured), profile)
+    points, checks = evaluate(measured, profile)
     print(f"# predicted with link profile {profile.name} ({profile.source}) vs {', '.join(args.measured)}")
     print(report(points, checks))
     if args.out:

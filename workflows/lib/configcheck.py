@@ -52,6 +52,46 @@ def _fill_defaults(schema: Mapping[str, Any], node: Any, root: Mapping[str, Any]
     return node
 
 
+def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+_YAML_TYPES = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+               "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+               "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
+               "array": lambda v: isinstance(v, list), "object": lambda v: isinstance(v, dict)}
+
+
+def _coerce(schema: Mapping[str, Any], node: Any, root: Mapping[str, Any]) -> Any:
+    """What Snakemake users type, as the schema means it: ``--config 'alltoall={iters: 3}'`` reaches
+    the config as {'iters': '3'} (Snakemake parses nested values with YAML's BaseLoader, every
+    scalar a string), so a string where the schema wants no string is read as YAML and kept when
+    it then has a type the schema allows. Anything else is left for the validator to name."""
+    schema = _resolve(schema, root)
+    if isinstance(node, dict) and "properties" in schema:
+        for key, sub in schema["properties"].items():
+            if key in node:
+                node[key] = _coerce(sub, node[key], root)
+        return node
+    if isinstance(node, list) and isinstance(schema.get("items"), Mapping):
+        return [_coerce(schema["items"], item, root) for item in node]
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if isinstance(node, str) and types and "string" not in types:
+        try:
+            value = yaml.safe_load(node)
+        except yaml.YAMLError:
+            return node
+        if any(_YAML_TYPES[t](value) for t in types if t in _YAML_TYPES):
+            return _coerce(schema, value, root) if isinstance(value, (list, dict)) else value
+    return node
+
+
 def load_schema(path: str | Path) -> dict[str, Any]:
     return yaml.safe_load(Path(path).read_text())
 
@@ -59,7 +99,7 @@ def load_schema(path: str | Path) -> dict[str, Any]:
 def check_config(config: Mapping[str, Any], schema_path: str | Path) -> dict[str, Any]:
     """Return a validated copy of ``config`` with every default filled in; raise ConfigError."""
     schema = load_schema(schema_path)
-    cfg = copy.deepcopy(dict(config))
+    cfg = _coerce(schema, copy.deepcopy(dict(config)), schema)
     validator = jsonschema.Draft7Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _path(e)))
     if errors:
@@ -90,6 +130,57 @@ def _check_semantics(cfg: Mapping[str, Any]) -> None:
         names = [c["name"] for c in cfg[section]["clusters"]]
         if len(set(names)) != len(names):
             raise ConfigError(f"config key {section}.clusters: cluster names must be unique, got {names}")
+    _check_sweeps(cfg)
     if cfg["launcher"]["kind"] == "emulated" and cfg["launcher"]["backend"] != "gloo":
         raise ConfigError("config key launcher.backend: the emulated cluster has no GPUs; set backend: gloo"
                           " (nccl needs launcher.kind: srun-torchrun on GPU nodes)")
+
+
+def _validate_module():
+    """monta.validate: the same checks `monta bench alltoall` runs on its flags."""
+    try:
+        from monta import validate
+    except ImportError:  # Snakemake run from outside the project's environment: import from the checkout
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from monta import validate
+    return validate
+
+
+def _check_sweeps(cfg: Mapping[str, Any]) -> None:
+    """Each benchmark the config asks for, checked as `monta bench alltoall` / `monta predict alltoall`
+    would check its flags (monta.validate), so a config that cannot run stops before any job:
+    sizes with min > max, chunk counts beyond the capacity slice, too many sizes, ..."""
+    V = _validate_module()
+    a = cfg["alltoall"]
+    common = {"variants": a["variants"], "chunks": a["chunks"], "dtype": a["dtype"], "warmup": a["warmup"],
+              "iters": a["iters"], "max_iters": a["max_iters"], "target_ci": a["target_ci"], "budget_s": a["budget_s"]}
+    try:
+        if a["enabled"]:
+            for i, c in enumerate(a["clusters"]):
+                own = bool(c.get("sizes"))
+                V.alltoall_sweep(nodes=c["nodes"], gpus_per_node=c["gpus_per_node"], tp=c["tp"],
+                                 sizes_spec=c["sizes"] if own else a["sizes"], where=V.config_key("alltoall"),
+                                 keys={"sizes": f"clusters[{i}].sizes" if own else "sizes",
+                                       "nodes": f"clusters[{i}].nodes", "gpus_per_node": f"clusters[{i}].gpus_per_node",
+                                       "tp": f"clusters[{i}].tp"}, **common)
+        abl = cfg["ablation"]
+        if abl["enabled"]:
+            c = abl["cluster"]
+            shape = {"nodes": c["nodes"], "gpus_per_node": c["gpus_per_node"]}
+            where = V.config_key("ablation")
+            if abl["chunks"]:
+                V.alltoall_sweep(**shape, tp=c["tp"], sizes_spec=abl["size"], where=where,
+                                 **{**common, "variants": ["legacy", "monta"], "chunks": abl["chunks"]})
+            for tp in abl["tp"]:
+                V.alltoall_sweep(**shape, tp=tp, sizes_spec=abl["size"], where=where,
+                                 **common)
+            if abl["buffer_sizes"]:
+                V.alltoall_sweep(**shape, tp=c["tp"], sizes_spec=abl["buffer_sizes"], where=where,
+                                 keys={"sizes": "buffer_sizes"}, **common)
+        p = cfg["predict"]
+        if p["enabled"]:
+            V.sizes(p["sizes"], "sizes", V.config_key("predict"))
+    except V.UsageError as e:
+        raise ConfigError(str(e)) from None

@@ -1,0 +1,39 @@
+"""Rank heartbeats: where each rank is, so a stalled rank is named long before a collective times out.
+
+The emulator's supervisor gives every rank ``MONTA_PROGRESS_DIR``; ``beat(where)`` writes the
+rank's beat count, the time and a short description of where it is to ``rank{RANK}`` there (a
+few microseconds; a no-op without the variable, e.g. under torchrun). The supervisor reads these
+files (monta.emulate.supervisor): a rank stopped by a signal, or a run in which no rank has made
+progress for the stall limit, ends the run with the rank that is behind and where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+_state = {"n": 0}
+
+
+def beat(where: str) -> None:
+    d = os.environ.get("MONTA_PROGRESS_DIR")
+    if not d:
+        return
+    _state["n"] += 1
+    path = os.path.join(d, f"rank{os.environ.get('RANK', '0')}")
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{_state['n']} {time.time():.3f} {where}\n")
+        os.replace(path + ".tmp", path)
+    except OSError:  # progress reports must never fail a run
+        pass
+
+
+def read(path: str) -> tuple[int, float, str] | None:
+    """(beat count, wall time, where) of one rank's progress file, or None if it has none yet."""
+    try:
+        with open(path) as f:
+            n, t, where = f.read().rstrip("\n").split(" ", 2)
+        return int(n), float(t), where
+    except (OSError, ValueError):
+        return None
