@@ -80,12 +80,15 @@ def _cmd_plan(args) -> int:
     from monta.perfmodel.memory import GB
     from monta.perfmodel.models import get_model
     from monta.perfmodel.planner import plan
-    from monta.perfmodel.strategy import RECOMPUTE, STEP_VARIANTS
+    from monta import variants as registry
+    from monta.perfmodel.strategy import RECOMPUTE
 
     if args.nodes < 1:
         raise ValueError(f"--nodes {args.nodes}: must be >= 1")
-    if args.variant not in STEP_VARIANTS:
-        raise ValueError(f"--variant {args.variant!r}: choose one of {', '.join(STEP_VARIANTS)}")
+    try:
+        registry.check(args.variant)
+    except ValueError as e:
+        raise ValueError(f"--variant: {e}") from None
     recompute = tuple(x.strip() for x in args.recompute.split(",") if x.strip())
     if not recompute or any(r not in RECOMPUTE for r in recompute):
         raise ValueError(f"--recompute {args.recompute!r}: comma list of {', '.join(RECOMPUTE)}")
