@@ -364,3 +364,30 @@ def order_key(name: str) -> tuple[int, str]:
     """Sort key: registration order, compositions after."""
     ns = names()
     return (ns.index(name), name) if name in ns else (len(ns), name)
+
+
+def register(sub) -> None:
+    """``monta variants``: the registry as a table (what each name is made of, where it comes from)."""
+    p = sub.add_parser("variants", help="list the training-step variants and their parts (plugins included)")
+    p.add_argument("name", nargs="?", help="a variant name or composition to explain")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args) -> int:
+    if args.name:
+        for k, v in describe(args.name).items():
+            print(f"{k:>14}: {v}")
+        return 0
+    load_plugins()
+    rows = [(n, get(n)) for n in names()]
+    w = max(len(n) for n, _ in rows)
+    print(f"{'variant':>{w}}  {'exchange':<9} {'schedule':<10} {'sync':<15} origin")
+    for n, v in rows:
+        print(f"{n:>{w}}  {v.exchange:<9} {v.schedule.name:<10} {v.sync.name:<15} {v.origin}")
+    print(f"\nexchanges: {', '.join(EXCHANGES)}")
+    print("schedules: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.schedules.values()))
+    print("syncs: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.syncs.values()))
+    print("compose any: exchange=E,schedule=S,sync=Y[,chunks=N] (e.g. exchange=monta,schedule=lancet,sync=priority)")
+    if _R.failed:
+        print(_failed_note().lstrip("; "))
+    return 0
