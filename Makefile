@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
+.PHONY: setup test-plugins test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -23,10 +23,21 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-test: setup
+# The test-only variant plugin (tests/plugins/monta_toy_variant), installed as a real package into a
+# folder of its own that tests/conftest.py puts on the path: the tests see it, `make reproduce` does not.
+TEST_PLUGINS := $(VENV)/test-plugins
+TOY_PLUGIN   := tests/plugins/monta_toy_variant
+test-plugins: $(TEST_PLUGINS)/.installed
+
+$(TEST_PLUGINS)/.installed: $(STAMP) $(TOY_PLUGIN)/pyproject.toml $(TOY_PLUGIN)/monta_toy_variant/__init__.py
+	rm -rf $(TEST_PLUGINS)
+	$(PY) -m pip install -q --no-deps --target $(TEST_PLUGINS) ./$(TOY_PLUGIN)
+	touch $@
+
+test: setup test-plugins
 	$(PY) -m pytest -q tests
 
-test-fast: setup
+test-fast: setup test-plugins
 	$(PY) -m pytest -q tests -m "not slow"
 
 reproduce: setup

@@ -10,8 +10,8 @@
 
 # %% [markdown]
 # # Training step per variant
-# Step time, throughput, memory and the per-phase breakdown (deepspeed, legacy, MoNTA, Lina-style,
-# Lancet-style, MoNTA + priority), including the top-k and capacity-factor ablations.
+# Step time, throughput, memory and the per-phase breakdown of every variant measured (its exchange,
+# schedule and gradient sync from the registry, monta.variants), including the top-k and capacity-factor ablations.
 
 # %% tags=["parameters"]
 records = []

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import tables
+from monta import variants as variant_registry
 from analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
 from monta.perfmodel.accuracy import CHUNK_TOLERANCE
 # `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
@@ -99,8 +100,9 @@ def step_line(steps: pd.DataFrame) -> str | None:
     text = (f"**Training step**, {point[0]} {point[1]}, {model}{' (' + overrides + ')' if overrides else ''}: "
             f"monta {sig3(g.loc['monta', 'step_ms'])} ms, **{_x(g.loc['monta', 'speedup_vs_deepspeed'])}** over "
             f"deepspeed ({sig3(ds)} ms)")
-    order = {v: i for i, v in enumerate(("monta+priority", "lina", "lancet", "legacy"))}
-    rest = sorted((v for v in g.index if v not in ("monta", "deepspeed")), key=lambda v: (order.get(v, 9), v))
+    # the registry's order (monta.variants), the pre-fix baseline last
+    rest = sorted((v for v in g.index if v not in ("monta", "deepspeed")),
+                  key=lambda v: (v == "legacy", *variant_registry.order_key(v)))
     others = [f"{v} {_x(g.loc[v, 'speedup_vs_deepspeed'])}" for v in rest]
     return text + ("; " + ", ".join(others) + " over deepspeed" if others else "") + "."
 

@@ -236,6 +236,31 @@ def tp_ablation(summary: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["nodes", "gpus_per_node"])
 
 
+def variant_parts(name: str) -> str:
+    """``exchange / schedule / sync`` of a step variant, from the registry (monta.variants); empty for a
+    name this environment does not know (a record from a plugin not installed here)."""
+    from monta import variants as registry
+
+    try:
+        p = registry.get(str(name)).parts
+    except ValueError:
+        return ""
+    return " / ".join(str(p[k]) for k in ("exchange", "schedule", "sync")) + (f" x{p['chunks']}" if "chunks" in p else "")
+
+
+def _with_parts(out: pd.DataFrame) -> pd.DataFrame:
+    """The variant's parts next to its name, rows in the registry's order within each point."""
+    from monta import variants as registry
+
+    if out.empty:
+        return out
+    out.insert(out.columns.get_loc("variant") + 1, "parts", [variant_parts(v) for v in out["variant"]])
+    rank = {v: registry.order_key(str(v)) for v in set(out["variant"])}
+    order = sorted(range(len(out)), key=lambda i: (tuple(str(out.iloc[i][k]) for k in STEP_POINT),
+                                                   rank[out.iloc[i]["variant"]]))
+    return out.iloc[order].reset_index(drop=True)
+
+
 def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Median step time per (config, variant) with tokens/s, memory and speedup vs deepspeed."""
     df = to_frame(records, "step")
@@ -249,7 +274,7 @@ def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
            .rename("_t_ds").reset_index())
     out = out.merge(ref, on=STEP_POINT, how="left")
     out["speedup_vs_deepspeed"] = out["_t_ds"] / out["step_ms"]
-    return out.drop(columns="_t_ds").reset_index(drop=True)
+    return _with_parts(out.drop(columns="_t_ds").reset_index(drop=True))
 
 
 def predicted_step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -266,7 +291,7 @@ def predicted_step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     ref = out[out["variant"] == "deepspeed"].set_index(STEP_POINT)["step_ms"].rename("_t_ds")
     out = out.join(ref, on=STEP_POINT)
     out["speedup_vs_deepspeed"] = out.pop("_t_ds") / out["step_ms"]
-    return out.reset_index(drop=True)
+    return _with_parts(out.reset_index(drop=True))
 
 
 def step_breakdown_wide(long: pd.DataFrame) -> pd.DataFrame:

@@ -18,6 +18,7 @@ _TOPICS = [
     ("plan", "monta.perfmodel.cli", "rank parallel strategies for a cluster, model and sequence length"),
     ("predict", "monta.perfmodel.cli", "performance-model predictions: paper, alltoall, accuracy"),
     ("regress", "monta.regress", "compare two record files and fail on a performance regression"),
+    ("variants", "monta.variants", "list the training-step variants and their parts (plugins included)"),
 ]
 
 

@@ -11,6 +11,13 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("WANDB_MODE", "offline")
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The test-only variant plugin (tests/plugins/monta_toy_variant), installed by `make test-plugins` into a
+# folder of its own: on the path of this process and of every process it starts (ranks, snakemake).
+TEST_PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "test-plugins")
+if os.path.isdir(TEST_PLUGINS):
+    sys.path.insert(0, TEST_PLUGINS)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TEST_PLUGINS, os.environ.get("PYTHONPATH")) if p)
+
 from dist_world import DistWorld  # noqa: E402
 
 _worlds: dict[int, DistWorld] = {}

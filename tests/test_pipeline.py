@@ -67,7 +67,7 @@ def test_dry_run_default_runs_every_experiment(work):
     assert "--launcher emulate --backend gloo --experiment default" in out
     assert "--emulate --inter-gbps 0.25 --intra-gbps 1.818 --experiment default --out results/step/2x4.jsonl" in out
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
-    assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
+    assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out
     for rule in ("build", "build_variant", "alltoall", "step", "ablation_tp", "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",
                  "predict_alltoall", "predict_plan", "calibrate", "predict_accuracy", "notebook", "report", "regress"):
         assert f"\nrule {rule}:" in out, rule
@@ -93,7 +93,7 @@ def test_dry_run_slurm_profile_a800_shows_srun_torchrun(work):
     assert ("srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=32 --gpus-per-node=8 --kill-on-bad-exit=1 "
             "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d") in out
     assert "--no-python monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:1G:2" in out
-    assert "--model moe-2x70b --variants deepspeed,legacy,monta,lina,lancet,monta+priority" in out
+    assert "--model moe-2x70b --variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out
     assert "nodes=2, tasks=2, mpi=srun, slurm_extra='--gpus-per-node=8 --exclusive'" in out
     assert "--inter-gbps" not in out and "rule calibrate:" not in out  # real fabric: nothing emulated
 
@@ -105,7 +105,22 @@ def test_dry_run_test_config(work):
     assert "results/alltoall/2x2.jsonl" in out and "results/alltoall/2x4.jsonl" not in out
 
 
+def test_dry_run_composed_and_plugin_variants_by_name(work):
+    """Step variants from the registry: a composition and the test plugin's variant (tests/plugins),
+    each with its resolved config, passed to the step benchmark by name."""
+    extra = work / "variants.yaml"
+    extra.write_text('step:\n  variants: [deepspeed, "exchange=monta,schedule=lancet,sync=priority", toy]\n')
+    proc = snakemake("-n", "-p", "--configfile", "config/test.yaml", str(extra), cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "--variants deepspeed,exchange=monta,schedule=lancet,sync=priority,toy" in out
+    assert "results/build/variants/exchange=monta,schedule=lancet,sync=priority.json" in out
+    assert "results/build/variants/toy.json" in out
+
+
 @pytest.mark.parametrize("bad, named", [
+    ("step:\n  variants: [monta, bogus]\n", "step.variants.1: unknown variant 'bogus'"),
+    ("alltoall:\n  variants: [lancet]\n", "alltoall.variants.0: 'lancet' is not an exchange"),
     ("alltoall:\n  sizez: 1M\n", "alltoall.sizez"),
     ("colour: blue\n", "colour"),
     ("launcher:\n  kind: slurm\n", "launcher.kind"),
@@ -248,7 +263,10 @@ def test_regress_rule_reports_a_baseline_it_cannot_compare(work):
 def test_tiny_pipeline_end_to_end(work):
     """The whole pipeline for real on config/test.yaml: build, the emulated AllToAll sweep, the
     training step, ablations, predictions, notebooks, tables, figures and the report."""
-    proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=work, timeout=1400)
+    # the test plugin's variant (tests/plugins/monta_toy_variant) runs by name like any other
+    extra = work / "toy.yaml"
+    extra.write_text("step:\n  variants: [deepspeed, monta, toy]\n")
+    proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", str(extra), cwd=work, timeout=1400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     from monta.results import read_records
 
@@ -257,7 +275,10 @@ def test_tiny_pipeline_end_to_end(work):
     assert {r["params"]["variant"] for r in a2a} >= {"legacy", "monta"}
     assert all(r["kind"] == "alltoall" and r["metrics"]["wrong"] == 0 and r["metrics"]["time_us"] > 0 for r in a2a)
     steps = read_records(*sorted((res / "step").glob("*.jsonl")))
-    assert {r["params"]["variant"] for r in steps} >= {"deepspeed", "monta"}
+    assert {r["params"]["variant"] for r in steps} >= {"deepspeed", "monta", "toy"}
+    toy = next(r for r in steps if r["params"]["variant"] == "toy")
+    assert (toy["params"]["exchange"], toy["params"]["schedule"]) == ("monta", "toy-phases")
+    assert "toy" in (res / "tables" / "step_summary.md").read_text()
     assert all(r["kind"] == "step" and r["metrics"]["step_ms"] > 0 for r in steps)
     assert any(r["source"] == "predicted" for r in read_records(res / "predict" / "paper.jsonl"))
     assert (res / "build" / "env.json").exists()

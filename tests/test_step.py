@@ -14,8 +14,13 @@ import pytest
 import torch
 
 REF = Path(__file__).parent / "data" / "reference_loss_mini.json"
-EXACT = ("legacy", "monta", "monta+priority")
-REORDERED = ("lina", "lancet")  # per-chunk experts and partitioned gate sum dW in a different order
+# toy: the test plugin's variant (tests/plugins/monta_toy_variant): monta's exchange, DeepSpeed's ops
+EXACT = ("legacy", "monta", "monta+priority", "toy")
+# Per-chunk experts and partitioned gate sum dW in a different order; the compositions (MoNTA's
+# exchange inside Lina's / Lancet's schedule, monta.variants) are held to the same tolerance.
+# The last composes Lancet's dW deferral with the priority sync (a deferred dW is final only when it
+# ran: monta.comm.priority ignores autograd's early hook for it; before, step 0 raised "no gradient").
+REORDERED = ("lina", "lancet", "monta+lina", "monta+lancet", "exchange=monta,schedule=lancet,sync=priority")
 PARAM_TOL = 5e-6  # observed 1.5e-6 (lina) after 5 Adam steps at lr 1e-3 on the mini preset
 LOSS_RTOL = 1e-6
 # The stored reference must hold on other machines, whose CPU kernels (AVX-512, AVX2, none) sum in
@@ -58,6 +63,36 @@ class _SkewedLina:
             del layer.run_experts
 
 
+class _Skewed:
+    """A wrong composition: the variant's own schedule (Lina's or Lancet's pipeline on MoNTA's
+    exchange) with the first expert output of each MoE forward off by 1% relative."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        if hasattr(inner, "layer_forward"):  # Lancet runs the whole decoder layer
+            self.layer_forward = lambda dl, x: self._skewed(dl.moe, lambda: inner.layer_forward(dl, x))
+
+    def __call__(self, moe, x):
+        return self._skewed(moe, lambda: self.inner(moe, x))
+
+    @staticmethod
+    def _skewed(moe, fn):
+        layer = moe.deepspeed_moe
+        run = layer.run_experts
+        calls = []
+
+        def skewed(t):
+            calls.append(1)
+            y = run(t)
+            return y * (1 + 1e-2) if len(calls) == 1 else y
+
+        layer.run_experts = skewed
+        try:
+            return fn()
+        finally:
+            del layer.run_experts
+
+
 def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
     from monta.bench.step_worker import build_world
     from monta.model.config import resolve_config
@@ -67,8 +102,10 @@ def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     cfg = resolve_config("moe-2x70b-mini", **overrides)
     pgs, built = build_world(layout, cfg, variants, chunks=2, seed=1234)
-    if wrong:
+    if wrong is True:
         built["lina"].model.set_schedule(_SkewedLina(2))
+    elif wrong:  # a variant's name: its own schedule, skewed
+        built[wrong].model.set_schedule(_Skewed(built[wrong].schedule))
     losses = {v: [] for v in variants}
     breakdown = {}
     for step in range(steps):
@@ -77,8 +114,9 @@ def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
             losses[v].append(r["loss"])
             breakdown[v] = r.get("breakdown_s")
     params = {v: {n: p.detach().clone() for n, p in built[v].model.named_parameters()} for v in variants}
-    if "lancet" in built:  # how much of the last forward's dispatch left during the attention
-        breakdown["lancet"]["early"] = (built["lancet"].lancet.early_slots, built["lancet"].lancet.capacity)
+    for v in ("lancet", "monta+lancet"):
+        if v in built:  # how much of the last forward's dispatch left during the attention
+            breakdown[v]["early"] = (built[v].schedule.early_slots, built[v].schedule.capacity)
     return losses, params, breakdown
 
 
@@ -108,18 +146,19 @@ def test_reordered_variants_within_tolerance(runs):
             assert d < PARAM_TOL, (v, d)
 
 
-def test_lancet_partitioned_attention_matches_deepspeed(dist_world):
+@pytest.mark.parametrize("variant", ["lancet", "monta+lancet"])
+def test_lancet_partitioned_attention_matches_deepspeed(dist_world, variant):
     """With a micro-batch of 4 sequences Lancet partitions attention and gate along the batch and
     dispatches each partition's final first-choice window while the next partition's attention runs:
     same losses and parameters as stock DeepSpeed within the stated tolerance, and a real share of
     the dispatch buffer left early."""
     batched = dict(TEST_OVERRIDES, seq=32, micro_batch=4)  # the same 128 tokens, 4 sequences
-    for losses, params, breakdown in dist_world(4).run(_job, ["deepspeed", "lancet"], 5, False, batched,
+    for losses, params, breakdown in dist_world(4).run(_job, ["deepspeed", variant], 5, False, batched,
                                                        timeout_s=600):
-        assert losses["lancet"] == pytest.approx(losses["deepspeed"], rel=LOSS_RTOL)
-        d = _max_param_diff(params["lancet"], params["deepspeed"])
+        assert losses[variant] == pytest.approx(losses["deepspeed"], rel=LOSS_RTOL)
+        d = _max_param_diff(params[variant], params["deepspeed"])
         assert d < PARAM_TOL, d
-        early, capacity = breakdown["lancet"]["early"]
+        early, capacity = breakdown[variant]["early"]
         # top-2 over 2 experts: first choices fill about half of each expert's slots; 2 partitions
         # (the fixture's chunks) make the first partition's share final before the second is gated
         assert 0 < early < capacity // 2, (early, capacity)
@@ -134,6 +173,16 @@ def test_tolerance_is_tight(dist_world):
     assert _max_param_diff(params["lina"], params["deepspeed"]) > PARAM_TOL
     # the stored reference's tolerance would catch this wrong schedule in the losses alone
     assert _max_rel_diff(losses["lina"], losses["deepspeed"]) > 2 * REF_RTOL, losses
+
+
+@pytest.mark.parametrize("variant", ["monta+lina", "monta+lancet"])
+def test_tolerance_catches_a_wrong_composition(dist_world, variant):
+    """The tolerance the compositions meet (losses within LOSS_RTOL = 1e-6 relative, parameters within
+    PARAM_TOL = 5e-6 after 5 steps) fails a composition whose schedule is 1% off in one expert output."""
+    (losses, params, _), *_ = dist_world(4).run(_job, ["deepspeed", variant], 5, variant, timeout_s=600)
+    d = _max_param_diff(params[variant], params["deepspeed"])
+    assert d > PARAM_TOL, d
+    assert _max_rel_diff(losses[variant], losses["deepspeed"]) > LOSS_RTOL, losses
 
 
 def test_reference_loss_mini(runs):
@@ -304,3 +353,27 @@ def test_mfu_flops_of_the_mini_preset_by_hand():
     assert step.peak_tflops("Some GPU", None) is None and step.peak_tflops("Some GPU", 100.0) == 100.0
     with pytest.raises(ValueError, match="--peak-tflops"):
         step._spec(_args(peak_tflops=0))
+
+
+@pytest.mark.slow
+def test_plugin_variant_runs_through_bench_step_by_name(tmp_path):
+    """`monta bench step --variants deepspeed,toy`: the test plugin's variant (tests/plugins) runs in
+    the benchmark like any other, its records naming its parts, its loss stock DeepSpeed's."""
+    import subprocess
+    import sys
+
+    from monta.results import read_records
+
+    out = tmp_path / "step.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "monta.cli", "bench", "step", "--nodes", "2", "--gpus-per-node", "2",
+                           "--variants", "deepspeed,toy", "--steps", "1", "--warmup", "0", "--layers", "1",
+                           "--seq", "64", "--micro-batch", "1", "--hidden", "256", "--ffn", "896",
+                           "--no-wandb", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    recs = {r["params"]["variant"]: r for r in read_records(out)}
+    assert set(recs) == {"deepspeed", "toy"}
+    p = recs["toy"]["params"]
+    assert (p["exchange"], p["schedule"], p["sync"]) == ("monta", "toy-phases", "after-backward")
+    assert recs["toy"]["metrics"]["loss"] == recs["deepspeed"]["metrics"]["loss"]
+    assert "toy" in proc.stdout

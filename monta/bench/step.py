@@ -1,5 +1,5 @@
 """``monta bench step``: a training step of the MoE decoder on DeepSpeed for every variant
-(deepspeed, legacy, monta, lina, lancet, monta+priority), interleaved step by step in one run.
+(``monta.variants``: the registered names, plugins' included, or compositions), interleaved step by step in one run.
 
 The parent validates flags and launches ranks (emulated cluster, or local processes on
 127.0.0.1); every rank runs ``python -m monta.bench.step --worker SPEC``; rank 0 writes records.
@@ -18,7 +18,8 @@ import sys
 import time
 from typing import Any
 
-from monta.model.config import PRESETS, VARIANTS, resolve_config
+from monta import variants as registry
+from monta.model.config import PRESETS, resolve_config
 from monta.parallel import ParallelLayout
 
 # record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)
@@ -45,9 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=int, default=4)
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gpus per node)")
     p.add_argument("--model", default="moe-2x70b-mini", choices=sorted(PRESETS))
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--variants", default=None,
+                   help="comma list of registered variants (default: all of them; `monta variants` lists them) "
+                        "or compositions exchange=E,schedule=S,sync=Y[,chunks=N]")
     p.add_argument("--chunks", default="4",
-                   help="chunks of the monta exchange and of the lina/lancet pipelines: an integer, or 'auto' "
+                   help="chunks of the monta exchange and of pipelined schedules (lina, lancet): an integer, or 'auto' "
                         "(the performance model's choice for the dispatch buffer on --cluster)")
     p.add_argument("--cluster", default=None,
                    help="performance-model cluster for --chunks auto: a preset (a800, ...) or "
@@ -89,7 +92,10 @@ def check_args(args: argparse.Namespace) -> list[str]:
     V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
     if args.tp is not None:
         V.integer(args.tp, "tp", 1, args.gpus_per_node)
-    variants = V.names(args.variants, "variants", VARIANTS)
+    try:
+        variants = registry.parse_list(registry.names() if args.variants is None else args.variants)
+    except ValueError as e:
+        raise ValueError(f"--variants: {e}") from None
     V.integer(args.steps, "steps", 1, V.MAX_ITERS)
     V.integer(args.warmup, "warmup", 0, V.MAX_ITERS)
     V.integer(args.seed, "seed", 0, 2**32 - 1)
@@ -132,8 +138,13 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
                          kv_heads=args.kv_heads, ffn=args.ffn, experts=args.experts, topk=args.topk,
                          seq=args.seq, micro_batch=args.micro_batch, capacity_factor=args.capacity_factor)
     cfg.check_layout(layout.tp, layout.ep)
-    if "lancet" in variants and cfg.top_k != 2:
-        raise ValueError("the lancet variant needs --topk 2 (it carries capacity for DeepSpeed's top-2 gate)")
+    for v in variants:  # a schedule's own model requirements (lancet: top-2), before any rank starts
+        check = registry.get(v).schedule.check_model
+        if check is not None:
+            try:
+                check(cfg)
+            except ValueError as e:
+                raise ValueError(f"variant {v}: {e}") from None
     return {"layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
             "model": args.model, "overrides": {k: v for k, v in cfg.to_dict().items()}, "variants": variants,
             "chunks": chunks, "cluster": cluster, "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
@@ -243,6 +254,13 @@ def _launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     return 0 if all(p.returncode == 0 for p in procs) else 1
 
 
+def _parts(v: str) -> dict[str, Any]:
+    """The variant's parts for its records (exchange, schedule, sync; the exchange's own chunks)."""
+    p = registry.get(v).parts
+    return {"exchange": p["exchange"], "schedule": p["schedule"], "sync": p["sync"],
+            **({"exchange_chunks": p["chunks"]} if "chunks" in p else {})}
+
+
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
@@ -320,7 +338,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
             metrics["speedup_vs_deepspeed"], metrics["speedup_vs_deepspeed_ci"] = pt, [lo, hi]
         records.append(make_record(kind="step", source="emulated" if spec["emulated"] else "measured",
                                    experiment=spec.get("experiment", "step"), run_id=run_id,
-                                   params={"variant": v, "model": cfg.name, "chunks": spec["chunks"],
+                                   params={"variant": v, **_parts(v), "model": cfg.name, "chunks": spec["chunks"],
                                            "chunks_requested": spec["chunks_requested"],
                                            "inter_gbps": (spec.get("topology") or {}).get("inter_gbps"),
                                            "intra_gbps": (spec.get("topology") or {}).get("intra_gbps"),
@@ -346,12 +364,13 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
           f"{', cluster ' + str(spec['cluster']) if spec['chunks_requested'] == 'auto' else ''}); "
           "breakdown ms, median over steps of the mean over ranks; *_bwd = exchange inside backward")
     hdr = ["variant", "step_ms", "p10", "p90", "speedup", "tok/s", "loss"] + list(BREAKDOWN) + ["exchange"]
-    print(" ".join(f"{h:>10}" for h in hdr))
+    w0 = max([10] + [len(v) for v, _ in rows])
+    print(" ".join(f"{h:>{w0 if i == 0 else 10}}" for i, h in enumerate(hdr)))
     for v, m in rows:
         cells = [v, f"{m['step_ms']:.1f}", f"{m['step_ms_p10']:.1f}", f"{m['step_ms_p90']:.1f}",
                  f"{m['speedup_vs_deepspeed']:.3f}" if m["speedup_vs_deepspeed"] else "-",
                  f"{m['tokens_per_s']:.0f}", f"{m['loss']:.4f}"] + [f"{m['breakdown_ms'][k]:.1f}" for k in hdr[7:]]
-        print(" ".join(f"{c:>10}" for c in cells))
+        print(" ".join(f"{c:>{w0 if i == 0 else 10}}" for i, c in enumerate(cells)))
     if spec.get("peak_tflops"):
         print(f"# MFU on {spec.get('device', 'this device')} (peak {spec['peak_tflops']:g} TFLOP/s): "
               + ", ".join(f"{v} {m['mfu']:.1%}" for v, m in rows))

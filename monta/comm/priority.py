@@ -78,7 +78,7 @@ class PriorityGradSync:
         """Listen for final gradients: post-accumulate hooks plus the deferred-dW signal."""
         GradReadiness.listeners.append(self._on_ready)
         for it in self.items:
-            self._hooks.append(it.param.register_post_accumulate_grad_hook(self._on_ready))
+            self._hooks.append(it.param.register_post_accumulate_grad_hook(self._on_hook))
 
     def detach(self) -> None:
         if self._on_ready in GradReadiness.listeners:
@@ -86,6 +86,14 @@ class PriorityGradSync:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
+
+    def _on_hook(self, param) -> None:
+        """Autograd's post-accumulate hook. A TP linear's weight whose dW a scheduler deferred (Lancet's
+        sink) gets this hook with its dW still queued (autograd accumulated nothing): it is final only at
+        ``GradReadiness`` (its last dW in). Without deferral the dW ran inside backward, before the hook."""
+        if getattr(param, "_pending_dw", 0) > 0:
+            return
+        self._on_ready(param)
 
     def _on_ready(self, param) -> None:
         i = self.index.get(id(param))

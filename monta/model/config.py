@@ -95,9 +95,6 @@ PRESETS: dict[str, ModelConfig] = {
                                   micro_batch=64),
 }
 
-# The training-step variants (here, torch-free, so the CLI can list them without importing torch).
-VARIANTS = ("deepspeed", "legacy", "monta", "lina", "lancet", "monta+priority")
-
 # CLI override name -> config field.
 OVERRIDES = {"layers": "num_layers", "hidden": "hidden", "heads": "num_heads", "kv_heads": "num_kv_heads",
              "ffn": "ffn", "experts": "num_experts", "topk": "top_k", "capacity_factor": "capacity_factor",

@@ -16,13 +16,11 @@ import torch
 import torch.distributed as dist
 
 from monta.groups import MPU, ProcessGroups
-from monta.model.config import VARIANTS, ModelConfig  # noqa: F401  (VARIANTS re-exported)
+from monta import variants as registry
+from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
 from monta.model.tp import TPGroup
 from monta.model.transformer import MoETransformer
-
-EXCHANGE_OF = {"deepspeed": "deepspeed", "legacy": "legacy", "monta": "monta", "lina": "deepspeed",
-               "lancet": "deepspeed", "monta+priority": "monta"}
 
 
 def ds_config(cfg: ModelConfig, zero_stage: int, bf16: bool) -> dict[str, Any]:
@@ -65,8 +63,9 @@ class Variant:
     name: str
     engine: Any
     model: MoETransformer
-    grad_sync: Any = None  # PriorityGradSync for lina / monta+priority
-    lancet: Any = None
+    grad_sync: Any = None  # PriorityGradSync for a sync with priority (lina-microops, priority)
+    schedule: Any = None  # the MoE schedule object (None: DeepSpeed's forward)
+    spec: Any = None  # monta.variants.Variant
     stats: dict[str, float] = field(default_factory=dict)
 
 
@@ -93,11 +92,11 @@ def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPG
     import deepspeed
     from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
 
-    if name not in VARIANTS:
-        raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
-    exchange = EXCHANGE_OF[name]
-    model = MoETransformer(cfg, pgs, model_tp, exchange=exchange,
-                           chunks=chunks if exchange == "monta" else 1, seed=seed)
+    spec = registry.get(name)  # ValueError names the choices
+    if spec.schedule.check_model is not None:
+        spec.schedule.check_model(cfg)
+    model = MoETransformer(cfg, pgs, model_tp, exchange=spec.exchange,
+                           chunks=spec.exchange_chunks(chunks), seed=seed)
     bf16 = torch.cuda.is_available()
     if bf16:
         model = model.cuda()
@@ -106,26 +105,19 @@ def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPG
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16),
                                            mpu=MPU(pgs))
-    v = Variant(name, engine, model)
-    if name in ("lina", "monta+priority"):
+    v = Variant(name, engine, model, spec=spec)
+    if spec.sync.priority:
         from monta.comm.priority import PriorityGradSync
 
         if sync_pgs is None:
             raise ValueError(f"variant {name} needs sync_pgs (its own process groups for the background thread)")
-        v.grad_sync = PriorityGradSync(grad_items(model, pgs, sync_pgs),
-                                       chunk_bytes=lina_chunk_bytes if name == "lina" else None)
-    if name == "lina":
-        from baselines.lina import LinaSchedule
-
-        model.set_schedule(LinaSchedule(chunks))
-    if name == "lancet":
-        from baselines.lancet import LancetSchedule
-        from monta.groups import new_groups
-
-        # its own communicator over the EP ranks for agreeing on early windows (never shared)
-        control = new_groups(pgs.layout, "ep", pgs.rank) if pgs.layout.ep > 1 else None
-        v.lancet = LancetSchedule(lancet_partitions, control)
-        model.set_schedule(v.lancet)
+        chunk_bytes = None if spec.sync.chunk_bytes is None else lina_chunk_bytes
+        v.grad_sync = PriorityGradSync(grad_items(model, pgs, sync_pgs), chunk_bytes=chunk_bytes)
+    if spec.schedule.build is not None:
+        ctx = registry.ScheduleContext(model=model, cfg=cfg, pgs=pgs, chunks=chunks, partitions=lancet_partitions)
+        v.schedule = spec.schedule.build(ctx)
+        if v.schedule is not None:
+            model.set_schedule(v.schedule)
     return v
 
 
@@ -146,13 +138,14 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     if v.grad_sync is not None:
         v.grad_sync.attach()
         v.grad_sync.start()
-    if v.lancet is not None:
-        v.lancet.begin_backward()
+    hooks = v.schedule if hasattr(v.schedule, "begin_backward") else None
+    if hooks is not None:
+        hooks.begin_backward()
     try:
         engine.backward(loss)
     finally:
-        if v.lancet is not None:
-            v.lancet.end_backward()
+        if hooks is not None:
+            hooks.end_backward()
     sync()
     t2 = time.perf_counter()
     if v.grad_sync is not None:

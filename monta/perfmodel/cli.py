@@ -80,7 +80,8 @@ def _cmd_plan(args) -> int:
     from monta.perfmodel.memory import GB
     from monta.perfmodel.models import get_model
     from monta.perfmodel.planner import plan
-    from monta.perfmodel.strategy import RECOMPUTE, STEP_VARIANTS
+    from monta import variants as registry
+    from monta.perfmodel.strategy import RECOMPUTE
 
     from monta import validate as V
 
@@ -93,8 +94,10 @@ def _cmd_plan(args) -> int:
         if getattr(args, name) is not None:
             V.integer(getattr(args, name), name, 1, 1_000_000)
     V.out_path(args.out)
-    if args.variant not in STEP_VARIANTS:
-        raise ValueError(f"--variant {args.variant!r}: choose one of {', '.join(STEP_VARIANTS)}")
+    try:
+        registry.check(args.variant)
+    except ValueError as e:
+        raise ValueError(f"--variant: {e}") from None
     recompute = tuple(x.strip() for x in args.recompute.split(",") if x.strip())
     if not recompute or any(r not in RECOMPUTE for r in recompute):
         raise ValueError(f"--recompute {args.recompute!r}: comma list of {', '.join(RECOMPUTE)}")

@@ -16,7 +16,14 @@ from monta.perfmodel.strategy import Strategy
 PUBLISHED_ALLTOALL_SPEEDUP = 8.0  # abstract: "8x AllToAll performance vs DeepSpeed under 8-card TP"
 PUBLISHED_STEP_IMPROVEMENT = 0.13  # abstract: "13% overall latency improvement ... 16 A800 ... 8K"
 PAPER_SIZES = [2**20 * k for k in (1, 2, 4, 8, 16, 32, 64)]
-STEP_VARIANTS = ("legacy", "deepspeed", "monta", "monta+priority", "lina", "lancet")
+
+def step_variants() -> list[str]:
+    """Every registered step variant (monta.variants: the core's, the baselines' and their compositions
+    with MoNTA, any plugin's), legacy and deepspeed first."""
+    from monta import variants as registry
+
+    first = ["legacy", "deepspeed"]
+    return first + [v for v in registry.names() if v not in first]
 
 
 def max_layers(model, strategy: Strategy, seq: int, mem_GB: float) -> int:
@@ -51,7 +58,7 @@ def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int =
         layers = fit
     model = replace(model, layers=layers)
     steps = {v: predict_step(model, replace(base, variant=v), cluster, seq, global_batch=base.dp * base.micro_batch)
-             for v in STEP_VARIANTS}
+             for v in step_variants()}
     mem = memory_per_rank(model, base, seq)
     return {"cluster": cluster, "model": model, "strategy": base, "seq": seq, "steps": steps, "memory": mem,
             "fits": mem.fits(cluster.mem_GB), "max_layers": fit}

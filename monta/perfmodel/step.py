@@ -1,5 +1,6 @@
-"""Training-step time of the MoE transformer for every variant (legacy, deepspeed, monta,
-monta+priority, Lina-style, Lancet-style) at the level of layers, links and pipeline stages."""
+"""Training-step time of the MoE transformer for every variant of ``monta.variants`` (its exchange,
+the exchange time its schedule hides, whether its gradient sync yields to AllToAll) at the level of
+layers, links and pipeline stages."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from monta import variants as registry
 from monta.perfmodel import collectives as C
 from monta.perfmodel.chunks import best_chunks
 from monta.perfmodel.collectives import GroupShape
@@ -18,15 +20,12 @@ from monta.perfmodel.memory import params_per_rank
 from monta.perfmodel.models import ModelSpec
 from monta.perfmodel.strategy import Strategy
 
-LINA_CHUNK_BYTES = 30 * 2**20  # Lina's gradient AllReduce micro-op size (default 30 MB)
+LINA_CHUNK_BYTES = 30 * 2**20  # gradient AllReduce micro-op size of a priority sync (Lina's default 30 MB)
 PLAN_CHUNKS = (1, 2, 4, 8, 16)  # 'auto' at step level: powers of two keep the planner fast
 PARTITIONS = 4  # Lancet's batch partitions / Lina's AllToAll token chunks (decision, a knob)
 
-# Per-variant exchange and scheduling (BRIEF.md section 2): which exchange runs the AllToAll,
-# whether AllToAll has priority over gradient sync, and which overlap trick hides it.
-_EXCHANGE = {"legacy": "legacy", "deepspeed": "deepspeed", "monta": "monta", "monta+priority": "monta",
-             "lina": "deepspeed", "lancet": "deepspeed"}
-_PRIORITY = {"monta+priority", "lina"}
+# Per variant (monta.variants; BRIEF.md section 2): its exchange runs the AllToAll, its sync says
+# whether AllToAll has priority over gradient sync, its schedule's ``hidden_us`` what overlap hides.
 
 
 @dataclass(frozen=True)
@@ -101,12 +100,16 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     cp_bwd = max(0.0, 2 * (s.cp - 1) * kv.time_us - 2 * attn_core)
 
     # MoE token exchange: [E, C, M] per rank, 4 exchanges per layer (dispatch/combine x fwd/bwd).
-    xv = _EXCHANGE[s.variant]
+    var = registry.get(s.variant)
+    xv = var.exchange
     S = m.capacity_factor * m.top_k * tokens * m.hidden * 2
     chunks = 1
     if xv == "monta":
-        chunks = (best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS) if s.chunks == "auto"
-                  else int(s.chunks))
+        if var.chunks is not None:
+            chunks = var.chunks
+        else:
+            chunks = (best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS) if s.chunks == "auto"
+                      else int(s.chunks))
     if s.ep > 1:
         ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks)
         ex_b = ex if (pipeline_backward or xv != "monta") else exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1)
@@ -115,20 +118,12 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
         ex = ex_b = exchange_shapes("legacy", 0.0, g["ep"], g["tp"], cluster, 1)
     ex_fwd, ex_bwd = 2 * ex.total_us, 2 * ex_b.total_us
     hid_f = hid_b = 0.0
-    if s.variant == "lancet":
-        # Forward: attention partitioned along the batch hides the first-choice share of the dispatch
-        # (1/k of its slots are final before the last partition is gated under DeepSpeed's top-k slot
-        # rule); the rest of the exchange is pipelined with the experts per capacity chunk, as Lina's.
-        # A micro-batch of one sequence has no batch to partition (baselines/lancet.py).
-        parts = min(PARTITIONS, s.micro_batch)
-        early = ex_fwd / 2 / m.top_k
-        hid_f = min(early, attn_f) * (1 - 1 / parts) + min((ex_fwd - early) / 2, moe_f) * (1 - 1 / PARTITIONS)
-        # Backward: weight-gradient GEMMs with no path to an AllToAll fill it (greedy, ~half of bwd).
-        hid_b = min(ex_bwd, (attn_f + moe_f))
-    elif s.variant == "lina":
-        # The AllToAll split along tokens, the expert FFN started per chunk.
-        hid_f = min(ex_fwd / 2, moe_f) * (1 - 1 / PARTITIONS)
-        hid_b = min(ex_bwd / 2, 2 * moe_f) * (1 - 1 / PARTITIONS)
+    if var.schedule.hidden_us is not None:
+        # The schedule's own overlap model (Lina, Lancet: baselines/variants.py), on this variant's exchange.
+        hid_f, hid_b = var.schedule.hidden_us(registry.OverlapInputs(
+            ex_fwd_us=ex_fwd, ex_bwd_us=ex_bwd, attn_fwd_us=attn_f, moe_fwd_us=moe_f, top_k=m.top_k,
+            micro_batch=s.micro_batch, partitions=PARTITIONS))
+        hid_f, hid_b = max(0.0, min(hid_f, ex_fwd)), max(0.0, min(hid_b, ex_bwd))
 
     recompute = 0.0
     if s.recompute == "full":
@@ -160,7 +155,7 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     t_grad = gd.time_us + ge.time_us
     a2a_busy = layers * (ex_bwd - hid_b)
     shares_link = any(x.link == g["ep"].link for x in (g["dp"], g["edp"]) if x.size > 1) and s.ep > 1
-    if s.variant in _PRIORITY:
+    if var.sync.priority:
         # AllToAll first: gradients use only the link's idle time, and a micro-op in flight blocks a
         # newly arriving AllToAll for half a chunk on average.
         idle = t_bwd - (a2a_busy if shares_link else 0.0)

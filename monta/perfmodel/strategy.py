@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 RECOMPUTE = ("none", "selective", "full")
-STEP_VARIANTS = ("legacy", "deepspeed", "monta", "monta+priority", "lina", "lancet")
 
 # Rank order (innermost first): TP, CP, DP, PP, as in Megatron; EP groups are consecutive
 # members of a (CP x DP) lane, as DeepSpeed builds them, so with TP = a node they cross nodes.
@@ -55,8 +54,12 @@ class Strategy:
             raise ValueError(f"recompute={self.recompute!r}: choose one of {', '.join(RECOMPUTE)}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero={self.zero!r}: ZeRO stage must be 0, 1, 2 or 3")
-        if self.variant not in STEP_VARIANTS:
-            raise ValueError(f"variant={self.variant!r}: choose one of {', '.join(STEP_VARIANTS)}")
+        from monta import variants as registry
+
+        try:
+            registry.check(self.variant)
+        except ValueError as e:
+            raise ValueError(f"variant={self.variant!r}: {e}") from None
         if model is not None:
             if model.experts % self.ep:
                 raise ValueError(f"ep={self.ep} must divide the number of experts ({model.experts})")

@@ -92,6 +92,26 @@ def _coerce(schema: Mapping[str, Any], node: Any, root: Mapping[str, Any]) -> An
     return node
 
 
+def _variant_keyword(validator, kind, instance, schema):
+    """``x-monta-variant: step | exchange``: the value names a variant of the registry (monta.variants)."""
+    if not isinstance(instance, str):
+        return
+    from monta import variants as registry
+
+    if kind == "exchange":
+        if instance not in registry.EXCHANGES:
+            yield jsonschema.ValidationError(f"{instance!r} is not an exchange; choose from {', '.join(registry.EXCHANGES)}")
+        return
+    try:
+        registry.check(instance)
+    except ValueError as e:
+        yield jsonschema.ValidationError(str(e))
+
+
+# Draft 7 plus the registry keyword: the allowed variants are the registry's, never a list here.
+_Validator = jsonschema.validators.extend(jsonschema.Draft7Validator, {"x-monta-variant": _variant_keyword})
+
+
 def load_schema(path: str | Path) -> dict[str, Any]:
     return yaml.safe_load(Path(path).read_text())
 
@@ -100,7 +120,7 @@ def check_config(config: Mapping[str, Any], schema_path: str | Path) -> dict[str
     """Return a validated copy of ``config`` with every default filled in; raise ConfigError."""
     schema = load_schema(schema_path)
     cfg = _coerce(schema, copy.deepcopy(dict(config)), schema)
-    validator = jsonschema.Draft7Validator(schema)
+    validator = _Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _path(e)))
     if errors:
         raise ConfigError(_message(errors[0]))

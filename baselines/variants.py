@@ -1,0 +1,76 @@
+"""Registration of the baselines' parts in ``monta.variants`` (entry point ``baselines`` of group
+``monta.variants`` in pyproject.toml): Lina's and Lancet's schedules, Lina's gradient micro-ops, and
+the variants ``lina``, ``lancet`` (their published form, on DeepSpeed's exchange), ``monta+lina`` and
+``monta+lancet`` (MoNTA's exchange inside their schedules).
+
+Torch-free at import: the schedules' modules are imported when a variant is built.
+"""
+
+from __future__ import annotations
+
+LINA_CHUNK_BYTES = 30 * 2**20  # Lina's gradient AllReduce micro-op size (default 30 MB)
+
+
+def _lina(ctx):
+    from baselines.lina import LinaSchedule
+
+    return LinaSchedule(ctx.chunks)
+
+
+def _lancet(ctx):
+    from baselines.lancet import LancetSchedule
+    from monta.groups import new_groups
+
+    pgs = ctx.pgs
+    # its own communicator over the EP ranks for agreeing on early windows (never shared)
+    control = new_groups(pgs.layout, "ep", pgs.rank) if pgs.layout.ep > 1 else None
+    return LancetSchedule(ctx.partitions, control)
+
+
+def _lancet_check(cfg) -> None:
+    if cfg.top_k != 2:
+        raise ValueError("the lancet schedule needs --topk 2 (it carries capacity for DeepSpeed's top-2 gate)")
+
+
+def _lina_hidden(o):
+    """The AllToAll split along tokens, the expert FFN started per chunk (forward and backward)."""
+    hid_f = min(o.ex_fwd_us / 2, o.moe_fwd_us) * (1 - 1 / o.partitions)
+    hid_b = min(o.ex_bwd_us / 2, 2 * o.moe_fwd_us) * (1 - 1 / o.partitions)
+    return hid_f, hid_b
+
+
+def _lancet_hidden(o):
+    """Forward: attention partitioned along the batch hides the first-choice share of the dispatch
+    (1/k of its slots are final before the last partition is gated under DeepSpeed's top-k slot rule);
+    the rest of the exchange is pipelined with the experts per capacity chunk, as Lina's. A micro-batch
+    of one sequence has no batch to partition. Backward: weight-gradient GEMMs with no path to an
+    AllToAll fill it (greedy, ~half of backward)."""
+    parts = min(o.partitions, o.micro_batch)
+    early = o.ex_fwd_us / 2 / o.top_k
+    hid_f = (min(early, o.attn_fwd_us) * (1 - 1 / parts)
+             + min((o.ex_fwd_us - early) / 2, o.moe_fwd_us) * (1 - 1 / o.partitions))
+    hid_b = min(o.ex_bwd_us, o.attn_fwd_us + o.moe_fwd_us)
+    return hid_f, hid_b
+
+
+def register(registry) -> None:
+    registry.add_schedule(
+        "lina", build=_lina, hidden_us=_lina_hidden, pipelined=True,
+        about="AllToAll split along tokens, each chunk's experts started while the next chunk is in flight "
+              "(forward and backward)")
+    registry.add_schedule(
+        "lancet", build=_lancet, check_model=_lancet_check, hidden_us=_lancet_hidden, pipelined=True,
+        about="norm, attention and gate partitioned along the batch, each partition's final capacity window "
+              "dispatched during the next one's attention; the rest pipelined with the experts; dW deferred "
+              "into the backward AllToAlls")
+    registry.add_sync(
+        "lina-microops", priority=True, chunk_bytes=LINA_CHUNK_BYTES,
+        about="gradient AllReduce in equal 30 MB micro-ops, each launched only when no AllToAll waits or runs")
+    registry.add_variant("lina", exchange="deepspeed", schedule="lina", sync="lina-microops",
+                         about="Lina-style: token-chunked MoE pipeline + gradient micro-ops yielding to AllToAll")
+    registry.add_variant("lancet", exchange="deepspeed", schedule="lancet", sync="after-backward",
+                         about="Lancet-style: batch-partitioned attention/gate overlap, dW deferral")
+    registry.add_variant("monta+lina", exchange="monta", schedule="lina", sync="lina-microops",
+                         about="MoNTA's exchange inside Lina's schedule and gradient micro-ops")
+    registry.add_variant("monta+lancet", exchange="monta", schedule="lancet", sync="after-backward",
+                         about="MoNTA's exchange inside Lancet's partitioned schedule")

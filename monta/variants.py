@@ -1,0 +1,393 @@
+"""The one registry of training-step variants: a variant is a token exchange (with its chunk
+setting), an MoE schedule and a gradient synchronization, registered by name.
+
+Torch-free at import (the CLI, the pipeline's config check and the analysis read it). The
+engine, the step benchmark, the performance model, the config schema and the analysis look
+variants up here; nothing else keeps a list of them.
+
+Parts:
+
+- exchange: ``legacy`` | ``deepspeed`` | ``monta`` (``monta.comm``), with ``chunks`` (``None`` =
+  the run's ``--chunks``; only ``monta`` chunks its exchange);
+- schedule: ``deepspeed`` (DeepSpeed's MoE forward) here; ``lina`` and ``lancet`` are registered by
+  ``baselines`` (``baselines.variants``), others by any package (below);
+- sync: ``after-backward`` (DeepSpeed's reduction after backward), ``priority`` (a background thread
+  whose AllReduce yields to any AllToAll, one micro-op per gradient) here; ``lina-microops``
+  (Lina's fixed-size micro-ops) by ``baselines``.
+
+Names: a registered name (``monta+lina``), or a composition ``exchange=monta,schedule=lancet,sync=priority``
+(any subset of the keys ``exchange``, ``schedule``, ``sync``, ``chunks``; missing ones are
+``deepspeed``, ``deepspeed``, ``after-backward``, the run's chunks). In a comma-separated list of
+variants a composition's keys stay together: a new composition starts at a plain name or at a key
+the current one already has (``split_list``).
+
+Plugins: a distribution declares an entry point in group ``monta.variants`` whose object is a
+callable taking this module (``register(registry)``); it calls ``add_schedule``, ``add_sync`` and
+``add_variant``. ``baselines`` registers itself so (``pyproject.toml``). A plugin that fails to load
+is reported (a warning, and in the error of an unknown name), never silently dropped.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+ENTRY_POINT_GROUP = "monta.variants"
+EXCHANGES = ("legacy", "deepspeed", "monta")  # monta.comm.EXCHANGES; the exchange engine lives there
+KEYS = ("exchange", "schedule", "sync", "chunks")
+DEFAULT_PARTS = {"exchange": "deepspeed", "schedule": "deepspeed", "sync": "after-backward"}
+
+
+@dataclass(frozen=True)
+class OverlapInputs:
+    """What a schedule's performance model sees of one layer (microseconds, per micro-batch):
+    the exchange's forward and backward time (dispatch + combine), attention and MoE compute forward,
+    top-k, the micro-batch in sequences and the pipeline's chunk count."""
+
+    ex_fwd_us: float
+    ex_bwd_us: float
+    attn_fwd_us: float
+    moe_fwd_us: float
+    top_k: int
+    micro_batch: int
+    partitions: int
+
+
+@dataclass
+class ScheduleContext:
+    """What a schedule's ``build`` gets on each rank: the model (``MoETransformer``), its config, the
+    exchange's process groups, the pipeline's chunk count and Lancet-style batch partitions."""
+
+    model: Any
+    cfg: Any
+    pgs: Any
+    chunks: int
+    partitions: int
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An MoE schedule. ``build(ctx)`` (on every rank, collective where it makes groups) returns the
+    object ``MoETransformer.set_schedule`` takes, or ``None`` for DeepSpeed's own forward; an object with
+    ``begin_backward``/``end_backward`` gets them called around each backward. ``check_model(cfg)``
+    raises ValueError for a model the schedule cannot run. ``hidden_us(OverlapInputs)`` returns the
+    (forward, backward) exchange time per layer the schedule hides behind compute (performance model)."""
+
+    name: str
+    build: Callable[[Any], Any] | None = None
+    check_model: Callable[[Any], None] | None = None
+    hidden_us: Callable[[OverlapInputs], tuple[float, float]] | None = None
+    pipelined: bool = False  # runs the exchange in pieces (chunks) of its own
+    about: str = ""
+    origin: str = "monta"
+
+
+@dataclass(frozen=True)
+class Sync:
+    """A gradient synchronization. ``priority``: gradient AllReduce on a background thread that starts a
+    micro-op only while no AllToAll waits or runs (``monta.comm.priority.PriorityGradSync``);
+    ``chunk_bytes``: its micro-op size (``None`` = one per gradient). Without priority: DeepSpeed's
+    reduction after backward."""
+
+    name: str
+    priority: bool = False
+    chunk_bytes: int | None = None
+    about: str = ""
+    origin: str = "monta"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    exchange: str
+    schedule: Schedule
+    sync: Sync
+    chunks: int | None = None  # the exchange's chunks; None = the run's
+    about: str = ""
+    origin: str = "monta"
+
+    @property
+    def parts(self) -> dict[str, Any]:
+        d = {"exchange": self.exchange, "schedule": self.schedule.name, "sync": self.sync.name}
+        if self.chunks is not None:
+            d["chunks"] = self.chunks
+        return d
+
+    @property
+    def composed_name(self) -> str:
+        return compose(**self.parts)
+
+    def exchange_chunks(self, run_chunks: int) -> int:
+        """Chunks of the exchange itself (1 unless ``monta``)."""
+        if self.exchange != "monta":
+            return 1
+        return self.chunks if self.chunks is not None else run_chunks
+
+
+@dataclass
+class _Registry:
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    syncs: dict[str, Sync] = field(default_factory=dict)
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> parts (+ about, origin)
+    loaded: bool = False
+    failed: dict[str, str] = field(default_factory=dict)  # entry point -> error
+
+
+_R = _Registry()
+_CURRENT_ORIGIN = ["monta"]
+
+
+def add_schedule(name: str, **kw: Any) -> Schedule:
+    _check_part_name(name, "schedule")
+    s = Schedule(name, origin=_CURRENT_ORIGIN[0], **kw)
+    _R.schedules[name] = s
+    return s
+
+
+def add_sync(name: str, **kw: Any) -> Sync:
+    _check_part_name(name, "sync")
+    s = Sync(name, origin=_CURRENT_ORIGIN[0], **kw)
+    _R.syncs[name] = s
+    return s
+
+
+def add_variant(name: str, *, exchange: str = "deepspeed", schedule: str = "deepspeed",
+                sync: str = "after-backward", chunks: int | None = None, about: str = "") -> None:
+    """Register a name for a composition (its parts are checked when it is looked up, so a plugin may
+    name a schedule that another plugin registers)."""
+    if not name or any(c in name for c in ",=/ \t") or name != name.strip():
+        raise ValueError(f"variant name {name!r}: no ',', '=', '/' or blanks (those belong to compositions)")
+    _R.variants[name] = {"exchange": exchange, "schedule": schedule, "sync": sync, "chunks": chunks,
+                         "about": about, "origin": _CURRENT_ORIGIN[0]}
+
+
+def _check_part_name(name: str, what: str) -> None:
+    if not name or any(c in name for c in ",=/ \t"):
+        raise ValueError(f"{what} name {name!r}: no ',', '=', '/' or blanks")
+
+
+# The core's parts and today's names (their meaning unchanged).
+add_schedule("deepspeed", about="DeepSpeed's MoE forward; the exchange runs whole")
+add_sync("after-backward", about="DeepSpeed's gradient reduction after backward")
+add_sync("priority", priority=True, chunk_bytes=None,
+         about="gradient AllReduce on a background thread, yielding to any AllToAll (MoNTA's conflict handling)")
+add_variant("deepspeed", exchange="deepspeed", about="stock DeepSpeed: drop -> AllToAll(EP) -> AllGather(TP)")
+add_variant("legacy", exchange="legacy", about="DeepSpeed < 0.14.5: every TP rank AllToAlls its full buffer")
+add_variant("monta", exchange="monta", about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i")
+add_variant("monta+priority", exchange="monta", sync="priority", about="monta with AllToAll priority over gradient sync")
+
+
+def load_plugins(force: bool = False) -> None:
+    """Run every ``monta.variants`` entry point once (``force``: again)."""
+    if _R.loaded and not force:
+        return
+    _R.loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name != "baselines", e.name)):
+        key = f"{ep.name} = {ep.value}"
+        _CURRENT_ORIGIN[0] = ep.name
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj(sys.modules[__name__])
+            _R.failed.pop(key, None)
+        except Exception as e:  # a broken plugin is named, never silently dropped
+            _R.failed[key] = f"{type(e).__name__}: {e}"
+            warnings.warn(f"monta variant plugin {key!r} failed to load: {e}", RuntimeWarning, stacklevel=2)
+        finally:
+            _CURRENT_ORIGIN[0] = "monta"
+
+
+def _failed_note() -> str:
+    if not _R.failed:
+        return ""
+    return "; plugins that failed to load: " + "; ".join(f"{k} ({v})" for k, v in _R.failed.items())
+
+
+def names() -> list[str]:
+    """Registered variant names, in registration order (the core's, then each plugin's)."""
+    load_plugins()
+    return list(_R.variants)
+
+
+def schedules() -> dict[str, Schedule]:
+    load_plugins()
+    return dict(_R.schedules)
+
+
+def syncs() -> dict[str, Sync]:
+    load_plugins()
+    return dict(_R.syncs)
+
+
+def compose(exchange: str = "deepspeed", schedule: str = "deepspeed", sync: str = "after-backward",
+            chunks: int | None = None) -> str:
+    """The canonical composed name (keys in a fixed order)."""
+    s = f"exchange={exchange},schedule={schedule},sync={sync}"
+    return s + (f",chunks={chunks}" if chunks is not None else "")
+
+
+def is_composed(name: str) -> bool:
+    return "=" in name
+
+
+def _parse_parts(name: str) -> dict[str, Any]:
+    parts: dict[str, Any] = {}
+    for tok in name.replace(";", ",").split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        if "=" not in tok:
+            raise ValueError(f"variant {name!r}: {tok!r} is not key=value (keys: {', '.join(KEYS)})")
+        k, v = (x.strip() for x in tok.split("=", 1))
+        if k not in KEYS:
+            raise ValueError(f"variant {name!r}: unknown key {k!r}; keys: {', '.join(KEYS)}")
+        if k in parts:
+            raise ValueError(f"variant {name!r}: {k} given twice")
+        if k == "chunks":
+            try:
+                v = int(v)
+            except ValueError:
+                raise ValueError(f"variant {name!r}: chunks={v!r} must be an integer >= 1") from None
+            if v < 1:
+                raise ValueError(f"variant {name!r}: chunks={v} must be an integer >= 1")
+        parts[k] = v
+    return parts
+
+
+def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "monta") -> Variant:
+    p = {**DEFAULT_PARTS, **{k: v for k, v in parts.items() if v is not None}}
+    if p["exchange"] not in EXCHANGES:
+        raise ValueError(f"variant {name!r}: unknown exchange {p['exchange']!r}; choose from {', '.join(EXCHANGES)}")
+    if p["schedule"] not in _R.schedules:
+        raise ValueError(f"variant {name!r}: unknown schedule {p['schedule']!r}; choose from "
+                         f"{', '.join(_R.schedules)}{_failed_note()}")
+    if p["sync"] not in _R.syncs:
+        raise ValueError(f"variant {name!r}: unknown sync {p['sync']!r}; choose from {', '.join(_R.syncs)}{_failed_note()}")
+    return Variant(name, p["exchange"], _R.schedules[p["schedule"]], _R.syncs[p["sync"]], p.get("chunks"),
+                   about, origin)
+
+
+def get(name: str) -> Variant:
+    """The variant of a registered name or of a composition; ValueError naming the choices otherwise."""
+    load_plugins()
+    name = name.strip()
+    if name in _R.variants:
+        meta = _R.variants[name]
+        return _build(name, {k: meta[k] for k in KEYS}, meta["about"], meta["origin"])
+    if is_composed(name):
+        return _build(name, _parse_parts(name), origin="composed")
+    raise ValueError(f"unknown variant {name!r}; choose from {', '.join(_R.variants)}, or compose one as "
+                     f"exchange={'|'.join(EXCHANGES)},schedule={'|'.join(_R.schedules)},"
+                     f"sync={'|'.join(_R.syncs)}{_failed_note()}")
+
+
+def check(name: str) -> str:
+    """``name`` if it names a variant (registered or composed), else ValueError."""
+    get(name)
+    return name
+
+
+def split_list(spec: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Variant names from a comma list, keeping each composition's ``key=value`` items together:
+    ``deepspeed,exchange=monta,schedule=lina,monta`` -> ``[deepspeed, exchange=monta,schedule=lina, monta]``."""
+    if not isinstance(spec, str):
+        return [s for item in spec for s in split_list(item)]
+    out: list[str] = []
+    group: list[str] = []
+    keys: set[str] = set()
+
+    def close():
+        if group:
+            out.append(",".join(group))
+            group.clear()
+            keys.clear()
+
+    for tok in spec.split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        if "=" in tok:
+            k = tok.split("=", 1)[0].strip()
+            if k in keys:
+                close()
+            group.append(tok)
+            keys.add(k)
+        else:
+            close()
+            out.append(tok)
+    close()
+    return out
+
+
+def parse_list(spec: str | list[str]) -> list[str]:
+    """``split_list`` and every name checked (ValueError names the first bad one); duplicates rejected."""
+    got = split_list(spec)
+    if not got:
+        raise ValueError("no variant given")
+    for v in got:
+        check(v)
+    dup = sorted({v for v in got if got.count(v) > 1})
+    if dup:
+        raise ValueError(f"variant {', '.join(dup)} given twice")
+    return got
+
+
+def describe(name: str) -> dict[str, Any]:
+    """What a variant is, for the resolved configs and the analysis: its parts and where they come from."""
+    v = get(name)
+    return {"variant": name, **v.parts, "schedule_about": v.schedule.about, "sync_about": v.sync.about,
+            "about": v.about or f"{v.exchange} exchange, {v.schedule.name} schedule, {v.sync.name} gradient sync",
+            "origin": v.origin}
+
+
+def label(name: str) -> str:
+    """A short label for tables and figures: the registered name, or the registered name of the same
+    parts, or ``exchange+schedule+sync`` with the defaults left out."""
+    try:
+        v = get(name)
+    except ValueError:
+        return name
+    if not is_composed(name):
+        return name
+    for n, meta in _R.variants.items():
+        if all(meta.get(k) == v.parts.get(k) for k in ("exchange", "schedule", "sync")) and meta.get("chunks") == v.chunks:
+            return n
+    bits = [v.exchange] + [x for x, d in ((v.schedule.name, "deepspeed"), (v.sync.name, "after-backward")) if x != d]
+    return "+".join(bits) + (f" x{v.chunks}" if v.chunks is not None else "")
+
+
+def order_key(name: str) -> tuple[int, str]:
+    """Sort key: registration order, compositions after."""
+    ns = names()
+    return (ns.index(name), name) if name in ns else (len(ns), name)
+
+
+def register(sub) -> None:
+    """``monta variants``: the registry as a table (what each name is made of, where it comes from)."""
+    p = sub.add_parser("variants", help="list the training-step variants and their parts (plugins included)")
+    p.add_argument("name", nargs="?", help="a variant name or composition to explain")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args) -> int:
+    if args.name:
+        for k, v in describe(args.name).items():
+            print(f"{k:>14}: {v}")
+        return 0
+    load_plugins()
+    rows = [(n, get(n)) for n in names()]
+    w = max(len(n) for n, _ in rows)
+    print(f"{'variant':>{w}}  {'exchange':<9} {'schedule':<10} {'sync':<15} origin")
+    for n, v in rows:
+        print(f"{n:>{w}}  {v.exchange:<9} {v.schedule.name:<10} {v.sync.name:<15} {v.origin}")
+    print(f"\nexchanges: {', '.join(EXCHANGES)}")
+    print("schedules: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.schedules.values()))
+    print("syncs: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.syncs.values()))
+    print("compose any: exchange=E,schedule=S,sync=Y[,chunks=N] (e.g. exchange=monta,schedule=lancet,sync=priority)")
+    if _R.failed:
+        print(_failed_note().lstrip("; "))
+    return 0

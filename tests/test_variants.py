@@ -1,0 +1,232 @@
+"""The variant registry (monta.variants): today's names keep their meaning, compositions parse, the
+baselines and third-party plugins register through the ``monta.variants`` entry point group, and
+every reader (engine, step benchmark, performance model, config schema, analysis) goes through it.
+Single-process; the multi-rank runs of the compositions and of the plugin are in tests/test_step.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monta import variants as registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each name meant before the registry (engine.EXCHANGE_OF, the if-chains on "lina" /
+# "monta+priority" / "lancet", perfmodel.step._EXCHANGE/_PRIORITY): exchange, schedule, sync.
+TODAY = {
+    "deepspeed": ("deepspeed", "deepspeed", "after-backward"),
+    "legacy": ("legacy", "deepspeed", "after-backward"),
+    "monta": ("monta", "deepspeed", "after-backward"),
+    "monta+priority": ("monta", "deepspeed", "priority"),
+    "lina": ("deepspeed", "lina", "lina-microops"),
+    "lancet": ("deepspeed", "lancet", "after-backward"),
+}
+
+
+def _parts(name):
+    v = registry.get(name)
+    return v.exchange, v.schedule.name, v.sync.name
+
+
+def test_todays_names_keep_their_meaning():
+    for name, parts in TODAY.items():
+        assert _parts(name) == parts, name
+    # the gradient side as before: lina in 30 MB micro-ops, monta+priority one micro-op per gradient
+    assert registry.get("lina").sync.priority and registry.get("lina").sync.chunk_bytes == 30 * 2**20
+    assert registry.get("monta+priority").sync.priority and registry.get("monta+priority").sync.chunk_bytes is None
+    assert not registry.get("monta").sync.priority and not registry.get("lancet").sync.priority
+    assert registry.get("lancet").schedule.check_model is not None
+
+
+def test_compositions_are_registered_and_composable_by_name():
+    assert _parts("monta+lina") == ("monta", "lina", "lina-microops")
+    assert _parts("monta+lancet") == ("monta", "lancet", "after-backward")
+    assert _parts("exchange=monta,schedule=lancet,sync=priority") == ("monta", "lancet", "priority")
+    assert _parts("exchange=monta") == ("monta", "deepspeed", "after-backward")  # defaults fill in
+    assert _parts("schedule=lina;exchange=legacy") == ("legacy", "lina", "after-backward")
+    assert registry.get("exchange=monta,chunks=8").exchange_chunks(4) == 8
+    assert registry.get("monta").exchange_chunks(4) == 4 and registry.get("lina").exchange_chunks(4) == 1
+    assert registry.label("exchange=monta,schedule=lina,sync=lina-microops") == "monta+lina"
+    assert registry.label("exchange=monta,schedule=lancet,sync=priority") == "monta+lancet+priority"
+    assert set(TODAY) | {"monta+lina", "monta+lancet"} <= set(registry.names())
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("nope", "unknown variant 'nope'; choose from deepspeed, legacy, monta"),
+    ("exchange=fast", "unknown exchange 'fast'"),
+    ("exchange=monta,schedule=nope", "unknown schedule 'nope'; choose from deepspeed, lina, lancet"),
+    ("exchange=monta,sync=never", "unknown sync 'never'"),
+    ("exchange=monta,colour=red", "unknown key 'colour'"),
+    ("exchange=monta,exchange=legacy", "exchange given twice"),
+    ("exchange=monta,chunks=0", "chunks=0 must be an integer >= 1"),
+])
+def test_bad_names_say_what_to_choose(bad, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        registry.get(bad)
+
+
+def test_comma_lists_keep_a_composition_together():
+    got = registry.split_list("deepspeed,exchange=monta,schedule=lancet,sync=priority,exchange=legacy,monta+lina")
+    assert got == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "exchange=legacy", "monta+lina"]
+    assert registry.split_list(["monta", "exchange=monta,schedule=lina"]) == ["monta", "exchange=monta,schedule=lina"]
+    with pytest.raises(ValueError, match="given twice"):
+        registry.parse_list("monta,monta")
+    with pytest.raises(ValueError, match="unknown variant 'lna'"):
+        registry.parse_list("deepspeed,lna")
+
+
+def test_nothing_in_monta_imports_baselines():
+    """``grep -rn "import.*baselines\\|from baselines" monta/`` is empty: the baselines register
+    themselves through the entry point; the core never reaches up into them."""
+    proc = subprocess.run(["grep", "-rn", r"import.*baselines\|from baselines", "monta/"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+
+
+def test_no_variant_name_if_chains_outside_the_registry():
+    """No module of monta/, analysis/ or workflows/ names a schedule-bearing variant (or a baseline's
+    part) in a string literal: they read the registry."""
+    pat = re.compile(r"""["'](lina|lancet|monta\+priority|monta\+lina|monta\+lancet|lina-microops)["']""")
+    hits = []
+    for d in ("monta", "analysis", "workflows"):
+        for f in (ROOT / d).rglob("*"):
+            if f.suffix in (".py", ".smk") and f.name != "variants.py":
+                hits += [f"{f.relative_to(ROOT)}:{i}" for i, line in enumerate(f.read_text().splitlines(), 1)
+                         if pat.search(line)]
+    assert not hits, hits
+
+
+def test_baselines_register_through_the_entry_point():
+    from importlib.metadata import entry_points
+
+    eps = {e.name: e.value for e in entry_points(group=registry.ENTRY_POINT_GROUP)}
+    assert eps.get("baselines") == "baselines.variants:register"
+    assert registry.get("lina").origin == "baselines" and registry.schedules()["lancet"].origin == "baselines"
+    assert registry.get("monta").origin == "monta"
+
+
+def test_a_broken_plugin_is_named(monkeypatch):
+    class EP:
+        name, value = "broken", "nowhere:register"
+
+        def load(self):
+            raise ImportError("No module named 'nowhere'")
+
+    import importlib.metadata as md
+
+    real = md.entry_points
+    monkeypatch.setattr(md, "entry_points", lambda group=None: [*real(group=group), EP()])
+    try:
+        with pytest.warns(RuntimeWarning, match="broken"):
+            registry.load_plugins(force=True)
+        with pytest.raises(ValueError, match=r"plugins that failed to load: broken = nowhere:register"):
+            registry.get("exchange=monta,schedule=brokens-schedule")
+    finally:
+        monkeypatch.setattr(md, "entry_points", real)
+        registry._R.failed.clear()
+        registry.load_plugins(force=True)
+
+
+def test_the_toy_plugin_is_installed_for_the_tests():
+    """tests/plugins/monta_toy_variant, installed by `make test-plugins` (a real package built by pip),
+    registers a schedule and a variant through the entry point group."""
+    assert "toy" in registry.names(), ("the toy plugin is not installed: run `make test-plugins`", registry._R.failed)
+    v = registry.get("toy")
+    assert (v.exchange, v.schedule.name, v.sync.name, v.origin) == ("monta", "toy-phases", "after-backward", "toy")
+    assert _parts("exchange=deepspeed,schedule=toy-phases") == ("deepspeed", "toy-phases", "after-backward")
+    out = subprocess.run([sys.executable, "-m", "monta.cli", "variants"], capture_output=True, text=True, check=True).stdout
+    assert re.search(r"toy\s+monta\s+toy-phases\s+after-backward\s+toy", out), out
+
+
+def test_the_performance_model_predicts_the_compositions():
+    """monta+lina and monta+lancet: MoNTA's exchange under the baselines' overlap; on the paper's
+    setups the model has each beat both of its parts, and existing names predict as before."""
+    from dataclasses import replace
+
+    from monta.perfmodel.links import get_cluster
+    from monta.perfmodel.models import get_model
+    from monta.perfmodel.step import predict_step
+    from monta.perfmodel.strategy import Strategy
+
+    for name in ("a800-4nic", "a800-8nic"):
+        cl = get_cluster(name, 2, 8)
+        m = replace(get_model("moe-2x70b"), layers=24)
+        t = {v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
+             for v in ("deepspeed", "monta", "lina", "lancet", "monta+lina", "monta+lancet", "toy",
+                       "exchange=monta,schedule=lancet,sync=priority")}
+        assert t["monta+lina"] < min(t["monta"], t["lina"]), (name, t)
+        assert t["monta+lancet"] < min(t["monta"], t["lancet"]), (name, t)
+        assert t["toy"] == pytest.approx(t["monta"])  # hides nothing, same exchange and sync
+        # any composition is predicted (here priority costs a little: Lancet already hides the sync)
+        assert 0 < t["exchange=monta,schedule=lancet,sync=priority"] < t["lancet"]
+    with pytest.raises(ValueError, match="unknown variant 'nope'"):
+        Strategy(tp=8, ep=2, dp=2, variant="nope").validate(16, 8)
+
+
+def test_predict_paper_lists_every_variant():
+    from monta.perfmodel.paper import run
+
+    text, recs = run(["a800-4nic"], None, "none")
+    steps = {r["params"]["variant"] for r in recs if r["kind"] == "step"}
+    assert set(registry.names()) <= steps
+    assert re.search(r"monta\+lina\s+[\d.]+", text) and re.search(r"monta\+lancet\s+[\d.]+", text)
+
+
+def _check_config(cfg):
+    sys.path.insert(0, str(ROOT / "workflows" / "lib"))
+    try:
+        from configcheck import check_config
+    finally:
+        sys.path.pop(0)
+    return check_config(cfg, ROOT / "config" / "schema.yaml")
+
+
+def test_config_accepts_registered_composed_and_plugin_variants():
+    sys.path.insert(0, str(ROOT / "workflows" / "lib"))
+    from configcheck import ConfigError
+
+    sys.path.pop(0)
+    ok = _check_config({"step": {"variants": ["deepspeed", "monta+lina", "monta+lancet", "toy",
+                                              "exchange=monta,schedule=lancet,sync=priority"]}})
+    assert ok["step"]["variants"][-1] == "exchange=monta,schedule=lancet,sync=priority"
+    assert "monta+lina" in _check_config({})["step"]["variants"]  # the default includes the compositions
+    with pytest.raises(ConfigError, match=r"config key step\.variants\.1: unknown variant 'bogus'; choose from"):
+        _check_config({"step": {"variants": ["monta", "bogus"]}})
+    with pytest.raises(ConfigError, match=r"config key alltoall\.variants\.0: 'lina' is not an exchange"):
+        _check_config({"alltoall": {"variants": ["lina"]}})
+
+
+def test_step_bench_checks_names_and_schedule_requirements_before_any_rank_starts():
+    import argparse
+
+    from monta.bench.step import _spec, add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    spec = _spec(p.parse_args(["--variants", "deepspeed,exchange=monta,schedule=lancet,sync=priority,toy"]))
+    assert spec["variants"] == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "toy"]
+    assert set(registry.names()) <= set(_spec(p.parse_args([]))["variants"])  # default: every variant
+    with pytest.raises(ValueError, match="--variants: unknown variant 'lanct'"):
+        _spec(p.parse_args(["--variants", "monta,lanct"]))
+    with pytest.raises(ValueError, match="variant monta\\+lancet: the lancet schedule needs --topk 2"):
+        _spec(p.parse_args(["--variants", "monta+lancet", "--topk", "1"]))
+
+
+def test_analysis_names_each_variants_parts():
+    from analysis import tables
+    from monta.results import make_record
+
+    def step(v, ms):
+        return make_record(kind="step", source="emulated", experiment="t", params={"variant": v, "model": "mini", "cluster": "2x4"},
+                           metrics={"step_ms": ms, "tokens_per_s": 1.0, "loss": 1.0})
+
+    t = tables.step_table([step("monta+lancet", 9.0), step("deepspeed", 10.0), step("toy", 10.0)])
+    assert list(t["variant"]) == ["deepspeed", "monta+lancet", "toy"]  # the registry's order
+    assert dict(zip(t["variant"], t["parts"])) == {"deepspeed": "deepspeed / deepspeed / after-backward",
+                                                   "monta+lancet": "monta / lancet / after-backward",
+                                                   "toy": "monta / toy-phases / after-backward"}
