@@ -139,7 +139,7 @@ def test_a_bad_emulate_or_network_flag_is_named_before_anything_starts(no_launch
     (["--seed", "-1"], "--seed -1: must be an integer from 0"),
     (["--capacity-factor", "nan"], "--capacity-factor nan: must be a finite number above 0"),
     (["--layers", "0"], "--layers 0: must be an integer from 1"),
-    (["--variants", "monta,nope"], "--variants monta,nope: unknown 'nope'"),
+    (["--variants", "monta,nope"], "--variants: unknown variant 'nope'; choose from deepspeed,"),
     (["--timeout", "-5"], "--timeout -5.0: must be a finite number"),
 ])
 def test_a_bad_step_flag_is_named_before_any_rank_starts(no_launch, capsys, args, named):
