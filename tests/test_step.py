@@ -38,6 +38,24 @@ REF_RTOL = 1e-6
 TEST_OVERRIDES = {"layers": 2, "hidden": 256, "ffn": 896, "seq": 128, "micro_batch": 1}
 
 
+def _with_skewed_experts(moe, skewed_call: int, fn):
+    """``fn()`` with the MoE layer's ``skewed_call``-th expert call (1-based) off by 1% relative."""
+    layer = moe.deepspeed_moe
+    run = layer.run_experts
+    calls = []
+
+    def skewed(t):
+        calls.append(1)
+        y = run(t)
+        return y * (1 + 1e-2) if len(calls) == skewed_call else y
+
+    layer.run_experts = skewed
+    try:
+        return fn()
+    finally:
+        del layer.run_experts
+
+
 class _SkewedLina:
     """A wrong schedule: Lina's pipeline with the last chunk's expert output off by 1% relative."""
 
@@ -47,20 +65,7 @@ class _SkewedLina:
         self.inner = LinaSchedule(chunks)
 
     def __call__(self, moe, x):
-        layer = moe.deepspeed_moe
-        run = layer.run_experts
-        calls = []
-
-        def skewed(t):
-            calls.append(1)
-            y = run(t)
-            return y * (1 + 1e-2) if len(calls) == self.inner.chunks else y
-
-        layer.run_experts = skewed
-        try:
-            return self.inner(moe, x)
-        finally:
-            del layer.run_experts
+        return _with_skewed_experts(moe, self.inner.chunks, lambda: self.inner(moe, x))
 
 
 class _Skewed:
@@ -77,20 +82,7 @@ class _Skewed:
 
     @staticmethod
     def _skewed(moe, fn):
-        layer = moe.deepspeed_moe
-        run = layer.run_experts
-        calls = []
-
-        def skewed(t):
-            calls.append(1)
-            y = run(t)
-            return y * (1 + 1e-2) if len(calls) == 1 else y
-
-        layer.run_experts = skewed
-        try:
-            return fn()
-        finally:
-            del layer.run_experts
+        return _with_skewed_experts(moe, 1, fn)
 
 
 def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
@@ -357,8 +349,9 @@ def test_mfu_flops_of_the_mini_preset_by_hand():
 
 @pytest.mark.slow
 def test_plugin_variant_runs_through_bench_step_by_name(tmp_path):
-    """`monta bench step --variants deepspeed,toy`: the test plugin's variant (tests/plugins) runs in
-    the benchmark like any other, its records naming its parts, its loss stock DeepSpeed's."""
+    """`monta bench step --variants deepspeed,toy,toy-exchange`: the test plugin's variants (tests/plugins;
+    one its schedule, one its exchange) run in the benchmark like any other, their records naming their
+    parts, their loss stock DeepSpeed's."""
     import subprocess
     import sys
 
@@ -366,14 +359,17 @@ def test_plugin_variant_runs_through_bench_step_by_name(tmp_path):
 
     out = tmp_path / "step.jsonl"
     proc = subprocess.run([sys.executable, "-m", "monta.cli", "bench", "step", "--nodes", "2", "--gpus-per-node", "2",
-                           "--variants", "deepspeed,toy", "--steps", "1", "--warmup", "0", "--layers", "1",
+                           "--variants", "deepspeed,toy,toy-exchange", "--steps", "1", "--warmup", "0", "--layers", "1",
                            "--seq", "64", "--micro-batch", "1", "--hidden", "256", "--ffn", "896",
                            "--no-wandb", "--out", str(out)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "WANDB_MODE": "disabled"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     recs = {r["params"]["variant"]: r for r in read_records(out)}
-    assert set(recs) == {"deepspeed", "toy"}
+    assert set(recs) == {"deepspeed", "toy", "toy-exchange"}
     p = recs["toy"]["params"]
     assert (p["exchange"], p["schedule"], p["sync"]) == ("monta", "toy-phases", "after-backward")
     assert recs["toy"]["metrics"]["loss"] == recs["deepspeed"]["metrics"]["loss"]
+    # the plugin's own exchange moves the same values as DeepSpeed's: the same loss, exactly
+    assert recs["toy-exchange"]["params"]["exchange"] == "toy-exchange"
+    assert recs["toy-exchange"]["metrics"]["loss"] == recs["deepspeed"]["metrics"]["loss"]
     assert "toy" in proc.stdout
