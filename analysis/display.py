@@ -96,7 +96,9 @@ def humanize(df: pd.DataFrame) -> pd.DataFrame:
         emulator = str(row.get("cluster", "")).startswith("emulator")  # a prediction of the emulator's links
         units.append(MEASURED_UNIT if emulator else time_unit(row.get("source"), typical))
     for c in df.columns:
-        out[HEADERS.get(c, c.removeprefix("breakdown_ms."))] = [fmt_cell(c, v, u) for v, u in zip(df[c], units)]
+        # unknown time columns (a plugin exchange's "<name>_us") read as their name: the cells carry the unit
+        out[HEADERS.get(c, c.removeprefix("breakdown_ms.").removesuffix("_us"))] = [
+            fmt_cell(c, v, u) for v, u in zip(df[c], units)]
     return pd.DataFrame(out)
 
 

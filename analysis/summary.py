@@ -21,7 +21,7 @@ from monta.perfmodel.accuracy import CHUNK_TOLERANCE
 from monta.perfmodel.chunks import _TIE as AUTO_TIE
 
 MEASURED = ("measured", "emulated")
-REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok")
+REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok", "CPU-bound")
 
 
 def _x(v: float) -> str:
@@ -107,9 +107,10 @@ def step_line(steps: pd.DataFrame) -> str | None:
     return text + ("; " + ", ".join(others) + " over deepspeed" if others else "") + "."
 
 
-def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, int, float]]:
-    """(setup, best measured chunks, model's pick, measured loss of the pick) per buffer size and shape,
-    from `monta predict accuracy` records (a prediction next to each measurement)."""
+def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, int, float, bool]]:
+    """(setup, best measured chunks, model's pick, measured loss of the pick, whether the pick's or the
+    best's timing was CPU-bound) per buffer size and shape, from `monta predict accuracy` records (a
+    prediction next to each measurement)."""
     by_setup: dict[tuple, dict[int, tuple[float, float]]] = {}
     for r in records:
         m, p = r.get("metrics", {}), r.get("params", {})
@@ -118,7 +119,8 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
         if p.get("variant") != "monta":
             continue
         setup = tuple(p.get(k) for k in ("size_bytes", "nodes", "gpus_per_node", "tp", "ep"))
-        by_setup.setdefault(setup, {})[int(p["chunks"])] = (float(m["time_us"]), float(m["measured_us"]))
+        by_setup.setdefault(setup, {})[int(p["chunks"])] = (float(m["time_us"]), float(m["measured_us"]),
+                                                           m.get("measured_cpu_bound") is True)
     out = []
     for setup, by_k in sorted(by_setup.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         if len(by_k) < 2:
@@ -128,7 +130,7 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
             if pick is None or by_k[k][0] < best_t * (1 - AUTO_TIE):
                 pick, best_t = k, by_k[k][0]
         best = min(by_k, key=lambda k: by_k[k][1])
-        out.append((setup, best, pick, by_k[pick][1] / by_k[best][1] - 1))
+        out.append((setup, best, pick, by_k[pick][1] / by_k[best][1] - 1, by_k[pick][2] or by_k[best][2]))
     return out
 
 
@@ -145,9 +147,13 @@ def model_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     text += f" ({per})" if per else ""
     picks = chunk_picks(records)
     if picks:
-        ok = sum(loss <= CHUNK_TOLERANCE for *_, loss in picks)
+        ok = sum(loss <= CHUNK_TOLERANCE for *_, loss, _ in picks)
         text += (f"; its chunk pick is within {CHUNK_TOLERANCE:.0%} of the best measured count at "
                  f"**{ok} of {len(picks)}** buffer sizes")
+        judged = [loss for *_, loss, bound in picks if not bound]
+        if len(judged) < len(picks):
+            text += (f" ({sum(x <= CHUNK_TOLERANCE for x in judged)} of {len(judged)} where neither timing was "
+                     f"CPU-bound)")
     else:
         text += "; chunk pick not checked (no buffer size measured at two or more chunk counts)"
     return text + "."
@@ -160,6 +166,8 @@ def regress_line(path: str | Path | None) -> str:
     counts = {s: 0 for s in REGRESS_STATUSES}
     for line in text.splitlines():
         cell = line.split("|")[1].strip() if line.startswith("|") and line.count("|") > 2 else ""
+        if cell.startswith("CPU-BOUND"):  # not judged: monta.regress
+            cell = "CPU-bound"
         if cell in counts:
             counts[cell] += 1
     total = sum(counts.values())
@@ -169,7 +177,8 @@ def regress_line(path: str | Path | None) -> str:
     threshold = re.search(r"threshold (\d+(?:\.\d+)?%)", text)
     bad = counts["REGRESSED"]
     verdict = f"**{bad} regressed**" if bad else "**none regressed**"
-    rest = ", ".join(f"{counts[s]} {s}" for s in ("improved", "inconclusive") if counts[s])
+    rest = ", ".join(f"{counts[s]} {s}" + (" (not judged)" if s == "CPU-bound" else "")
+                     for s in ("improved", "inconclusive", "CPU-bound") if counts[s])
     return (f"**Regression check** against the stored baseline: {total} matched points, {verdict}"
             f"{' (' + rest + ')' if rest else ''}{'; threshold ' + threshold.group(1) if threshold else ''}.")
 

@@ -124,6 +124,9 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return out.sort_values(keys).reset_index(drop=True)
 
 
+CORE_ROWS = {"legacy", "deepspeed", "monta", "a2a", "ag"}  # the core's exchanges and the two halves
+
+
 def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
     """One row per point: legacy, deepspeed and the best MoNTA chunk count side by side."""
     if table.empty:
@@ -161,6 +164,9 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
         row["inter_bytes_ratio"] = lg / row["monta_inter_bytes"] if lg and row["monta_inter_bytes"] else nan
         row["speedup_vs_legacy"] = row["legacy_us"] / row["monta_us"]
         row["speedup_vs_deepspeed"] = row["deepspeed_us"] / row["monta_us"]
+        # a plugin's exchange (monta.variants.add_exchange): its best time, next to the core's
+        for v in sorted(set(g["variant"]) - CORE_ROWS):
+            row[f"{v}_us"] = g.loc[g["variant"] == v, "time_us"].min()
         rows.append(row)
     return pd.DataFrame(rows)
 

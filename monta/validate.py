@@ -17,7 +17,6 @@ from typing import Any
 
 from monta.units import parse_size
 
-EXCHANGES = ("legacy", "deepspeed", "monta")  # == monta.comm.EXCHANGES (kept torch-free here)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # Limits. A sweep of more sizes than this is a typo (a factor of 1.0000001), not an experiment.
@@ -227,7 +226,9 @@ def alltoall_sweep(*, nodes: Any, gpus_per_node: Any, tp: Any = None, ep: Any = 
     if experts % ep:
         raise _fail(where, k["experts"], experts, f"must be a multiple of EP={ep} (each EP rank holds "
                                                   "experts/EP experts)")
-    vs = names(variants, k["variants"], EXCHANGES, where)
+    from monta import variants as registry  # torch-free; the core's exchanges and the plugins'
+
+    vs = names(variants, k["variants"], list(registry.exchanges()), where)
     sz = sizes(sizes_spec, k["sizes"], where)
     row = experts * hidden * DTYPE_BYTES[dtype]
     for s in sz:

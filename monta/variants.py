@@ -8,7 +8,8 @@ variants up here; nothing else keeps a list of them.
 Parts:
 
 - exchange: ``legacy`` | ``deepspeed`` | ``monta`` (``monta.comm``), with ``chunks`` (``None`` =
-  the run's ``--chunks``; only ``monta`` chunks its exchange);
+  the run's ``--chunks``; only ``monta`` chunks its exchange) here; others by any package, as a
+  function running one exchange pass (``add_exchange``);
 - schedule: ``deepspeed`` (DeepSpeed's MoE forward) here; ``lina`` and ``lancet`` are registered by
   ``baselines`` (``baselines.variants``), others by any package (below);
 - sync: ``after-backward`` (DeepSpeed's reduction after backward), ``priority`` (a background thread
@@ -22,8 +23,8 @@ variants a composition's keys stay together: a new composition starts at a plain
 the current one already has (``split_list``).
 
 Plugins: a distribution declares an entry point in group ``monta.variants`` whose object is a
-callable taking this module (``register(registry)``); it calls ``add_schedule``, ``add_sync`` and
-``add_variant``. ``baselines`` registers itself so (``pyproject.toml``). A plugin that fails to load
+callable taking this module (``register(registry)``); it calls ``add_exchange``, ``add_schedule``,
+``add_sync`` and ``add_variant``. ``baselines`` registers itself so (``pyproject.toml``). A plugin that fails to load
 is reported (a warning, and in the error of an unknown name), never silently dropped.
 """
 
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 ENTRY_POINT_GROUP = "monta.variants"
-EXCHANGES = ("legacy", "deepspeed", "monta")  # monta.comm.EXCHANGES; the exchange engine lives there
+EXCHANGES = ("legacy", "deepspeed", "monta")  # the core's (monta.comm.EXCHANGES); plugins add more: exchanges()
 KEYS = ("exchange", "schedule", "sync", "chunks")
 DEFAULT_PARTS = {"exchange": "deepspeed", "schedule": "deepspeed", "sync": "after-backward"}
 
@@ -65,6 +66,25 @@ class ScheduleContext:
     pgs: Any
     chunks: int
     partitions: int
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A token exchange. The core's (``legacy``, ``deepspeed``, ``monta``) live in ``monta.comm.exchange``.
+    A plugin's ``run_pass(x, spec, groups, chunks, meter, phase)`` runs one pass over ``x`` [E, C, M]
+    exactly as ``monta.comm.exchange.run_pass`` defines it (``spec.drop_in``: keep this TP rank's
+    capacity slice; AllToAll over ``groups.ep``; ``spec.gather_out``: AllGather over ``groups.tp``)
+    and returns the same values; monta wraps it for autograd (backward = the transposed pass) and
+    checks it against the core in ``monta bench alltoall --check``. ``chunked``: it takes the run's
+    chunk count (else 1). ``model_as``: the core exchange whose performance model prices it (``None``:
+    the model has none, predictions leave it out and say so)."""
+
+    name: str
+    run_pass: Callable[..., Any] | None = None
+    chunked: bool = False
+    model_as: str | None = None
+    about: str = ""
+    origin: str = "monta"
 
 
 @dataclass(frozen=True)
@@ -120,14 +140,15 @@ class Variant:
         return compose(**self.parts)
 
     def exchange_chunks(self, run_chunks: int) -> int:
-        """Chunks of the exchange itself (1 unless ``monta``)."""
-        if self.exchange != "monta":
+        """Chunks of the exchange itself (1 unless the exchange is chunked, as ``monta`` is)."""
+        if not exchange(self.exchange).chunked:
             return 1
         return self.chunks if self.chunks is not None else run_chunks
 
 
 @dataclass
 class _Registry:
+    exchanges: dict[str, Exchange] = field(default_factory=dict)
     schedules: dict[str, Schedule] = field(default_factory=dict)
     syncs: dict[str, Sync] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> parts (+ about, origin)
@@ -137,6 +158,20 @@ class _Registry:
 
 _R = _Registry()
 _CURRENT_ORIGIN = ["monta"]
+
+
+def add_exchange(name: str, **kw: Any) -> Exchange:
+    _check_part_name(name, "exchange")
+    if name in EXCHANGES and _CURRENT_ORIGIN[0] != "monta":
+        raise ValueError(f"exchange {name!r} is the core's; a plugin names its own")
+    model_as = kw.get("model_as")
+    if model_as is not None and model_as not in EXCHANGES:
+        raise ValueError(f"exchange {name!r}: model_as={model_as!r} must be one of {', '.join(EXCHANGES)}")
+    if _CURRENT_ORIGIN[0] != "monta" and not callable(kw.get("run_pass")):
+        raise ValueError(f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase)")
+    e = Exchange(name, origin=_CURRENT_ORIGIN[0], **kw)
+    _R.exchanges[name] = e
+    return e
 
 
 def add_schedule(name: str, **kw: Any) -> Schedule:
@@ -169,6 +204,10 @@ def _check_part_name(name: str, what: str) -> None:
 
 
 # The core's parts and today's names (their meaning unchanged).
+add_exchange("legacy", model_as="legacy", about="every TP rank AllToAlls its full buffer (DeepSpeed < 0.14.5)")
+add_exchange("deepspeed", model_as="deepspeed", about="drop to the capacity slice, AllToAll, AllGather over TP")
+add_exchange("monta", chunked=True, model_as="monta",
+             about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i")
 add_schedule("deepspeed", about="DeepSpeed's MoE forward; the exchange runs whole")
 add_sync("after-backward", about="DeepSpeed's gradient reduction after backward")
 add_sync("priority", priority=True, chunk_bytes=None,
@@ -211,6 +250,19 @@ def names() -> list[str]:
     """Registered variant names, in registration order (the core's, then each plugin's)."""
     load_plugins()
     return list(_R.variants)
+
+
+def exchanges() -> dict[str, Exchange]:
+    load_plugins()
+    return dict(_R.exchanges)
+
+
+def exchange(name: str) -> Exchange:
+    """The exchange ``name`` (core or plugin); ValueError naming the choices otherwise."""
+    load_plugins()
+    if name not in _R.exchanges:
+        raise ValueError(f"unknown exchange {name!r}; choose one of {', '.join(_R.exchanges)}{_failed_note()}")
+    return _R.exchanges[name]
 
 
 def schedules() -> dict[str, Schedule]:
@@ -260,8 +312,9 @@ def _parse_parts(name: str) -> dict[str, Any]:
 
 def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "monta") -> Variant:
     p = {**DEFAULT_PARTS, **{k: v for k, v in parts.items() if v is not None}}
-    if p["exchange"] not in EXCHANGES:
-        raise ValueError(f"variant {name!r}: unknown exchange {p['exchange']!r}; choose from {', '.join(EXCHANGES)}")
+    if p["exchange"] not in _R.exchanges:
+        raise ValueError(f"variant {name!r}: unknown exchange {p['exchange']!r}; choose from "
+                         f"{', '.join(_R.exchanges)}{_failed_note()}")
     if p["schedule"] not in _R.schedules:
         raise ValueError(f"variant {name!r}: unknown schedule {p['schedule']!r}; choose from "
                          f"{', '.join(_R.schedules)}{_failed_note()}")
@@ -281,7 +334,7 @@ def get(name: str) -> Variant:
     if is_composed(name):
         return _build(name, _parse_parts(name), origin="composed")
     raise ValueError(f"unknown variant {name!r}; choose from {', '.join(_R.variants)}, or compose one as "
-                     f"exchange={'|'.join(EXCHANGES)},schedule={'|'.join(_R.schedules)},"
+                     f"exchange={'|'.join(_R.exchanges)},schedule={'|'.join(_R.schedules)},"
                      f"sync={'|'.join(_R.syncs)}{_failed_note()}")
 
 
@@ -384,7 +437,7 @@ def _cmd(args) -> int:
     print(f"{'variant':>{w}}  {'exchange':<9} {'schedule':<10} {'sync':<15} origin")
     for n, v in rows:
         print(f"{n:>{w}}  {v.exchange:<9} {v.schedule.name:<10} {v.sync.name:<15} {v.origin}")
-    print(f"\nexchanges: {', '.join(EXCHANGES)}")
+    print("\nexchanges: " + ", ".join(f"{e.name} ({e.origin})" for e in _R.exchanges.values()))
     print("schedules: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.schedules.values()))
     print("syncs: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.syncs.values()))
     print("compose any: exchange=E,schedule=S,sync=Y[,chunks=N] (e.g. exchange=monta,schedule=lancet,sync=priority)")

@@ -290,11 +290,11 @@ def test_tp_ablation_is_its_own_table_and_figure(tmp_path):
     assert path is not None and path.stat().st_size > 5000
 
 
-def _accuracy(size, chunks, predicted, measured, gpus=4):
+def _accuracy(size, chunks, predicted, measured, gpus=4, cpu_bound=None):
     return make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
                        params={"size_bytes": size, "variant": "monta", "chunks": chunks, "nodes": 2,
                                "gpus_per_node": gpus, "tp": gpus, "ep": 2, "cluster": "emulator:custom"},
-                       metrics={"time_us": predicted, "measured_us": measured})
+                       metrics={"time_us": predicted, "measured_us": measured, "measured_cpu_bound": cpu_bound})
 
 
 def test_chunk_pick_follows_the_models_rule_on_recorded_predictions():
@@ -302,9 +302,21 @@ def test_chunk_pick_follows_the_models_rule_on_recorded_predictions():
 
     recs = [_accuracy(1 << 20, 1, 100.0, 100.0), _accuracy(1 << 20, 2, 99.8, 90.0),  # 0.2% faster: a tie, keeps 1
             _accuracy(4 << 20, 1, 400.0, 400.0), _accuracy(4 << 20, 4, 300.0, 310.0), _accuracy(4 << 20, 8, 290.0, 300.0)]
-    picks = {setup[0]: (best, pick, loss) for setup, best, pick, loss in summary.chunk_picks(recs)}
+    picks = {setup[0]: (best, pick, loss) for setup, best, pick, loss, _ in summary.chunk_picks(recs)}
     assert picks[1 << 20] == (2, 1, pytest.approx(100.0 / 90.0 - 1))  # a miss: 11% off the best measured
     assert picks[4 << 20] == (8, 8, 0.0)
+
+
+def test_the_chunk_pick_count_names_the_sizes_whose_timings_were_cpu_bound():
+    """A miss whose best count was timed CPU-bound is still counted, and the summary also gives the
+    count over the sizes where neither timing was."""
+    from analysis import summary
+
+    recs = [_accuracy(1 << 20, 1, 100.0, 100.0), _accuracy(1 << 20, 2, 99.8, 90.0, cpu_bound=True),  # a miss
+            _accuracy(4 << 20, 1, 400.0, 400.0, cpu_bound=False), _accuracy(4 << 20, 4, 300.0, 310.0)]
+    assert [bound for *_, bound in summary.chunk_picks(recs)] == [True, False]
+    line = summary.model_line(recs)
+    assert "at **1 of 2** buffer sizes (1 of 1 where neither timing was CPU-bound)" in line, line
 
 
 def test_summary_states_the_headline_numbers_with_links(tmp_path):
@@ -359,3 +371,16 @@ def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(t
     assert "paired_vs_legacy" not in shown.columns and "cpu_bound" not in shown.columns
     md = tables.write_table(shown, tmp_path, "s", "cap")[0].read_text()
     assert "3.90x [3.80x, 4.05x]" in md and "nan" not in md.lower()
+
+
+def test_a_plugin_exchange_gets_its_own_column_in_the_alltoall_summary():
+    """A plugin's exchange (tests/plugins: toy-exchange) measured next to the core's: its best time is
+    a column of the summary, headed by its name, in the run's unit."""
+    from analysis import display
+
+    recs = alltoall_records() + [a2a(1 << 20, "toy-exchange", 1, 2500.0), a2a(4 << 20, "toy-exchange", 1, 9000.0)]
+    summary = tables.alltoall_summary(tables.alltoall_table(recs))
+    row = summary[(summary["size_bytes"] == 1 << 20) & (summary["inter_gbps"] == 2.0)].iloc[0]
+    assert row["toy-exchange_us"] == 2500.0 and row["monta_us"] == pytest.approx(1048.576)
+    shown = display.humanize(summary)
+    assert "toy-exchange" in shown.columns and "2.50 ms" in set(shown["toy-exchange"])

@@ -23,14 +23,18 @@ def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 @pytest.mark.timeout(600)
 def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
-    good = bench("--check", "--out", str(tmp_path / "good.jsonl"))
+    # toy-exchange: the test plugin's exchange (tests/plugins/monta_toy_variant), checked like the core's
+    good = bench("--check", "--variants", "legacy,deepspeed,monta,toy-exchange", "--out", str(tmp_path / "good.jsonl"))
     assert good.returncode == 0, good.stderr[-3000:]
     assert "size(B)" in good.stdout and "Out of bounds values : 0 OK" in good.stdout
     recs = read_records(tmp_path / "good.jsonl")
-    assert {r["params"]["variant"] for r in recs} == {"legacy", "deepspeed", "monta", "a2a", "ag"}
+    assert {r["params"]["variant"] for r in recs} == {"legacy", "deepspeed", "monta", "toy-exchange", "a2a", "ag"}
     assert all(r["metrics"]["wrong"] == 0 and r["metrics"]["checked"] for r in recs)
     by = {r["params"]["variant"]: r["metrics"] for r in recs}
     assert by["legacy"]["inter_bytes"] == 2 * by["monta"]["inter_bytes"]  # TP = 2
+    assert by["toy-exchange"]["inter_bytes"] == by["deepspeed"]["inter_bytes"]  # the toy drops, then AllToAlls
+    assert by["toy-exchange"]["speedup_vs_legacy"] > 0
+    assert any(line.split()[1:2] == ["toy-exchange"] for line in good.stdout.splitlines()), good.stdout
 
     bad = bench("--check", "--inject-fault", "--out", str(tmp_path / "bad.jsonl"))
     assert bad.returncode == 0, bad.stderr[-3000:]
@@ -43,7 +47,7 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (("--chunks", "0"), "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
     (("--chunks", "64"), "--chunks 64: 64 chunks exceed the capacity slice 16"),
-    (("--variants", "legacy,tutel"), "--variants legacy,tutel: unknown 'tutel'"),
+    (("--variants", "legacy,tutel"), "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, toy-exchange"),
     (("--tp", "3"), "--tp 3: must be an integer from 1 to gpus_per_node=2 (tensor parallelism stays inside a node)"),
     (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
     (("--max-iters", "0"), "--max-iters 0 is below --iters 1"),

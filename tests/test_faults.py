@@ -516,7 +516,13 @@ def test_an_unparsable_flag_is_one_line_too(capsys):
 
 
 def test_the_validation_knows_the_same_exchanges_as_the_library():
+    """The flags' and the config's check asks the registry: the core's exchanges and the plugins'."""
+    from monta import variants
     from monta.comm import EXCHANGES
-    from monta.validate import EXCHANGES as CHECKED
+    from monta.validate import alltoall_sweep
 
-    assert CHECKED == EXCHANGES
+    assert variants.EXCHANGES == EXCHANGES and set(EXCHANGES) < set(variants.exchanges())
+    ok = alltoall_sweep(nodes=2, gpus_per_node=2, tp=2, ep=None, sizes_spec="64K", variants="monta,toy-exchange",
+                        chunks="2", dtype="float32", experts=None, hidden=256, warmup=0, iters=1, max_iters=1,
+                        target_ci=0, budget_s=0)
+    assert ok["variants"] == ["monta", "toy-exchange"]

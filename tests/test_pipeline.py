@@ -263,16 +263,17 @@ def test_regress_rule_reports_a_baseline_it_cannot_compare(work):
 def test_tiny_pipeline_end_to_end(work):
     """The whole pipeline for real on config/test.yaml: build, the emulated AllToAll sweep, the
     training step, ablations, predictions, notebooks, tables, figures and the report."""
-    # the test plugin's variant (tests/plugins/monta_toy_variant) runs by name like any other
+    # the test plugin's variant and exchange (tests/plugins/monta_toy_variant) run by name like any other
     extra = work / "toy.yaml"
-    extra.write_text("step:\n  variants: [deepspeed, monta, toy]\n")
+    extra.write_text("step:\n  variants: [deepspeed, monta, toy]\nalltoall:\n  variants: [legacy, monta, toy-exchange]\n")
     proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", str(extra), cwd=work, timeout=1400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     from monta.results import read_records
 
     res = work / "results"
     a2a = read_records(res / "alltoall" / "2x2.jsonl")
-    assert {r["params"]["variant"] for r in a2a} >= {"legacy", "monta"}
+    assert {r["params"]["variant"] for r in a2a} >= {"legacy", "monta", "toy-exchange"}
+    assert "toy-exchange" in (res / "tables" / "alltoall_summary.md").read_text()
     assert all(r["kind"] == "alltoall" and r["metrics"]["wrong"] == 0 and r["metrics"]["time_us"] > 0 for r in a2a)
     steps = read_records(*sorted((res / "step").glob("*.jsonl")))
     assert {r["params"]["variant"] for r in steps} >= {"deepspeed", "monta", "toy"}

@@ -136,3 +136,31 @@ def test_the_table_prints_times_in_human_units_never_scientific():
     assert _human(1234.0, "step_ms") == "1.23 s"
     assert _human(0.02431, "busbw_GBps") == "0.0243"
     assert "e+" not in _human(3.066e5, "time_us")
+
+
+def test_a_cpu_bound_point_is_shown_apart_not_judged_unless_asked(tmp_path, capsys):
+    """A 30% slower point whose current run was CPU-bound reads CPU-BOUND (slower), does not fail the
+    gate, and is counted apart; --judge-cpu-bound judges it as REGRESSED; a clean point still fails."""
+    cur = recs(scale=1.3, seed=2)
+    for r in cur:
+        r["metrics"]["cpu_bound"] = r["params"]["size_bytes"] == 1 << 20
+    b = write_records(tmp_path / "b.jsonl", recs(seed=1))
+    rows = regress.compare(recs(seed=1), cur)
+    small = [r for r in rows if "size_bytes=1048576" in r["point"]]
+    assert {r["status"] for r in small} == {"CPU-BOUND (slower)"} and {r["cpu_bound"] for r in small} == {"current"}
+    assert {r["verdict"] for r in small} == {"REGRESSED"}
+    assert {r["status"] for r in rows if r not in small} == {"REGRESSED"}
+    # only CPU-bound points slower: the gate passes and says what it left out
+    only = [r for r in cur if r["params"]["size_bytes"] == 1 << 20] + recs(seed=3)[2:]
+    c = write_records(tmp_path / "c.jsonl", only)
+    assert main(["regress", "--baseline", str(b), "--current", str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "4 matched points, 0 regressed, 0 inconclusive, 2 CPU-bound (not judged)." in out
+    assert "CPU-BOUND: 2 point(s) ran CPU-bound" in out and "(2 would read slower)" in out
+    assert main(["regress", "--baseline", str(b), "--current", str(c), "--judge-cpu-bound"]) == 1
+    assert "2 regressed" in capsys.readouterr().out
+    from analysis.summary import regress_line
+
+    table = tmp_path / "t.md"
+    table.write_text(regress.format_table(regress.compare(recs(seed=1), only), "time_us", 0.10, 0.95))
+    assert "none regressed** (2 CPU-bound (not judged))" in regress_line(table)

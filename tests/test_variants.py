@@ -141,6 +141,40 @@ def test_the_toy_plugin_is_installed_for_the_tests():
     assert _parts("exchange=deepspeed,schedule=toy-phases") == ("deepspeed", "toy-phases", "after-backward")
     out = subprocess.run([sys.executable, "-m", "monta.cli", "variants"], capture_output=True, text=True, check=True).stdout
     assert re.search(r"toy\s+monta\s+toy-phases\s+after-backward\s+toy", out), out
+    e = registry.exchange("toy-exchange")  # the plugin's own exchange
+    assert (e.origin, e.chunked, e.model_as) == ("toy", False, "deepspeed") and callable(e.run_pass)
+    v = registry.get("toy-exchange")
+    assert (v.exchange, v.schedule.name, v.exchange_chunks(8)) == ("toy-exchange", "deepspeed", 1)
+    assert "toy-exchange (toy)" in out
+
+
+def test_a_plugin_exchange_is_checked_when_it_registers(monkeypatch):
+    """A plugin cannot take a core exchange's name, must give its pass function, and can only be
+    priced as a core exchange; an unknown exchange names the plugins' too."""
+    monkeypatch.setattr(registry, "_CURRENT_ORIGIN", ["someplugin"])
+    with pytest.raises(ValueError, match="exchange 'monta' is the core's"):
+        registry.add_exchange("monta", run_pass=lambda *a: None)
+    with pytest.raises(ValueError, match="needs run_pass="):
+        registry.add_exchange("mine")
+    with pytest.raises(ValueError, match="model_as='nccl' must be one of legacy, deepspeed, monta"):
+        registry.add_exchange("mine", run_pass=lambda *a: None, model_as="nccl")
+    assert "mine" not in registry.exchanges()
+    with pytest.raises(ValueError, match="unknown exchange 'mine'; choose one of legacy, deepspeed, monta, toy-exchange"):
+        registry.exchange("mine")
+
+
+def test_the_model_prices_a_plugin_exchange_as_it_declared(monkeypatch):
+    """toy-exchange declared model_as=deepspeed: the same prediction as deepspeed; an exchange that
+    declared none is refused with a line saying how to give it one."""
+    from monta.perfmodel.alltoall import make_layout
+    from monta.perfmodel.exchange import exchange_time
+
+    layout = make_layout(2, 8, 8, None)
+    assert exchange_time("toy-exchange", 2**24, layout, "a800-4nic").total_us == pytest.approx(
+        exchange_time("deepspeed", 2**24, layout, "a800-4nic").total_us)
+    monkeypatch.setitem(registry._R.exchanges, "nomodel", registry.Exchange("nomodel", run_pass=print, origin="p"))
+    with pytest.raises(ValueError, match="exchange 'nomodel' \\(plugin p\\) has no performance model"):
+        exchange_time("nomodel", 2**24, layout, "a800-4nic")
 
 
 def test_the_performance_model_predicts_the_compositions():

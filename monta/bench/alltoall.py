@@ -27,7 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: the DP degree)")
     p.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes: min:max:factor or a list "
                                                       "(K/M/G suffixes)")
-    p.add_argument("--variants", default="legacy,deepspeed,monta", help=f"comma list of {', '.join(EXCHANGES)}")
+    p.add_argument("--variants", default="legacy,deepspeed,monta",
+                   help=f"comma list of exchanges: {', '.join(EXCHANGES)}, or one a plugin registered "
+                        "(`monta variants` lists them)")
     p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
     p.add_argument("--cluster", default=None, help="performance-model cluster for --chunks auto: a preset "
                                                    "(a800, a800-8nic, h800, ...) or a link-profile JSON "
@@ -156,7 +158,10 @@ def expected_seconds(cfg: dict) -> float:
     variant row at the legacy exchange's inter-node time (the slowest variant's bytes)."""
     topo = cfg.get("topology") or {}
     gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
-    rows = len(cfg["variants"]) - ("monta" in cfg["variants"]) + len(cfg["chunks"]) * ("monta" in cfg["variants"])
+    from monta import variants as registry
+
+    chunked = sum(registry.exchange(v).chunked for v in cfg["variants"])
+    rows = len(cfg["variants"]) - chunked + len(cfg["chunks"]) * chunked
     rows += 2 if cfg["tp"] > 1 and cfg.get("components", True) else 0
     total = 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"]
     for size in cfg["sizes"]:
@@ -176,7 +181,7 @@ def stall_seconds(cfg: dict) -> float:
     times over, and never under two minutes plus 5 s a rank (start-up on a shared machine)."""
     topo = cfg.get("topology") or {}
     gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
-    rows = len(cfg["variants"]) + len(cfg["chunks"]) + 2
+    rows = len(cfg["variants"]) * len(cfg["chunks"]) + 2
     longest = max(max(0.01, cfg["gpus_per_node"] * s * 8 / (gbps * 1e9)) * rows * max(1, cfg["warmup"])
                   for s in cfg["sizes"])
     return max(120.0, 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"], 4 * longest)

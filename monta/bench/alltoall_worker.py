@@ -31,8 +31,10 @@ from monta.units import format_size
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Each variant: how one dispatch pass runs. a2a/ag are the two halves alone (for the overlap bound).
+# A plugin's exchange (monta.variants.add_exchange) runs its own pass with the deepspeed/monta spec.
 SPECS = {"legacy": ex.PassSpec(False, False), "deepspeed": ex.PassSpec(True, True),
          "monta": ex.PassSpec(True, True), "a2a": ex.PassSpec(True, False)}
+PLUGIN_SPEC = ex.PassSpec(True, True)
 
 
 def buffer_shape(size_bytes: int, experts: int, hidden: int, elsize: int, tp: int) -> tuple[int, int, int]:
@@ -72,7 +74,9 @@ class Runner:
             self.meter.all_gather(self.groups.tp_ranks, local.numel() * local.element_size(), "ag")
             all_gather(out, local, self.groups.tp).wait()
             return out
-        return ex.run_pass(x, SPECS[variant], self.groups, chunks, self.meter, variant)
+        if variant in SPECS:
+            return ex.run_pass(x, SPECS[variant], self.groups, chunks, self.meter, variant)
+        return ex.pass_function(variant)(x, PLUGIN_SPEC, self.groups, chunks, self.meter, variant)
 
     def expected(self, variant: str, size_idx: int, shape, dtype, salt: int) -> torch.Tensor:
         """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""
@@ -92,10 +96,12 @@ class Runner:
 
 
 def _variants(cfg) -> list[tuple[str, int]]:
+    from monta import variants as registry
+
     out = []
     for v in cfg["variants"]:
-        if v == "monta":
-            out += [("monta", c) for c in cfg["chunks"]]
+        if registry.exchange(v).chunked:
+            out += [(v, c) for c in cfg["chunks"]]
         else:
             out.append((v, 1))
     if cfg["tp"] > 1 and cfg.get("components", True):

@@ -163,27 +163,36 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
 
 
 class _PassFn(torch.autograd.Function):
-    """Autograd wrapper: backward is the transposed pass, pipelined the same way."""
+    """Autograd wrapper: backward is the transposed pass, pipelined the same way (``fn``: the
+    exchange's pass function, ``run_pass`` or a plugin's)."""
 
     @staticmethod
-    def forward(ctx, x, spec, groups, chunks, meter, phase):  # noqa: D401
-        ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase = spec, groups, chunks, meter, phase
-        return run_pass(x, spec, groups, chunks, meter, phase + "/fwd")
+    def forward(ctx, x, spec, groups, chunks, meter, phase, fn):  # noqa: D401
+        ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase, ctx.fn = spec, groups, chunks, meter, phase, fn
+        return fn(x, spec, groups, chunks, meter, phase + "/fwd")
 
     @staticmethod
     def backward(ctx, grad):
-        dx = transpose_pass(grad, ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase)
-        return dx, None, None, None, None, None
+        dx = transpose_pass(grad, ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase, ctx.fn)
+        return dx, None, None, None, None, None, None
 
 
 def transpose_pass(grad: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
-                   meter: TrafficMeter | None = None, phase: str = "") -> torch.Tensor:
+                   meter: TrafficMeter | None = None, phase: str = "", fn=None) -> torch.Tensor:
     """The backward of pass ``spec``: the transposed pass over the output gradient (no autograd)."""
-    return run_pass(grad.contiguous(), spec.transpose(), g, chunks, meter, phase + "/bwd")
+    return (fn or run_pass)(grad.contiguous(), spec.transpose(), g, chunks, meter, phase + "/bwd")
+
+
+def pass_function(name: str):
+    """How one pass of exchange ``name`` runs: ``run_pass`` for the core's, the plugin's own otherwise."""
+    from monta import variants
+
+    return variants.exchange(name).run_pass or run_pass
 
 
 class TokenExchange:
     """A named exchange strategy bound to its groups; ``dispatch`` and ``combine`` are differentiable.
+    ``name``: a core exchange or one a plugin registered (``monta.variants.add_exchange``).
 
     ``expert_tp``: experts are tensor-parallel (each TP rank needs the full capacity), the
     MoNTA/paper setting. Without it each TP rank's expert replica serves its own capacity slice.
@@ -192,9 +201,13 @@ class TokenExchange:
     def __init__(self, name: str, groups: ExchangeGroups, chunks: int = 1, expert_tp: bool = True,
                  meter: TrafficMeter | None = None):
         validate_exchange(name, chunks)
+        from monta import variants
+
         self.name = name
         self.groups = groups
-        self.chunks = 1 if name != "monta" else chunks
+        self.chunked = variants.exchange(name).chunked
+        self.chunks = chunks if self.chunked else 1
+        self._fn = pass_function(name)
         self.expert_tp = expert_tp
         self.meter = meter
         legacy_tp = name == "legacy" and expert_tp
@@ -215,23 +228,24 @@ class TokenExchange:
                              f"(capacity {capacity} / TP {tp}); use at most {cl} chunks")
 
     def dispatch(self, x_ECM: torch.Tensor) -> torch.Tensor:
-        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch")
+        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch", self._fn)
 
     def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
-        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine")
+        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine", self._fn)
 
     # The backward of dispatch/combine, called directly by schedules that run it off autograd's
     # thread (the Lina/Lancet pipelined backward); the same pass autograd would run.
     def dispatch_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
-        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch")
+        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch", self._fn)
 
     def combine_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
-        return transpose_pass(grad_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine")
+        return transpose_pass(grad_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine", self._fn)
 
 
 def validate_exchange(name: str, chunks: Any) -> None:
-    if name not in EXCHANGES:
-        raise ValueError(f"unknown exchange {name!r}; choose one of {', '.join(EXCHANGES)}")
+    from monta import variants
+
+    variants.exchange(name)  # ValueError naming the core's and the plugins' exchanges
     if isinstance(chunks, bool) or not isinstance(chunks, int):
         raise ValueError(f"chunks={chunks!r} must be an integer >= 1 (or 'auto' where supported)")
     if chunks < 1:

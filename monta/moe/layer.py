@@ -75,7 +75,7 @@ class ExchangeMOELayer(MOELayer):
         """Chunks for this call: 'auto' asks the performance model; a fixed count is capped at the
         capacity slice, because an eval capacity factor or a short last batch shrinks the capacity
         after the layer was built and stock DeepSpeed runs on there (chunking never changes values)."""
-        if self.exchange.name != "monta":
+        if not self.exchange.chunked:
             return
         tp = self.exchange.groups.tp_size
         cl = max(1, capacity // tp)  # a capacity TP does not divide is refused by exchange.check

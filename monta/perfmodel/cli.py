@@ -204,6 +204,7 @@ def _cmd_accuracy(args) -> int:
                                       params={"size_bytes": p.size_bytes, "variant": p.variant, "chunks": p.chunks,
                                               "nodes": p.nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "ep": p.ep,
                                               "cluster": f"emulator:{profile.name}"},
-                                      metrics={"time_us": p.predicted_us, "measured_us": p.measured_us, "error": p.error},
+                                      metrics={"time_us": p.predicted_us, "measured_us": p.measured_us, "error": p.error,
+                                               "measured_cpu_bound": p.cpu_bound},
                                       config={"profile": profile.to_dict()}) for p in points])
     return 0

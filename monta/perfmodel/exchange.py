@@ -78,12 +78,29 @@ def _res(ct: CollTime) -> dict[str, float]:
     return {"intra": ct.intra_us, "inter": ct.inter_us}
 
 
+def modelled_as(variant: str) -> str:
+    """The core exchange whose model prices ``variant``: itself, or what a plugin's exchange declared
+    (``model_as``); ValueError when it declared none or the name is unknown."""
+    if variant in VARIANTS:
+        return variant
+    from monta import variants as registry
+
+    try:
+        e = registry.exchange(variant)
+    except ValueError as err:
+        raise ValueError(f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)} "
+                         f"or a plugin's ({err})") from None
+    if e.model_as is None:
+        raise ValueError(f"exchange {variant!r} (plugin {e.origin}) has no performance model: its plugin can "
+                         f"register it with model_as= one of {', '.join(VARIANTS)}")
+    return e.model_as
+
+
 @lru_cache(maxsize=65536)
 def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
                     chunks: int = 1) -> Breakdown:
     """Core of :func:`exchange_time` on group shapes (cached: the planner calls it thousands of times)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+    variant = modelled_as(variant)
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
     if cluster.host_cores:

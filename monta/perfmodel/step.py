@@ -14,7 +14,7 @@ from monta.perfmodel import collectives as C
 from monta.perfmodel.chunks import best_chunks
 from monta.perfmodel.collectives import GroupShape
 from monta.perfmodel.compute import attn_us, gemm_us, head_flops, layer_flops
-from monta.perfmodel.exchange import exchange_shapes
+from monta.perfmodel.exchange import exchange_shapes, modelled_as
 from monta.perfmodel.links import Cluster
 from monta.perfmodel.memory import params_per_rank
 from monta.perfmodel.models import ModelSpec
@@ -101,7 +101,7 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
 
     # MoE token exchange: [E, C, M] per rank, 4 exchanges per layer (dispatch/combine x fwd/bwd).
     var = registry.get(s.variant)
-    xv = var.exchange
+    xv = modelled_as(var.exchange)  # a plugin's exchange: the core one it declared (ValueError if none)
     S = m.capacity_factor * m.top_k * tokens * m.hidden * 2
     chunks = 1
     if xv == "monta":

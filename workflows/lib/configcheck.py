@@ -99,8 +99,9 @@ def _variant_keyword(validator, kind, instance, schema):
     from monta import variants as registry
 
     if kind == "exchange":
-        if instance not in registry.EXCHANGES:
-            yield jsonschema.ValidationError(f"{instance!r} is not an exchange; choose from {', '.join(registry.EXCHANGES)}")
+        known = registry.exchanges()  # the core's and the plugins'
+        if instance not in known:
+            yield jsonschema.ValidationError(f"{instance!r} is not an exchange; choose from {', '.join(known)}")
         return
     try:
         registry.check(instance)

@@ -1,33 +1,29 @@
 """A toy monta variant plugin: the schedule ``toy-phases`` runs DeepSpeed's MoE forward phase by
-phase itself (gate, encode, dispatch, experts, combine, decode) and counts the MoE layers it ran;
-the variant ``toy`` puts it on MoNTA's exchange with DeepSpeed's gradient reduction.
+phase (``monta.model.transformer.stock_schedule``) and counts the MoE layers it ran; the exchange
+``toy-exchange`` runs each pass as two whole collectives of its own (drop, AllToAll, AllGather,
+unchunked) and counts its passes. The variant ``toy`` puts the schedule on MoNTA's exchange with
+DeepSpeed's gradient reduction; ``toy-exchange`` is the exchange under DeepSpeed's schedule.
 
-Torch-free at import: ``register`` only describes the parts; ``_build`` imports the rest when a
-rank builds the variant.
+Torch-free at import: ``register`` only describes the parts; torch and monta's collectives are
+imported when a rank runs them.
 """
 
 from __future__ import annotations
 
+PASSES = {"count": 0}  # toy-exchange passes run in this process (tests read it)
+
 
 class ToyPhases:
-    """The MoE forward (``monta.model.transformer.stock_schedule``'s ops), counting its calls."""
+    """The MoE forward, DeepSpeed's ops, counting its calls."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, moe, x):
-        from monta.model.transformer import timed_exchange
+        from monta.model.transformer import stock_schedule
 
         self.calls += 1
-        layer = moe.deepspeed_moe
-        x_SM = x.reshape(-1, x.shape[-1])
-        plan = layer._timed("gate", layer.route, x_SM)
-        layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
-        x_ECM = layer.encode(x_SM, plan)
-        dispatched = layer._timed("dispatch", timed_exchange, layer, "dispatch", x_ECM)
-        expert_out = layer._timed("experts", layer.run_experts, dispatched)
-        combined = layer._timed("combine", timed_exchange, layer, "combine", expert_out)
-        return layer.decode(combined, plan).reshape(x.shape), plan.l_aux
+        return stock_schedule(moe, x)
 
 
 def _build(ctx):
@@ -39,8 +35,41 @@ def _hidden(o):
     return 0.0, 0.0
 
 
+def toy_pass(x, spec, groups, chunks, meter, phase):
+    """One exchange pass as ``monta.comm.exchange.run_pass`` defines it, written out plainly: keep
+    this TP rank's capacity slice (``spec.drop_in``), AllToAll over the EP group, AllGather the
+    slices over the TP group (``spec.gather_out``). ``chunks`` is ignored (registered unchunked)."""
+    from monta.comm.collectives import all_gather, all_to_all
+
+    PASSES["count"] += 1
+    tp, tpr = groups.tp_size, groups.tp_rank
+    E, c_in, M = x.shape
+    drop, gather = spec.drop_in and tp > 1, spec.gather_out and tp > 1
+    cl = c_in // tp if drop else c_in
+    send = (x.view(E, tp, cl, M)[:, tpr] if drop else x).contiguous()
+    elsize = x.element_size()
+    if groups.ep_size > 1:
+        recv = send.new_empty(send.shape)
+        if meter is not None:
+            meter.all_to_all(groups.ep_ranks, send.numel() * elsize, phase)
+        all_to_all(recv, send, groups.ep).wait()
+    else:
+        recv = send
+    if not gather:
+        return recv.clone() if recv is x else recv
+    out = recv.new_empty((tp,) + tuple(recv.shape))
+    if meter is not None:
+        meter.all_gather(groups.tp_ranks, recv.numel() * elsize, phase)
+    all_gather(out, recv, groups.tp).wait()
+    return out.transpose(0, 1).reshape(E, tp * cl, M)  # [E, TP, Cl, M]: TP rank t's slice at t * Cl
+
+
 def register(registry) -> None:
+    registry.add_exchange("toy-exchange", run_pass=toy_pass, model_as="deepspeed",
+                          about="toy plugin: drop, one AllToAll, one AllGather (deepspeed's bytes), passes counted")
     registry.add_schedule("toy-phases", build=_build, hidden_us=_hidden,
                           about="toy plugin: DeepSpeed's MoE forward phase by phase, calls counted")
     registry.add_variant("toy", exchange="monta", schedule="toy-phases", sync="after-backward",
                          about="toy plugin variant: MoNTA's exchange under the toy-phases schedule")
+    registry.add_variant("toy-exchange", exchange="toy-exchange",
+                         about="toy plugin variant: the toy exchange under DeepSpeed's schedule")
