@@ -201,7 +201,7 @@ def exchange_time(variant: str, bytes_per_rank: float, layout, cluster: Cluster 
     if chunks == "auto":
         from monta.perfmodel.chunks import best_chunks
 
-        chunks = best_chunks(float(bytes_per_rank), ep, tp, cluster) if variant == "monta" else 1
+        chunks = best_chunks(float(bytes_per_rank), ep, tp, cluster) if modelled_as(variant) == "monta" else 1
     return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks))
 
 
