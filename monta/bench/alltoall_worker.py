@@ -64,6 +64,8 @@ class Runner:
         self.groups = ex.exchange_groups(self.pgs.ep, self.pgs.tp, self.layout, self.pgs.rank, self.transport)
         self.meter = TrafficMeter(self.layout, self.pgs.rank)
         self.rank = self.pgs.rank
+        # plugins' exchanges: their pass functions, looked up once (not on every timed call)
+        self.plugin_pass = {v: ex.pass_function(v) for v in cfg["variants"] if v not in SPECS}
 
     def run(self, variant: str, chunks: int, x: torch.Tensor) -> torch.Tensor:
         if variant == "ag":
@@ -76,7 +78,7 @@ class Runner:
             return out
         if variant in SPECS:
             return ex.run_pass(x, SPECS[variant], self.groups, chunks, self.meter, variant)
-        return ex.pass_function(variant)(x, PLUGIN_SPEC, self.groups, chunks, self.meter, variant)
+        return self.plugin_pass[variant](x, PLUGIN_SPEC, self.groups, chunks, self.meter, variant)
 
     def expected(self, variant: str, size_idx: int, shape, dtype, salt: int) -> torch.Tensor:
         """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""

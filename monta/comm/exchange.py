@@ -203,11 +203,12 @@ class TokenExchange:
         validate_exchange(name, chunks)
         from monta import variants
 
+        registered = variants.exchange(name)
         self.name = name
         self.groups = groups
-        self.chunked = variants.exchange(name).chunked
+        self.chunked = registered.chunked
         self.chunks = chunks if self.chunked else 1
-        self._fn = pass_function(name)
+        self._fn = registered.run_pass or run_pass
         self.expert_tp = expert_tp
         self.meter = meter
         legacy_tp = name == "legacy" and expert_tp
