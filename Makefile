@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.monta-installed
 export DS_ACCELERATOR ?= cpu
 export DS_BUILD_OPS ?= 0
 export WANDB_MODE ?= offline
+# DeepSpeed's JIT-built CPU op lives in the venv (built once below), not in ~/.cache shared by every clone
+export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch-extensions
 export PYTHONUNBUFFERED := 1
 
 .PHONY: setup test-plugins test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
@@ -21,6 +23,8 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
+	# build DeepSpeed's CPU comm op now, in one process, not inside the first rank that loads it (~45 s)
+	$(PY) -m monta.extensions --build
 	touch $(STAMP)
 
 # The test-only variant plugin (tests/plugins/monta_toy_variant), installed as a real package into a

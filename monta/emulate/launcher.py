@@ -200,6 +200,13 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     threads = os.environ.get(RANK_THREADS_ENV, "1")
     sup_env = {**os.environ, **{name: threads for name in THREAD_VARS}, **(env or {})}
     sup_env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, sup_env.get("PYTHONPATH")]))
+    # DeepSpeed's CPU init loads a JIT-built op under a lock file: one build folder per venv, and a
+    # lock that a killed rank left there is removed now rather than hanging every rank of this run.
+    from monta import extensions
+
+    extensions.configure(sup_env)
+    for note in extensions.clear_stale_locks(sup_env):
+        print(note, file=sys.stderr, flush=True)
     cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
     if emulated:
         cmd = UNSHARE + ["--"] + cmd
@@ -251,6 +258,8 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
         links=res_json.get("links") or {}, setup_s=res_json.get("setup_s"))
     if result.ok and own_log_dir:
         shutil.rmtree(logs, ignore_errors=True)
+    if (result.failure or {}).get("kind") in ("stalled", "timeout"):  # e.g. every rank waiting on a build lock
+        result.failure["message"] += extensions.stuck_note(sup_env)
     if check and not result.ok:
         raise RankFailed(_failure_message(result), result)
     return result

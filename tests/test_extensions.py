@@ -1,0 +1,120 @@
+"""DeepSpeed's JIT-op build lock: a lock left by a process killed inside the build window no longer
+hangs the next run's ranks; a lock some live process holds is never touched.
+
+The end-to-end case is real: a process takes torch's own FileBaton on a copy of the venv's built
+op and is SIGKILLed holding it, then two emulated ranks run ``deepspeed.init_distributed``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from monta import extensions
+from monta.emulate import Topology, launch, namespace_problem
+
+PY = sys.executable
+PROBLEM = namespace_problem()
+
+
+def _age(path: Path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def _holder(lock: Path) -> subprocess.Popen:
+    """A process that takes torch's FileBaton on ``lock`` (as cpp_extension.load does) and keeps it."""
+    code = ("import sys, time; from torch.utils.file_baton import FileBaton; "
+            "b = FileBaton(sys.argv[1]); assert b.try_acquire(); print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([PY, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_only_old_locks_that_no_process_holds_are_stale(tmp_path):
+    (tmp_path / "orphan").mkdir()
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "py311_cpu" / "held").mkdir(parents=True)  # torch's default layout: root/<py-accel>/<op>
+    orphan, fresh, held = tmp_path / "orphan" / "lock", tmp_path / "fresh" / "lock", tmp_path / "py311_cpu" / "held" / "lock"
+    orphan.touch()
+    fresh.touch()
+    holder = _holder(held)
+    try:
+        _age(orphan, 600)
+        _age(held, 600)
+        assert extensions.locks(tmp_path) == sorted([orphan, fresh, held])
+        assert extensions.stale_locks(tmp_path) == [orphan]
+        notes = extensions.clear_stale_locks({extensions.ENV: str(tmp_path)})
+        assert len(notes) == 1 and str(orphan) in notes[0] and "no process holds" in notes[0]
+        assert not orphan.exists() and fresh.exists() and held.exists()
+        # what a stall message adds: the locks left, and the command that removes them
+        note = extensions.stuck_note({extensions.ENV: str(tmp_path)})
+        assert note.startswith("; a torch-extension build lock exists") and f"rm {fresh} {held}" in note
+    finally:
+        holder.kill()
+        holder.wait()
+    assert extensions.stuck_note({extensions.ENV: str(tmp_path / "none")}) == ""
+
+
+def test_a_run_that_times_out_names_a_lock_its_ranks_may_wait_on(tmp_path):
+    root = tmp_path / "ext"
+    (root / "op").mkdir(parents=True)
+    (root / "op" / "lock").touch()  # fresh: not removed, may be a build in progress
+    with pytest.raises(Exception, match=r"timed out after 1 s.*a torch-extension build lock exists.*rm "):
+        launch([PY, "-c", "import time; time.sleep(60)"], 1, 1, Topology(), env={extensions.ENV: str(root)},
+               timeout_s=1, log_dir=tmp_path / "logs", allow_unshaped=True)
+
+
+def test_a_venv_gets_its_own_build_folder_unless_one_is_named():
+    env: dict[str, str] = {}
+    extensions.configure(env)
+    if sys.prefix != sys.base_prefix:
+        assert env[extensions.ENV] == str(Path(sys.prefix) / "torch-extensions")
+    env = {extensions.ENV: "/somewhere"}
+    extensions.configure(env)
+    assert env[extensions.ENV] == "/somewhere"
+    assert extensions.build_root({"XDG_CACHE_HOME": "/c"}) == Path("/c/torch_extensions")
+
+
+RANK = """
+import datetime, deepspeed, torch, torch.distributed as dist
+deepspeed.init_distributed(dist_backend="gloo", verbose=False, timeout=datetime.timedelta(seconds=60))
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"sum {t.item():.0f}", flush=True)
+"""
+
+
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_a_rank_killed_holding_the_build_lock_does_not_hang_the_next_run(tmp_path, capfd):
+    pytest.importorskip("deepspeed")
+    root = tmp_path / "ext"
+    built = extensions.build_root({**os.environ, **_configured()}) / "deepspeed_shm_comm"
+    if (built / "deepspeed_shm_comm.so").exists():
+        shutil.copytree(built, root / "deepspeed_shm_comm")  # the venv's build: ranks only check it (no 45 s build)
+    (root / "deepspeed_shm_comm").mkdir(parents=True, exist_ok=True)
+    lock = root / "deepspeed_shm_comm" / "lock"
+    holder = _holder(lock)
+    holder.send_signal(signal.SIGKILL)  # killed inside the window, as a rank torn down mid-init is
+    holder.wait()
+    assert lock.exists()
+    _age(lock, 120)
+    env = {extensions.ENV: str(root), "DS_ACCELERATOR": "cpu"}
+    res = launch([PY, "-c", RANK], 1, 2, Topology(), env=env, timeout_s=240, log_dir=tmp_path / "logs")
+    assert res.ok and "sum 3" in res.stdout
+    err = capfd.readouterr().err
+    assert f"removed {lock}" in err
+    assert not lock.exists()
+
+
+def _configured() -> dict[str, str]:
+    env: dict[str, str] = {}
+    extensions.configure(env)
+    return env
