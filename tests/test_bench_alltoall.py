@@ -35,6 +35,17 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     assert by["toy-exchange"]["inter_bytes"] == by["deepspeed"]["inter_bytes"]  # the toy drops, then AllToAlls
     assert by["toy-exchange"]["speedup_vs_legacy"] > 0
     assert any(line.split()[1:2] == ["toy-exchange"] for line in good.stdout.splitlines()), good.stdout
+    # the overlap efficiency is recomputed from the records' own paired samples: ideal = deepspeed / max(halves)
+    import numpy as np
+
+    from monta.bench.stats import overlap_efficiency
+
+    t = {v: np.asarray(m["samples_us"]) for v, m in by.items()}
+    m = by["monta"]
+    assert m["overlap_efficiency"] == pytest.approx(overlap_efficiency(t["deepspeed"], t["monta"], t["a2a"], t["ag"]))
+    assert m["ideal_vs_deepspeed"] == pytest.approx(np.median(t["deepspeed"] / np.maximum(t["a2a"], t["ag"])))
+    assert m["deepspeed_vs_halves"] == pytest.approx(np.median(t["deepspeed"] / (t["a2a"] + t["ag"])))
+    assert "ideal = t_deepspeed / max(t_a2a, t_ag)" in good.stdout
 
     bad = bench("--check", "--inject-fault", "--out", str(tmp_path / "bad.jsonl"))
     assert bad.returncode == 0, bad.stderr[-3000:]

@@ -117,6 +117,8 @@ def test_presets_keep_the_a800_ratio():
     assert Topology.preset("a800-8nic").ratio == pytest.approx(160 / 44, rel=0.01)
     assert not Topology.preset("unshaped").shaped
     assert Topology.preset("a800-4nic", latency_us=5).name == "a800-4nic+custom"
+    half, full = Topology.preset("a800-4nic-dilated-half"), Topology.preset("a800-4nic-dilated")
+    assert half.ratio == pytest.approx(full.ratio) and half.inter_gbps == full.inter_gbps / 2
 
 
 def test_launch_rejects_bad_arguments():

@@ -516,3 +516,23 @@ def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
     # cpu_us = fixed + per_byte x bytes sent: AllToAll 400 us + 1e-3 us/B; AllGather 500 us per ring step + 2e-3 us/B.
     assert cl.a2a_cpu_us == pytest.approx((400.0, 1e-3), rel=1e-6)
     assert cl.ag_cpu_us == pytest.approx((500.0, 2e-3), rel=1e-6)
+
+
+def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
+    from monta.comm.split import chunk_sizes, chunk_weights
+
+    assert chunk_weights(1) == [1.0] and chunk_weights(3) == pytest.approx([0.2, 0.4, 0.4])
+    for cap, k in [(16, 8), (128, 8), (1024, 8), (3, 2), (8, 8), (9, 8), (1000, 3), (7, 1)]:
+        sizes = chunk_sizes(cap, k)
+        assert sum(sizes) == cap and min(sizes) >= 1 and len(sizes) == k
+        assert sizes[0] <= min(sizes[1:], default=cap)  # the first chunk is the small one
+    assert chunk_sizes(1024, 8) == [68, 137, 137, 137, 137, 136, 136, 136]
+    with pytest.raises(ValueError, match="between 1 and the capacity slice 4"):
+        chunk_sizes(4, 5)
+    # the timeline's first AllToAll moves half the bytes of the others, and the bytes add up
+    layout = ParallelLayout(2, 8, tp=8, ep=2)
+    b = exchange_time("monta", 16 * MiB, layout, "a800-4nic", chunks=8)
+    a2a = [o for o in b.ops if o.name.startswith("alltoall[")]
+    assert len(a2a) == 8 and (a2a[0].end_us - a2a[0].start_us) < 0.75 * (a2a[1].end_us - a2a[1].start_us)
+    ds = exchange_time("deepspeed", 16 * MiB, layout, "a800-4nic")
+    assert b.inter_bytes == pytest.approx(ds.inter_bytes) and b.intra_bytes == pytest.approx(ds.intra_bytes)

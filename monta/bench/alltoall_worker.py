@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from monta.bench.hostload import HostLoad, cores, is_cpu_bound, own_run_delay_s, verdict
-from monta.bench.stats import alltoall_bw, bootstrap, median_ratio, overlap_efficiency, rel_width, summarize
+from monta.bench.stats import (alltoall_bw, bootstrap, median_ratio, overlap_efficiency, overlap_efficiency_vs_sum,
+                               rel_width, summarize)
 from monta.comm import exchange as ex
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
@@ -361,9 +362,14 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
             if v == "monta" and None not in parts:
                 ds, a, g = (t[i] for i in parts)
                 pt, lo, hi = bootstrap(overlap_efficiency, [ds, t[vi], a, g], seed=7 + 1000 * si + vi)
-                ideal = bootstrap(lambda a_, g_: median_ratio(a_ + g_, _np_max(a_, g_)), [a, g], seed=si)
+                ds_, m_, a_, g_ = _arrays(ds, t[vi], a, g)
+                ideal = bootstrap(lambda d_, a_, g_: median_ratio(d_, _np_max(a_, g_)), [ds, a, g], seed=si)
                 m.update(overlap_efficiency=pt, overlap_efficiency_ci=[lo, hi], ideal_vs_deepspeed=ideal[0],
-                         ideal_vs_deepspeed_ci=[ideal[1], ideal[2]])
+                         ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
+                         # context: deepspeed against its two halves run alone (< 1: it overlaps a little
+                         # by itself), and the efficiency by the earlier (t_a2a + t_ag) / max ideal
+                         deepspeed_vs_halves=float(median_ratio(ds_, a_ + g_)),
+                         overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)))
             if injected[0] == v:
                 m["injected_slowdown"] = injected[1]  # TEST AID: this variant was slowed on purpose
             params = {"size_bytes": size, "variant": v, "chunks": c, "nodes": layout.nodes,
@@ -373,6 +379,12 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
             records.append(make_record(kind="alltoall", source=source, experiment=cfg.get("experiment", "alltoall"),
                                        params=params, metrics=m, config=cfg, env=env, run_id=run_id))
     return records
+
+
+def _arrays(*lists):
+    import numpy as np
+
+    return [np.asarray(x, dtype=float) for x in lists]
 
 
 def _np_max(a, b):
@@ -473,7 +485,8 @@ def summary_rows(records) -> list[dict[str, Any]]:
                 row[f"vs_{base}"], row[f"vs_{base}_ci"] = m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"]
         if "overlap_efficiency" in m:
             row.update(ideal_vs_deepspeed=m["ideal_vs_deepspeed"], ideal_vs_deepspeed_ci=m["ideal_vs_deepspeed_ci"],
-                       overlap_efficiency=m["overlap_efficiency"], overlap_efficiency_ci=m["overlap_efficiency_ci"])
+                       overlap_efficiency=m["overlap_efficiency"], overlap_efficiency_ci=m["overlap_efficiency_ci"],
+                       deepspeed_vs_halves=m.get("deepspeed_vs_halves"))
         # The byte bound: monta moves TP times fewer inter-node bytes than legacy, so on a link-bound
         # testbed its speedup over legacy cannot exceed TP (5% slack for measurement noise).
         if "vs_legacy" in row:
@@ -529,8 +542,8 @@ def _print_footer(records) -> None:
         return
     print("# summary per size: monta (best chunks) speedup vs legacy and vs deepspeed = median of the paired "
           "per-iteration ratios [95% bootstrap CI over iterations];")
-    print("# ideal = (t_a2a + t_ag) / max(t_a2a, t_ag); overlap efficiency = (gain - 1) / (ideal - 1), the share "
-          "of the ideal gain over deepspeed achieved; bound = TP (legacy sends TP x the inter-node bytes)")
+    print("# ideal = t_deepspeed / max(t_a2a, t_ag), the gain of a perfect overlap; overlap efficiency = (gain - 1) / "
+          "(ideal - 1), the share of it achieved; bound = TP (legacy sends TP x the inter-node bytes)")
     for row in rows:
         parts = [f"{format_size(row['size_bytes']):>6}", f"chunks {row['best_chunks']}", f"n={row['iters']}"]
         if "vs_legacy" in row:
@@ -541,7 +554,9 @@ def _print_footer(records) -> None:
         if "overlap_efficiency" in row:
             lo, hi = row["overlap_efficiency_ci"]
             ci = f" [{100 * lo:.0f}%, {100 * hi:.0f}%]" if lo == lo else ""
-            parts.append(f"ideal {row['ideal_vs_deepspeed']:.2f}x efficiency {100 * row['overlap_efficiency']:.0f}%{ci}")
+            halves = row.get("deepspeed_vs_halves")
+            sums = f" (deepspeed = {halves:.2f} x (a2a + ag))" if halves is not None else ""
+            parts.append(f"ideal {row['ideal_vs_deepspeed']:.2f}x efficiency {100 * row['overlap_efficiency']:.0f}%{ci}{sums}")
         print("# " + "  ".join(parts))
         links = ", ".join(f"{v} {100 * d['share']:.0f}% ({d['link']})" for v, d in row["links"].items()
                           if d.get("judged", True))

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from monta.comm import EXCHANGES, activity  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
+from monta.comm import EXCHANGES, activity, split  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import Streams, all_gather, all_to_all
 
@@ -58,7 +58,8 @@ class ExchangeGroups:
 
 
 def chunk_sizes(capacity: int, chunks: int) -> list[int]:
-    """Split ``capacity`` into ``chunks`` near-equal pieces (the first ones one larger)."""
+    """Split ``capacity`` into ``chunks`` near-equal pieces (the first ones one larger): the capacity
+    chunks of the Lina/Lancet pipelines. MoNTA's own exchange chunks follow ``monta.comm.split``."""
     base, extra = divmod(capacity, chunks)
     return [base + (1 if i < extra else 0) for i in range(chunks)]
 
@@ -95,7 +96,7 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
     x_local = x.view(E, tp, cl, M)[:, g.tp_rank] if drop else x
     out = x.new_empty(E, cl * tp if gather else cl, M)
     out_view = out.view(E, tp, cl, M) if gather else out.view(E, 1, cl, M)
-    sizes = chunk_sizes(cl, chunks)
+    sizes = split.chunk_sizes(cl, chunks)  # the first chunk half size: it halves the pipeline's fill
     offsets = [sum(sizes[:i]) for i in range(chunks)]
     elsize = x.element_size()
     streams = Streams.for_device(x.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from monta.comm.split import chunk_weights
 from monta.perfmodel.collectives import CollTime, GroupShape, allgather, alltoall
 from monta.perfmodel.fluid import FluidTimeline, Op
 from monta.perfmodel.links import Cluster
@@ -117,18 +118,20 @@ def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, clus
     part = S / ntp
     whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
     k = 1 if variant == "deepspeed" else chunks
-    a2a, ag = alltoall(part / k, ep, cluster), allgather(part / k, tp, cluster)
+    shares = chunk_weights(k)  # the exchange's own split (first chunk half size)
     # The own capacity slice is strided in [E, C, M]: packing it is a copy on the AllToAll's stream.
     pack_us = part / (cluster.copy_GBps * 1e3)
     prev_a2a = prev_ag = 0.0
-    for i in range(k):
-        packed = tl.add(f"pack[{i}]", {"a2a_stream": pack_us / k}, after=(prev_a2a,))
+    inter = intra = 0.0
+    for i, w in enumerate(shares):
+        a2a, ag = alltoall(part * w, ep, cluster), allgather(part * w, tp, cluster)
+        inter, intra = inter + a2a.inter_bytes + ag.inter_bytes, intra + a2a.intra_bytes + ag.intra_bytes
+        packed = tl.add(f"pack[{i}]", {"a2a_stream": pack_us * w}, after=(prev_a2a,))
         prev_a2a = tl.add(f"alltoall[{i}]", _res(a2a), after=(packed,))
         prev_ag = tl.add(f"allgather[{i}]", _res(ag), after=(prev_a2a, prev_ag))
-        tl.add(f"copy[{i}]", {"copy": copy_us / k}, after=(prev_ag,))
+        tl.add(f"copy[{i}]", {"copy": copy_us * w}, after=(prev_ag,))
     return Breakdown(variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us,
-                     k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes,
-                     tuple(tl.ops), pack_us)
+                     inter, intra, tuple(tl.ops), pack_us)
 
 
 def _host_shared_exchange(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
@@ -167,17 +170,18 @@ def _host_shared_exchange(variant: str, S: float, ep: GroupShape, tp: GroupShape
     part = S / tp.size
     whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
     k = 1 if variant == "deepspeed" else chunks
-    a2a, ag = alltoall(part / k, ep, cluster), allgather(part / k, tp, cluster)
     prev_a2a = prev_ag = None
-    for i in range(k):
-        packed = tl.add(f"pack[{i}]", copy_demand(part / k), after=(prev_a2a,))
+    inter = intra = 0.0
+    for i, w in enumerate(chunk_weights(k)):
+        a2a, ag = alltoall(part * w, ep, cluster), allgather(part * w, tp, cluster)
+        inter, intra = inter + a2a.inter_bytes + ag.inter_bytes, intra + a2a.intra_bytes + ag.intra_bytes
+        packed = tl.add(f"pack[{i}]", copy_demand(part * w), after=(prev_a2a,))
         prev_a2a = tl.add(f"alltoall[{i}]", a2a_demand(a2a), after=(packed,))
         prev_ag = tl.add(f"allgather[{i}]", ag_demand(ag, f"allgather[{i}]"), after=(prev_a2a, prev_ag))
-        tl.add(f"copy[{i}]", copy_demand(S / k), after=(prev_ag,))
+        tl.add(f"copy[{i}]", copy_demand(S * w), after=(prev_ag,))
     ops = tl.run()
     return Breakdown(variant, k, max(o.end_us for o in ops), whole_a2a.time_us, whole_ag.time_us, copy_us,
-                     k * a2a.inter_bytes + k * ag.inter_bytes, k * a2a.intra_bytes + k * ag.intra_bytes,
-                     tuple(ops), copy_demand(part)["cpu"])
+                     inter, intra, tuple(ops), copy_demand(part)["cpu"])
 
 
 def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:
