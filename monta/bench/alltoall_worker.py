@@ -363,7 +363,7 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
                 ds, a, g = (t[i] for i in parts)
                 pt, lo, hi = bootstrap(overlap_efficiency, [ds, t[vi], a, g], seed=7 + 1000 * si + vi)
                 ds_, m_, a_, g_ = _arrays(ds, t[vi], a, g)
-                ideal = bootstrap(lambda d_, a_, g_: median_ratio(d_, _np_max(a_, g_)), [ds, a, g], seed=si)
+                ideal = bootstrap(lambda d, x, y: median_ratio(d, _np_max(x, y)), [ds, a, g], seed=si)
                 m.update(overlap_efficiency=pt, overlap_efficiency_ci=[lo, hi], ideal_vs_deepspeed=ideal[0],
                          ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
                          # context: deepspeed against its two halves run alone (< 1: it overlaps a little

@@ -106,7 +106,7 @@ A800_4NIC_DILATED = Topology(name="a800-4nic-dilated", inter_gbps=DILATED_INTER_
                              intra_gbps=round(DILATED_INTER_GBPS * _A800_INTRA_GBs / _A800_INTER_4NIC_GBs, 3))
 
 # The same at half the rates, for 2 x 8 ranks: there the default rates leave MoNTA's chunked exchange
-# CPU-bound (its 16 ranks waited for a core 15-20% of the time at 16 MiB); at half the rates 3-6%.
+# CPU-bound (its 16 ranks waited for a core 15-20% of the time at 16 MiB); at half the rates 1-5%.
 A800_4NIC_DILATED_HALF = replace(A800_4NIC_DILATED, name="a800-4nic-dilated-half",
                                  inter_gbps=DILATED_INTER_GBPS / 2, intra_gbps=A800_4NIC_DILATED.intra_gbps / 2)
 
