@@ -105,7 +105,7 @@ def test_bad_topology_flags_give_a_clear_error():
     with pytest.raises(ValueError) as info:
         _emulate_cli(["run", "--topology", "a900", "--", "true"])
     assert str(info.value) == ("--topology a900: unknown topology preset 'a900'; choose one of unshaped, "
-                               "a800-4nic-dilated, a800-4nic, a800-8nic")
+                               "a800-4nic-dilated, a800-4nic-dilated-half, a800-4nic, a800-8nic")
     with pytest.raises(ValueError, match=r"^--inter-gbps 0.0: must be between 0.001 and 400 Gbit/s$"):
         _emulate_cli(["run", "--inter-gbps", "0", "--", "true"])
     with pytest.raises(ValueError, match="no command given"):
