@@ -521,11 +521,16 @@ def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
 def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
     from monta.comm.split import chunk_sizes, chunk_weights
 
-    assert chunk_weights(1) == [1.0] and chunk_weights(3) == pytest.approx([0.2, 0.4, 0.4])
-    for cap, k in [(16, 8), (128, 8), (1024, 8), (3, 2), (8, 8), (9, 8), (1000, 3), (7, 1)]:
+    assert chunk_weights(1) == [1.0] and chunk_weights(2) == [0.5, 0.5] and chunk_weights(3) == pytest.approx([1 / 3] * 3)
+    assert chunk_weights(4) == pytest.approx([1 / 7, 2 / 7, 2 / 7, 2 / 7])
+    assert chunk_sizes(1000, 3) == [334, 333, 333]
+    for cap, k in [(16, 8), (128, 8), (1024, 8), (3, 2), (8, 8), (9, 8), (1000, 3), (7, 1), (64, 4)]:
         sizes = chunk_sizes(cap, k)
         assert sum(sizes) == cap and min(sizes) >= 1 and len(sizes) == k
-        assert sizes[0] <= min(sizes[1:], default=cap)  # the first chunk is the small one
+        if k >= 4:
+            assert sizes[0] <= min(sizes[1:])  # the first chunk is the small one
+        else:
+            assert max(sizes) - min(sizes) <= 1  # equal below 4 chunks
     assert chunk_sizes(1024, 8) == [68, 137, 137, 137, 137, 136, 136, 136]
     with pytest.raises(ValueError, match="between 1 and the capacity slice 4"):
         chunk_sizes(4, 5)
