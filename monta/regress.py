@@ -8,6 +8,12 @@ change" and "T slower" makes a T slowdown and no change equally far from the lin
 called right once the CI is narrower than T; a threshold on the CI's lower end at 1 + T could never
 flag a slowdown of exactly T.
 
+``--paired-with VARIANT`` (e.g. deepspeed) judges every other variant by its time relative to that
+variant in the same iterations of the same run (the benchmark interleaves them), so a drift that
+moves a whole run (this machine was 3-6% faster or slower at sizes up to 4 MiB between two runs of
+the same code) cancels; the reference variant itself is still judged by its own time. It asks "did
+this variant get slower against the reference?", not "did the shared code get slower?": run both.
+
 A point whose records say ``cpu_bound`` (its ranks waited for a core more than the limit, in the
 baseline or the current run) is not judged: its status is ``CPU-BOUND`` with the direction it would
 have had (``CPU-BOUND (slower)``), shown and counted apart, and it fails the gate only with
@@ -91,12 +97,49 @@ def bootstrap_ratio(base: np.ndarray, cur: np.ndarray, n_boot: int = 2000, confi
     return point, float(lo), float(hi)
 
 
+def relative_to(recs: Sequence[Mapping[str, Any]], ref: str, metric: str) -> list[dict[str, Any]]:
+    """``recs`` with every non-``ref`` record's samples (and median) replaced by its per-iteration ratio
+    to the ``ref`` variant's record of the same run and point (``chunks`` 1); marked ``paired: ref``.
+    A record without such a partner, or whose sample count differs from it, is left absolute."""
+    skey = _samples_key(metric)
+
+    def partner_key(r: Mapping[str, Any]) -> tuple:
+        params = {k: v for k, v in r["params"].items() if k not in RUN_SPECIFIC | {"variant", "chunks"}}
+        return r["kind"], r["source"], r.get("run_id"), json.dumps(params, sort_keys=True, default=str)
+
+    refs = {partner_key(r): r for r in recs if r["params"].get("variant") == ref and r["params"].get("chunks", 1) == 1}
+    out = []
+    for r in recs:
+        partner = refs.get(partner_key(r))
+        mine, theirs = r["metrics"].get(skey), (partner or {}).get("metrics", {}).get(skey)
+        if (r["params"].get("variant") == ref or not isinstance(mine, list) or not isinstance(theirs, list)
+                or len(mine) != len(theirs) or not mine):
+            out.append(r)
+            continue
+        ratios = (np.asarray(mine, dtype=float) / np.asarray(theirs, dtype=float)).tolist()
+        metrics = {**r["metrics"], skey: ratios, metric: float(np.median(ratios)), "paired": ref,
+                   "absolute_metrics": r["metrics"]}
+        metrics.pop(f"{metric}_p10", None), metrics.pop(f"{metric}_p90", None)
+        out.append({**r, "metrics": metrics})
+    return out
+
+
+def _absolute(r: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record as measured (undoes :func:`relative_to`)."""
+    return {**r, "metrics": r["metrics"]["absolute_metrics"]} if "absolute_metrics" in r["metrics"] else r
+
+
 def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]], metric: str = "time_us",
             threshold: float = 0.10, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
-            judge_cpu_bound: bool = False) -> list[dict[str, Any]]:
+            judge_cpu_bound: bool = False, paired_with: str | None = None) -> list[dict[str, Any]]:
     """One row per matched point: slowdown (>1 = worse) with its CI, a status (``CPU-BOUND (...)``
     for a CPU-bound point unless ``judge_cpu_bound``), the ``verdict`` it had on its numbers alone,
-    and which side was ``cpu_bound``."""
+    and which side was ``cpu_bound``. ``paired_with``: judge other variants relative to this one
+    (:func:`relative_to`); a point is paired only where both runs could pair it."""
+    if paired_with is not None:
+        if metric in HIGHER_IS_BETTER:
+            raise ValueError(f"--paired-with compares times; metric {metric!r} is not one")
+        baseline, current = relative_to(baseline, paired_with, metric), relative_to(current, paired_with, metric)
     groups: dict[tuple, list[list]] = defaultdict(lambda: [[], []])
     for side, recs in ((0, baseline), (1, current)):
         for r in recs:
@@ -106,8 +149,14 @@ def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str
     for i, (key, (b, c)) in enumerate(sorted(groups.items())):
         if not b or not c:
             continue
+        paired = {side: {r["metrics"].get("paired") for r in recs} for side, recs in (("b", b), ("c", c))}
+        if paired["b"] != paired["c"]:  # one run could pair the point, the other not: compare absolute times
+            b, c = [_absolute(r) for r in b], [_absolute(r) for r in c]
         bs, bhow = samples(b, metric, seed + 2 * i)
         cs, chow = samples(c, metric, seed + 2 * i + 1)
+        ref = next(iter({r["metrics"].get("paired") for r in c}), None)
+        if ref:
+            bhow, chow = f"{bhow} / {ref}", f"{chow} / {ref}"
         if not len(bs) or not len(cs):
             continue
         shown = float(np.median(bs)), float(np.median(cs))
@@ -170,15 +219,19 @@ def _short(params: Mapping[str, Any]) -> str:
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: float, confidence: float) -> str:
+    paired = sorted({r["from"].split(" / ")[-1] for r in rows if " / " in r["from"]})
     head = (f"regress: metric {metric}, slowdown = current/baseline median"
+            + (f" (points marked '/ {paired[0]}': of the per-iteration time relative to {paired[0]} in the same "
+               f"run, which cancels a drift of the whole run)" if paired else "") +
             f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
             f"{confidence:.0%} bootstrap CI; threshold {threshold:.0%}: REGRESSED when the CI lies above "
             f"{1 + threshold / 2:.3f} (half the threshold), inconclusive when the CI is wider than {threshold:.2f}\n\n")
     lines = ["| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
              "|---|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {_human(r['baseline'], metric)} | "
-                     f"{_human(r['current'], metric)} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {r['from']} |")
+        show = (lambda v: f"{v:.3f}x") if " / " in r["from"] else (lambda v: _human(v, metric))  # a paired ratio
+        lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {show(r['baseline'])} | "
+                     f"{show(r['current'])} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {r['from']} |")
     bad = sum(r["status"] == "REGRESSED" for r in rows)
     unsure = sum(r["status"] == "inconclusive" for r in rows)
     bound = [r for r in rows if r["status"].startswith(CPU_BOUND)]
@@ -212,8 +265,13 @@ def run(args: argparse.Namespace) -> int:
 
         out_path(args.out)
     base, cur = read_records(*args.baseline), read_records(*args.current)
+    if args.paired_with is not None:
+        known = {r["params"].get("variant") for r in base + cur}
+        if args.paired_with not in known:
+            raise ValueError(f"--paired-with {args.paired_with}: no such variant in the records; choose one of "
+                             f"{', '.join(sorted(str(v) for v in known))}")
     rows = compare(base, cur, args.metric, args.threshold, args.confidence, args.bootstrap, args.seed,
-                   judge_cpu_bound=args.judge_cpu_bound)
+                   judge_cpu_bound=args.judge_cpu_bound, paired_with=args.paired_with)
     if not rows:
         raise ValueError(f"no point of --current matches --baseline with metric {args.metric!r}: compare the same "
                          "kind, source and params (size, variant, chunks, cluster shape)")
@@ -243,5 +301,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (results are reproducible)")
     p.add_argument("--judge-cpu-bound", action="store_true",
                    help="judge points that ran CPU-bound too (default: shown as CPU-BOUND, never a regression)")
+    p.add_argument("--paired-with", metavar="VARIANT",
+                   help="judge other variants by their time relative to VARIANT (e.g. deepspeed) in the same "
+                        "iterations of each run: cancels a drift of a whole run; VARIANT itself stays absolute")
     p.add_argument("--out", help="also write the table (markdown) here")
     p.set_defaults(func=run)

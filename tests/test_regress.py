@@ -3,6 +3,8 @@ point whose samples cannot tell 10% from nothing says so, and an injected slowdo
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -164,3 +166,37 @@ def test_a_cpu_bound_point_is_shown_apart_not_judged_unless_asked(tmp_path, caps
     table = tmp_path / "t.md"
     table.write_text(regress.format_table(regress.compare(recs(seed=1), only), "time_us", 0.10, 0.95))
     assert "none regressed** (2 CPU-bound (not judged))" in regress_line(table)
+
+
+def _paired_run(run_id, drift, monta_scale, seed):
+    """deepspeed (chunks 1) and monta (chunks 8) measured in the same 20 iterations: each iteration's
+    shared noise (what the machine did then) hits both; ``drift`` moves the whole run."""
+    rng = np.random.default_rng(seed)
+    shared = drift * (1 + 0.04 * rng.standard_normal(20))  # per-iteration machine noise, common to both
+    out = []
+    for v, c, base in (("deepspeed", 1, 1000.0), ("monta", 8, 700.0 * monta_scale)):
+        s = (base * shared * (1 + 0.01 * rng.standard_normal(20))).tolist()
+        out.append(make_record(kind="alltoall", source="emulated", experiment="t", env=ENV, run_id=run_id,
+                               params={"size_bytes": 1 << 20, "variant": v, "chunks": c, "tp": 4},
+                               metrics={"time_us": float(np.median(s)), "samples_us": s}))
+    return out
+
+
+def test_paired_with_a_reference_cancels_a_drift_of_the_whole_run(tmp_path, capsys):
+    # the current run is 6% faster throughout (the machine), and monta 10% slower (the code)
+    base, cur = _paired_run("r1", 1.0, 1.0, 1), _paired_run("r2", 0.94, 1.10, 2)
+    absolute = {r["point"].split("variant=")[1]: r for r in regress.compare(base, cur)}
+    assert absolute["monta"]["status"] != "REGRESSED"  # 0.94 x 1.10 = 1.034: the drift hides it
+    paired = {r["point"].split("variant=")[1]: r for r in regress.compare(base, cur, paired_with="deepspeed")}
+    assert paired["monta"]["status"] == "REGRESSED" and paired["monta"]["slowdown"] == pytest.approx(1.10, abs=0.02)
+    assert paired["monta"]["from"] == "samples / deepspeed"
+    assert paired["deepspeed"]["from"] == "samples" and paired["deepspeed"]["status"] != "REGRESSED"  # absolute
+    write_records(tmp_path / "b.jsonl", base)
+    write_records(tmp_path / "c.jsonl", cur)
+    assert main(["regress", "--baseline", str(tmp_path / "b.jsonl"), "--current", str(tmp_path / "c.jsonl"),
+                 "--paired-with", "deepspeed"]) == 1
+    out = capsys.readouterr().out
+    assert "relative to deepspeed in the same run" in out and re.search(r"\| 0\.[67]\d\dx \|", out), out
+    assert main(["regress", "--baseline", str(tmp_path / "b.jsonl"), "--current", str(tmp_path / "c.jsonl"),
+                 "--paired-with", "lina"]) == 2
+    assert "--paired-with lina: no such variant in the records; choose one of deepspeed, monta" in capsys.readouterr().err
