@@ -25,8 +25,9 @@ MIN_STALE_AGE_S = 30.0
 
 
 def default_dir() -> Path | None:
-    """``<venv>/torch-extensions`` when running from a virtual environment, else None (torch's default)."""
-    if sys.prefix != sys.base_prefix:
+    """``<venv>/torch-extensions`` when running from a virtual environment we may write to, else None
+    (torch's default: a read-only shared install keeps ~/.cache)."""
+    if sys.prefix != sys.base_prefix and os.access(sys.prefix, os.W_OK):
         return Path(sys.prefix) / "torch-extensions"
     return None
 
