@@ -89,6 +89,8 @@ deepspeed.init_distributed(dist_backend="gloo", verbose=False, timeout=datetime.
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 print(f"sum {t.item():.0f}", flush=True)
+dist.barrier()
+dist.destroy_process_group()  # gloo's threads stopped before exit (else a rank may abort at teardown)
 """
 
 

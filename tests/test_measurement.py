@@ -69,12 +69,15 @@ def test_host_load_windows_and_the_cpu_bound_verdict():
     load = hostload.HostLoad()
     load.samples = _samples([0.2] * 10 + [1.0] * 10, [0.0] * 10 + [0.5] * 10)
     quiet = load.window([(0.0, 0.2)])
-    assert quiet["busy"] == pytest.approx(0.2) and quiet["saturated"] == 0 and quiet["psi_some"] == pytest.approx(0)
+    assert quiet["busy"] == pytest.approx(0.2) and quiet["saturated"] == pytest.approx(0) and quiet["psi_some"] == pytest.approx(0)
     busy = load.window([(0.2, 0.4)])
     assert busy["saturated"] == pytest.approx(1.0) and busy["psi_some"] == pytest.approx(0.5)
     both = load.window([(0.0, 0.1), (0.3, 0.4)])  # two spans, half quiet half busy
     assert both["busy"] == pytest.approx(0.6) and both["sampled_s"] == pytest.approx(0.2)
     assert load.window([(5.0, 6.0)])["busy"] is None
+    # a span shorter than one sample interval still gets the interval's figure, weighted by its cover
+    short = load.window([(0.301, 0.308)])  # holds no interval's midpoint (0.31)
+    assert short["busy"] == pytest.approx(1.0) and short["sampled_s"] == pytest.approx(0.007)
     # The ranks' own wait decides; machine-wide figures decide only without it.
     assert hostload.is_cpu_bound({**busy, "rank_wait": 0.02}) is False
     assert hostload.is_cpu_bound({**quiet, "rank_wait": 0.3}) is True

@@ -123,26 +123,28 @@ class HostLoad:
             self._sample()
 
     def window(self, spans: Iterable[tuple[float, float]]) -> dict[str, float | None]:
-        """Busy share, saturated share and PSI some share over the sample intervals whose midpoint
-        lies inside any of ``spans`` (perf_counter (start, end) pairs, e.g. every timed iteration)."""
+        """Busy share, saturated share and PSI some share over ``spans`` (perf_counter (start, end)
+        pairs, e.g. every timed iteration): each sample interval counts by how much of it the spans
+        cover. (Counting only intervals whose midpoint fell inside a span left short spans with no
+        figure at all when a loaded machine stretched the sampler's intervals past them.)"""
         spans = sorted(spans)
         wall = busy = total = sat = psi = 0.0
         psi_ok = True
         for a, b in zip(self.samples, self.samples[1:]):
-            mid = (a.t + b.t) / 2
-            if not any(s <= mid <= e for s, e in spans):
-                continue
             dt, dtot = b.t - a.t, b.total - a.total
             if dt <= 0 or dtot <= 0:
                 continue
+            covered = sum(max(0.0, min(e, b.t) - max(s, a.t)) for s, e in spans)
+            if covered <= 0:
+                continue
             share = (b.busy - a.busy) / dtot
-            wall += dt
-            busy += share * dt
-            sat += dt if share >= _SATURATED_BUSY else 0.0
+            wall += covered
+            busy += share * covered
+            sat += covered if share >= _SATURATED_BUSY else 0.0
             if a.psi_us is None or b.psi_us is None:
                 psi_ok = False
             else:
-                psi += min(b.psi_us - a.psi_us, dt * 1e6)
+                psi += min(b.psi_us - a.psi_us, dt * 1e6) * covered / dt
         if wall <= 0:
             return {"busy": None, "saturated": None, "psi_some": None, "sampled_s": 0.0}
         return {"busy": busy / wall, "saturated": sat / wall, "psi_some": psi / 1e6 / wall if psi_ok else None,
