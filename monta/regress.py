@@ -13,6 +13,8 @@ variant in the same iterations of the same run (the benchmark interleaves them),
 moves a whole run (this machine was 3-6% faster or slower at sizes up to 4 MiB between two runs of
 the same code) cancels; the reference variant itself is still judged by its own time. It asks "did
 this variant get slower against the reference?", not "did the shared code get slower?": run both.
+It only helps where an iteration's timings move together: on the 2-core testbed's 1-4 MiB points
+they do not, and it flagged an injected 10% no more often than absolute times (README, the gate).
 
 A point whose records say ``cpu_bound`` (its ranks waited for a core more than the limit, in the
 baseline or the current run) is not judged: its status is ``CPU-BOUND`` with the direction it would
