@@ -71,18 +71,19 @@ def overlap_efficiency(ds, monta, a2a, ag):
     where it measures above the sum, the old ideal let an imperfect overlap read over 100%."""
     import numpy as np
 
-    gain = np.median(ds / monta, axis=-1)
-    ideal = np.median(ds / np.maximum(a2a, ag), axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (gain - 1.0) / (ideal - 1.0)
+    return _share_of_ideal(np.median(ds / monta, axis=-1), np.median(ds / np.maximum(a2a, ag), axis=-1))
 
 
 def overlap_efficiency_vs_sum(ds, monta, a2a, ag):
     """The earlier definition, kept for comparison with older records: ideal = (t_a2a + t_ag) / max(t_a2a, t_ag)."""
     import numpy as np
 
-    gain = np.median(ds / monta, axis=-1)
-    ideal = np.median((a2a + ag) / np.maximum(a2a, ag), axis=-1)
+    return _share_of_ideal(np.median(ds / monta, axis=-1), np.median((a2a + ag) / np.maximum(a2a, ag), axis=-1))
+
+
+def _share_of_ideal(gain, ideal):
+    import numpy as np
+
     with np.errstate(divide="ignore", invalid="ignore"):
         return (gain - 1.0) / (ideal - 1.0)
 
