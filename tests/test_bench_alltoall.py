@@ -102,5 +102,9 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     assert "TEST AID" in slow.stdout
     by2 = {r["params"]["variant"]: r["metrics"] for r in read_records(tmp_path / "b.jsonl")}
     assert by2["deepspeed"]["injected_slowdown"] == 0.5 and "injected_slowdown" not in by2["monta"]
+    # its times before the delay come with it: every delayed iteration is 1.5x its own clean median so far
+    clean = by2["deepspeed"]["samples_clean_us"]
+    assert len(clean) == len(by2["deepspeed"]["samples_us"]) and "samples_clean_us" not in by2["monta"]
+    assert by2["deepspeed"]["time_us"] > 1.3 * by2["deepspeed"]["time_clean_us"]
     assert by2["deepspeed"]["time_us"] > 1.3 * by["deepspeed"]["time_us"]  # asked: 1.5x
     assert by2["legacy"]["time_us"] < 1.2 * by["legacy"]["time_us"]  # the others are not slowed

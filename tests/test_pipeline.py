@@ -63,7 +63,7 @@ def test_dry_run_default_runs_every_experiment(work):
     assert "--tp 4 --sizes 256K:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
     # the time-dilated A800 links everywhere, adaptive iterations (paired ratios' CIs within 4%)
     assert "--inter-gbps 0.25 --intra-gbps 1.818 --dtype float32" in out
-    assert "--iters 5 --max-iters 20 --target-ci 0.04 --budget-s 30" in out
+    assert "--iters 5 --max-iters 40 --target-ci 0.04 --budget-s 30" in out
     assert "--launcher emulate --backend gloo --experiment default" in out
     assert "--emulate --inter-gbps 0.25 --intra-gbps 1.818 --experiment default --out results/step/2x4.jsonl" in out
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
@@ -155,7 +155,7 @@ def test_a_nested_config_override_as_users_type_it_is_accepted(work):
     proc = snakemake("-n", "--profile", "profiles/local", "--config", "alltoall={iters: 3, check: false}", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
-    assert "--iters 3 --max-iters 20" in out
+    assert "--iters 3 --max-iters 40" in out
 
 
 def _a2a(cluster, size, variant, chunks, t, source="emulated", **extra):

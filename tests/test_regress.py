@@ -109,8 +109,9 @@ def test_an_injected_slowdown_is_flagged_and_named(tmp_path, capsys):
     cur = recs(seed=2)
     for r in cur:
         if r["params"]["variant"] == "monta":
-            r["metrics"]["samples_us"] = [x * 1.1 for x in r["metrics"]["samples_us"]]
-            r["metrics"]["time_us"] *= 1.1
+            r["metrics"]["samples_clean_us"] = [x * 0.99 for x in r["metrics"]["samples_us"]]  # the run moved -1%
+            r["metrics"]["samples_us"] = [x * 0.99 * 1.1 for x in r["metrics"]["samples_us"]]
+            r["metrics"]["time_us"] *= 0.99 * 1.1
             r["metrics"]["injected_slowdown"] = 0.1
     b = write_records(tmp_path / "b.jsonl", recs(seed=1))
     c = write_records(tmp_path / "c.jsonl", cur)
@@ -119,6 +120,13 @@ def test_an_injected_slowdown_is_flagged_and_named(tmp_path, capsys):
     flagged = [line for line in out.splitlines() if line.startswith("| REGRESSED |")]
     assert len(flagged) == 2 and all("variant=monta" in line for line in flagged)
     assert "TEST AID: 2 current point(s) carry an injected slowdown" in out
+    # the rows say what the run read before its injected delay: the drift the injection sits on
+    assert all("before its injected delay " in line for line in flagged)
+    assert "before their injected delay these points read " in out and "REGRESSED at 2 of 2 judged" in out
+    rows = regress.compare(recs(seed=1), cur)
+    own = [r["without_injection"] for r in rows if r["injected"]]
+    assert len(own) == 2 and all(0.95 < x < 1.03 for x in own)
+    assert all(r["without_injection"] is None for r in rows if not r["injected"])
 
 
 @pytest.mark.parametrize("flag,value,message", [("--threshold", "nan", "--threshold nan"),
@@ -200,3 +208,18 @@ def test_paired_with_a_reference_cancels_a_drift_of_the_whole_run(tmp_path, caps
     assert main(["regress", "--baseline", str(tmp_path / "b.jsonl"), "--current", str(tmp_path / "c.jsonl"),
                  "--paired-with", "lina"]) == 2
     assert "--paired-with lina: no such variant in the records; choose one of deepspeed, monta" in capsys.readouterr().err
+
+
+def test_the_slowdown_is_the_hodges_lehmann_ratio_of_all_sample_pairs():
+    rng = np.random.default_rng(3)
+    base = 100 * (1 + 0.03 * rng.standard_normal(30))
+    assert regress.shift_ratio(base, 1.1 * base) == pytest.approx(1.1)
+    # one wild sample barely moves it (a mean would go to thousands)
+    cur = 1.1 * base.copy()
+    cur[0] = 1e6
+    assert regress.shift_ratio(base, cur) == pytest.approx(1.1, rel=0.01)
+    point, lo, hi = regress.bootstrap_ratio(base, 1.1 * base, n_boot=500)
+    assert point == pytest.approx(1.1) and lo < point < hi and hi - lo < 0.05
+    # non-positive pseudo-samples (a median with a wide p10/p90) do not break the logs
+    assert np.isfinite(regress.bootstrap_ratio(np.array([-1.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]))).all()
+

@@ -295,7 +295,7 @@ def main(cfg_path: str) -> int:
                     d, w = waits[si, vi].tolist()
                     host[si][vi]["rank_wait"] = d / w if w > 0 else None
         records = _records(cfg, r.layout, variants, times, cpu, wrong, bytes_per_call, host, stop_note,
-                           r.transport, (slow_variant, slow_frac))
+                           r.transport, (slow_variant, slow_frac), clean)
         _print_table(cfg, records)
         if cfg.get("out"):
             write_records(cfg["out"], records, append=cfg.get("append", False))
@@ -327,7 +327,7 @@ def _net_tuning() -> dict[str, Any]:
 
 
 def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, stop_note, transport,
-             injected) -> list[dict]:
+             injected, clean=None) -> list[dict]:
     run_id = cfg.get("run_id") or new_run_id()
     env = environment()
     env.update({"backend": cfg.get("backend", "gloo"), "emulated": os.environ.get("MONTA_EMULATED") == "1",
@@ -372,6 +372,11 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
                          overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)))
             if injected[0] == v:
                 m["injected_slowdown"] = injected[1]  # TEST AID: this variant was slowed on purpose
+                # ... and what it took before its delay, so a gate check can tell the injection from a
+                # run that moved by itself (monta regress shows it)
+                own = [x * 1e6 for x in clean[si][vi]] if clean else []
+                if own:
+                    m["samples_clean_us"], m["time_clean_us"] = own, float(statistics.median(own))
             params = {"size_bytes": size, "variant": v, "chunks": c, "nodes": layout.nodes,
                       "gpus_per_node": layout.gpus_per_node, "tp": layout.tp, "ep": layout.ep, "dtype": cfg["dtype"],
                       "experts": cfg["experts"], "hidden": cfg["hidden"], "topology": topo.get("name"),
