@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="most iterations per size while a paired ratio's CI is wider than --target-ci (default 40)")
     p.add_argument("--target-ci", type=float, default=0.04,
                    help="stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI narrower than this "
-                        "share of its value (default 0.04 = +-2%%); 0 = exactly --iters iterations")
+                        "share of its value (default 0.04 = +-2%%), judged from 10 iterations on (fewer give too "
+                        "narrow a bootstrap CI); 0 = exactly --iters iterations")
     p.add_argument("--budget-s", type=float, default=180.0,
                    help="time budget per size for the extra iterations, seconds (default 180; 0 = none)")
     p.add_argument("--transport", choices=("duplex", "native"), default=None,
