@@ -200,12 +200,12 @@ def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str
 
 def _without_injection(b: Sequence[Mapping[str, Any]], c: Sequence[Mapping[str, Any]], metric: str) -> float | None:
     """TEST AID: the slowdown an injected point would read from its times before the injected delay
-    (``time_clean_us``), i.e. how far the run moved by itself; None where the records lack them."""
+    (``samples_clean_us``), i.e. how far the run moved by itself; None where the records lack them."""
     if metric != "time_us":
         return None
     clean = [x for r in c for x in (r["metrics"].get("samples_clean_us") or [])]
     base, _ = samples(b, metric)
-    return float(np.median(clean) / np.median(base)) if clean and len(base) else None
+    return shift_ratio(base, np.asarray(clean)) if clean and len(base) else None  # the gate's own estimator
 
 
 CPU_BOUND = "CPU-BOUND"

@@ -336,7 +336,7 @@ def _net_tuning() -> dict[str, Any]:
 
 
 def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, stop_note, transport,
-             injected, clean=None) -> list[dict]:
+             injected, clean) -> list[dict]:
     run_id = cfg.get("run_id") or new_run_id()
     env = environment()
     env.update({"backend": cfg.get("backend", "gloo"), "emulated": os.environ.get("MONTA_EMULATED") == "1",
@@ -383,7 +383,7 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
                 m["injected_slowdown"] = injected[1]  # TEST AID: this variant was slowed on purpose
                 # ... and what it took before its delay, so a gate check can tell the injection from a
                 # run that moved by itself (monta regress shows it)
-                own = [x * 1e6 for x in clean[si][vi]] if clean else []
+                own = [x * 1e6 for x in clean[si][vi]]
                 if own:
                     m["samples_clean_us"], m["time_clean_us"] = own, float(statistics.median(own))
             params = {"size_bytes": size, "variant": v, "chunks": c, "nodes": layout.nodes,
