@@ -197,6 +197,18 @@ def paper_line(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -
     return "**Paper** (MoNTA, arXiv 2411.00662): " + "; ".join(parts) + "."
 
 
+def injection_line(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """TEST AID banner: which variants carry an injected slowdown (``alltoall.inject_slowdown``), or None."""
+    got = sorted({(str(r.get("params", {}).get("variant")), float(r["metrics"]["injected_slowdown"]))
+                  for r in records if (r.get("metrics") or {}).get("injected_slowdown")})
+    if not got:
+        return None
+    what = ", ".join(f"{v} +{100 * f:g}%" for v, f in got)
+    return (f"**TEST AID: injected slowdown ({what})**: this run slowed those variants on purpose "
+            "(`alltoall.inject_slowdown`, `make reproduce INJECT=...`) to check the regression gate; their "
+            "timings, ratios, chunk picks and model errors below are not measurements of the code.")
+
+
 def summarize(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any] | None, regress: str | Path | None,
               link: Callable[[str], str | None]) -> list[str]:
     """Markdown bullet lines; ``link(relative path under results/)`` gives a link target or None
@@ -207,7 +219,8 @@ def summarize(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any] | N
         return (" " + " · ".join(got)) if got else ""
 
     summary = tables.alltoall_summary(tables.alltoall_table(records))
-    lines = [line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
+    banner = injection_line(records)
+    lines = ([banner] if banner else []) + [line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
              for line in alltoall_lines(summary)]
     step = step_line(tables.step_table(records))
     if step:

@@ -130,6 +130,23 @@ def names(spec: Any, key: str, allowed: Sequence[str], where: Where = cli) -> li
     return out
 
 
+def slowdown(spec: Any, variants: Sequence[str], key: str = "inject_slowdown", where: Where = cli) -> dict | None:
+    """TEST AID ``VARIANT:FRACTION`` (e.g. ``monta:0.10``) -> {"variant", "fraction"}; empty -> None.
+    The variant must be one the sweep runs, and 0 < FRACTION <= 1."""
+    text = "" if spec is None else str(spec).strip()
+    if not text:
+        return None
+    name, _, frac = text.partition(":")
+    try:
+        fraction = float(frac)
+    except ValueError:
+        fraction = float("nan")
+    if name not in variants or not 0 < fraction <= 1:
+        raise _fail(where, key, spec, f"use VARIANT:FRACTION with VARIANT one of {', '.join(variants)} and "
+                                      "0 < FRACTION <= 1, e.g. monta:0.10")
+    return {"variant": name, "fraction": fraction}
+
+
 def int_list(spec: Any, key: str, lo: int, hi: int, where: Where = cli, max_count: int = 64) -> list[int]:
     shown = spec if isinstance(spec, str) else ",".join(map(str, spec))
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")

@@ -351,6 +351,22 @@ def test_summary_states_the_headline_numbers_with_links(tmp_path):
     assert summary.regress_line(None).startswith("**Regression check**: not run")
 
 
+def test_a_run_with_an_injected_slowdown_opens_its_summary_with_a_test_aid_banner():
+    """`make reproduce INJECT=monta:0.10` (the regression gate's check): the report must not pass off
+    the slowed variant's figures as measurements; a run without injection has no banner."""
+    from analysis import summary
+
+    recs = alltoall_records()
+    assert summary.injection_line(recs) is None
+    assert not any("TEST AID" in line for line in summary.summarize(recs, None, None, lambda t: None))
+    for r in recs:
+        if r["params"]["variant"] == "monta":
+            r["metrics"]["injected_slowdown"] = 0.1
+    lines = summary.summarize(recs, None, None, lambda t: None)
+    assert lines[0].startswith("- **TEST AID: injected slowdown (monta +10%)**"), lines[0]
+    assert "not measurements of the code" in lines[0]
+
+
 def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(tmp_path):
     recs = alltoall_records()
     for r in recs:

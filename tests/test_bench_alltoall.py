@@ -63,7 +63,7 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
     (("--max-iters", "0"), "--max-iters 0 is below --iters 1"),
     (("--target-ci", "-1"), "--target-ci -1.0: must be a finite number at least 0 and at most 10"),
-    (("--inject-slowdown", "monta"), "--inject-slowdown 'monta': use VARIANT:FRACTION"),
+    (("--inject-slowdown", "monta"), "--inject-slowdown monta: use VARIANT:FRACTION"),
     (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
 ])
 def test_bad_flags_fail_fast_with_one_line(args, message):

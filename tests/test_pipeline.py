@@ -139,6 +139,8 @@ def test_bad_config_stops_before_anything_with_the_key_named(work, bad, named):
 @pytest.mark.parametrize("bad, named", [
     ("alltoall:\n  sizes: '128K:64K:2'\n", "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
     ("alltoall:\n  chunks: [64]\n", "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice"),
+    ("alltoall:\n  inject_slowdown: monta\n", "config key alltoall.inject_slowdown = 'monta': use VARIANT:FRACTION"),
+    ("alltoall:\n  inject_slowdown: 'lancet:0.1'\n", "VARIANT one of legacy, deepspeed, monta and 0 < FRACTION <= 1"),
 ])
 def test_a_config_that_cannot_run_stops_at_validation_not_inside_a_job(work, bad, named):
     """The semantic checks `monta bench alltoall` runs on its flags run on the config too."""
@@ -156,6 +158,21 @@ def test_a_nested_config_override_as_users_type_it_is_accepted(work):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     assert "--iters 3 --max-iters 40" in out
+
+
+def test_the_gate_check_injects_its_slowdown_into_both_sweeps_only_when_asked(work):
+    """`make reproduce INJECT=monta:0.10` hands the test aid to the AllToAll sweeps (2x4 and 2x8), not
+    to the ablations or the step; by default no command carries it."""
+    plain = snakemake("-n", "-p", "--profile", "profiles/local", cwd=work)
+    assert plain.returncode == 0 and "--inject-slowdown" not in plain.stdout + plain.stderr
+    proc = snakemake("-n", "-p", "--profile", "profiles/local", "--config", "alltoall={inject_slowdown: monta:0.10}",
+                     cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    cmds = [line for line in out.splitlines() if "monta bench" in line]
+    injected = [c for c in cmds if "--inject-slowdown monta:0.10" in c]
+    assert len(injected) == 2 and all("results/alltoall/2x" in c for c in injected), injected
+    assert len(cmds) > len(injected)  # the ablations and the step run as usual
 
 
 def _a2a(cluster, size, variant, chunks, t, source="emulated", **extra):

@@ -94,25 +94,13 @@ def _check_memory(sizes: list[int], ranks_here: int) -> None:
                          "use smaller sizes")
 
 
-def _parse_slowdown(text: str, variants: list[str]) -> dict:
-    name, _, frac = text.partition(":")
-    try:
-        fraction = float(frac)
-    except ValueError:
-        fraction = float("nan")
-    if name not in variants or not 0 < fraction <= 1:
-        raise ValueError(f"--inject-slowdown {text!r}: use VARIANT:FRACTION with VARIANT one of {', '.join(variants)} "
-                         "and 0 < FRACTION <= 1, e.g. monta:0.10")
-    return {"variant": name, "fraction": fraction}
-
-
 def build_config(args: argparse.Namespace) -> dict:
     """Validate the flags into the worker config (UsageError names the flag, its value and what is allowed).
 
     Every check here runs before any rank or emulated network starts (monta.validate holds the
     semantic ones, shared with the pipeline's config validation)."""
     from monta.emulate import topology_from_args
-    from monta.validate import UsageError, alltoall_sweep, number, out_path
+    from monta.validate import UsageError, alltoall_sweep, number, out_path, slowdown
 
     v = alltoall_sweep(nodes=args.nodes, gpus_per_node=args.gpus_per_node, tp=args.tp, ep=args.ep,
                        sizes_spec=args.sizes, variants=args.variants, chunks=args.chunks, dtype=args.dtype,
@@ -135,7 +123,7 @@ def build_config(args: argparse.Namespace) -> dict:
     if args.launcher == "emulate":
         _check_memory(sizes, args.nodes * args.gpus_per_node)
     out_path(args.out, append=args.append)
-    inject = _parse_slowdown(args.inject_slowdown, variants) if args.inject_slowdown else None
+    inject = slowdown(args.inject_slowdown, variants)
     topo = topology_from_args(args)
     return {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": ep, "sizes": sizes,
             "variants": variants, "chunks": chunks, "dtype": args.dtype, "experts": experts, "hidden": args.hidden,

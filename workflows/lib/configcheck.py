@@ -186,6 +186,7 @@ def _check_sweeps(cfg: Mapping[str, Any]) -> None:
                                  keys={"sizes": f"clusters[{i}].sizes" if own else "sizes",
                                        "nodes": f"clusters[{i}].nodes", "gpus_per_node": f"clusters[{i}].gpus_per_node",
                                        "tp": f"clusters[{i}].tp"}, **common)
+            V.slowdown(a["inject_slowdown"], a["variants"], where=V.config_key("alltoall"))
         abl = cfg["ablation"]
         if abl["enabled"]:
             c = abl["cluster"]

@@ -19,6 +19,9 @@ rule alltoall:
         variants=csv(config["alltoall"]["variants"]),
         chunks=csv(config["alltoall"]["chunks"]),
         check="--check" if config["alltoall"]["check"] else "",
+        # TEST AID (off by default): a measured slowdown of one variant, to check the regression gate
+        inject=(f"--inject-slowdown {shlex.quote(config['alltoall']['inject_slowdown'])}"
+                if config["alltoall"]["inject_slowdown"] else ""),
     resources:
         **cluster_resources(lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster]),
     conda:
@@ -27,4 +30,4 @@ rule alltoall:
         "{params.launch} monta bench alltoall --nodes {params.c[nodes]}"
         " --gpus-per-node {params.c[gpus_per_node]} --tp {params.c[tp]} --sizes {params.sizes}"
         " --variants {params.variants} --chunks {params.chunks} {params.net} --dtype {params.a[dtype]}"
-        " --warmup {params.a[warmup]} {params.rep} {params.check} {params.run} --out {output} > {log} 2>&1"
+        " --warmup {params.a[warmup]} {params.rep} {params.check} {params.inject} {params.run} --out {output} > {log} 2>&1"
