@@ -270,6 +270,27 @@ def test_killed_rank_is_named_and_nothing_is_left(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_an_aborted_rank_says_where_it_was(tmp_path):
+    """A rank that aborts (as a C++ std::terminate inside gloo would) is named with its signal, and the
+    error shows what it printed last and the innermost Python frames of the crashing thread."""
+    code = textwrap.dedent("""
+        import os, sys, time
+        def join_the_group():
+            print("terminate called without an active exception", file=sys.stderr, flush=True)
+            os.abort()
+        join_the_group() if os.environ["RANK"] == "1" else time.sleep(60)
+    """)
+    with pytest.raises(RankFailed) as info:
+        launch([PY, "-c", code], 2, 1, Topology(inter_gbps=1.0), timeout_s=60, log_dir=tmp_path)
+    msg = str(info.value)
+    assert "rank 1 (node 1) exited with signal 6 (SIGABRT)" in msg, msg
+    assert "terminate called without an active exception\n    Fatal Python error: Aborted" in msg, msg
+    assert "Current thread" in msg and "in join_the_group" in msg, msg
+    assert "Extension modules" not in msg  # the end of faulthandler's report says nothing of the crash
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
 def test_timeout_and_unstartable_command_are_clear_errors(tmp_path):
     marker = f"monta-test-{uuid.uuid4().hex[:8]}"
     before = _host_net_state()

@@ -32,6 +32,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GO
 _PR_SET_PDEATHSIG = 1
 _GRACE_S = 10.0  # beyond timeout_s, before the launcher kills the whole tree itself
 _TAIL_LINES = 15
+_CRASH_FRAMES = 6  # innermost frames of a crashed rank's thread shown in the error
 
 
 class EmulationError(RuntimeError):
@@ -110,11 +111,26 @@ def _free_port() -> int:
 
 
 def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    """The end of a rank's log; for a rank that died of a fatal signal, faulthandler's report instead
+    (the supervisor sets PYTHONFAULTHANDLER): the lines printed just before it (e.g. a C++
+    "terminate called ..."), the error, and the innermost frames of the thread that crashed."""
     try:
         text = path.read_text(errors="replace").rstrip().splitlines()
     except OSError:
         return ""
-    return "\n".join("    " + line for line in text[-lines:])
+    crash = next((i for i, line in enumerate(text) if line.startswith("Fatal Python error:")), None)
+    if crash is None:
+        return "\n".join("    " + line for line in text[-lines:])
+    shown = [line for line in text[max(0, crash - 3):crash + 1] if line.strip()]
+    current = next((i for i in range(crash, len(text)) if text[i].startswith("Current thread")), None)
+    if current is not None:
+        frames = []
+        for line in text[current + 1:]:
+            if not line.startswith("  File "):
+                break
+            frames.append(line)
+        shown += [text[current]] + frames[:_CRASH_FRAMES]
+    return "\n".join("    " + line for line in shown)
 
 
 def _validate(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topology,

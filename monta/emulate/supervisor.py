@@ -108,6 +108,9 @@ class Supervisor:
         base_env = dict(os.environ)
         self.progress_dir.mkdir(exist_ok=True)
         base_env["MONTA_PROGRESS_DIR"] = str(self.progress_dir)
+        # A rank killed by SIGABRT/SIGSEGV (a C++ std::terminate in gloo or c10d, say) writes the Python
+        # stack of every thread to its log, so the error can say where it was (launcher._tail).
+        base_env.setdefault("PYTHONFAULTHANDLER", "1")
         node_addrs = [r.addr for r in ranks if r.local_rank == 0]
         for info in ranks:
             if self.stop_reason:
