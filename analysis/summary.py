@@ -219,9 +219,9 @@ def summarize(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any] | N
         return (" " + " · ".join(got)) if got else ""
 
     summary = tables.alltoall_summary(tables.alltoall_table(records))
-    banner = injection_line(records)
-    lines = ([banner] if banner else []) + [line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
-             for line in alltoall_lines(summary)]
+    lines = [banner for banner in (injection_line(records),) if banner]  # a TEST AID run says so first
+    lines += [line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
+              for line in alltoall_lines(summary)]
     step = step_line(tables.step_table(records))
     if step:
         lines.append(step + links(("table", "tables/step_summary.md"), ("figure", "figures/step_breakdown.png")))

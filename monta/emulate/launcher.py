@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -124,12 +125,8 @@ def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
     shown = [line for line in text[max(0, crash - 3):crash + 1] if line.strip()]
     current = next((i for i in range(crash, len(text)) if text[i].startswith("Current thread")), None)
     if current is not None:
-        frames = []
-        for line in text[current + 1:]:
-            if not line.startswith("  File "):
-                break
-            frames.append(line)
-        shown += [text[current]] + frames[:_CRASH_FRAMES]
+        frames = itertools.takewhile(lambda line: line.startswith("  File "), text[current + 1:])
+        shown += [text[current], *itertools.islice(frames, _CRASH_FRAMES)]
     return "\n".join("    " + line for line in shown)
 
 
