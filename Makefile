@@ -45,7 +45,7 @@ test-fast: setup test-plugins
 	$(PY) -m pytest -q tests -m "not slow"
 
 # INJECT=monta:0.10: TEST AID, the same pipeline with monta slowed by a measured 10% in the AllToAll
-# sweeps, to check `monta regress` against an earlier run (README, the gate); the report says so.
+# sweeps, to check `monta regress` against an earlier run (docs/testbed.md, the gate); the report says so.
 INJECT ?=
 reproduce: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local $(if $(INJECT),--config 'alltoall={inject_slowdown: $(INJECT)}')
@@ -54,17 +54,20 @@ pipeline-test: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml
 
 bench-alltoall: setup
-	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic-dilated --sizes 2M:16M:2 --chunks 2,4,8 --warmup 1 --max-iters 20 --budget-s 60 --check
+	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 2M:16M:2 --chunks 2,4,8 --warmup 1 --adaptive --max-iters 20 --budget-s 60 --check
 
 bench-step: setup
-	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --steps 6 --warmup 2
+	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --topology a800-4nic@0.25 --compute modeled --steps 6 --warmup 2
 
 # Fault injection as a user meets faults (bad flags, corrupt inputs, damaged files, bad configs,
 # stopped/killed/unprivileged ranks, killed runs): one line per case, then `N/M handled`.
 faults: setup
 	$(PY) tools/faults.py
 
+# ruff's rules and excludes live in pyproject.toml; `$(VENV)/bin/ruff format .` fixes what the format check reports.
 lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/snakemake --lint
 
 # A real SLURM on this machine (root; installs Debian's slurmctld, slurmd, slurmdbd, munge, mariadb-server

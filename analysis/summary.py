@@ -13,9 +13,10 @@ from typing import Any
 import pandas as pd
 
 from analysis import tables
-from monta import variants as variant_registry
 from analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
+from monta import variants as variant_registry
 from monta.perfmodel.accuracy import CHUNK_TOLERANCE
+
 # `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
 # chunk-pick check below applies the model's own rule to the recorded predictions.
 from monta.perfmodel.chunks import _TIE as AUTO_TIE
@@ -156,6 +157,13 @@ def model_line(records: Sequence[Mapping[str, Any]]) -> str | None:
                      f"CPU-bound)")
     else:
         text += "; chunk pick not checked (no buffer size measured at two or more chunk counts)"
+    sa = tables.step_accuracy(records)
+    if not sa.empty:
+        worst = sa.loc[sa["error_pct"].abs().idxmax()]
+        text += (f". On the training step (compute on the A800 clock, so this scores the model's exchanges, overlap "
+                 f"and scheduling): MAPE **{sa['error_pct'].abs().mean():.1f}%** over {len(sa)} variants, worst "
+                 f"{worst['variant']} {worst['error_pct']:+.1f}%, ranking "
+                 f"**{'agrees' if sa['ranking_agrees'].all() else 'differs'}**")
     return text + "."
 
 

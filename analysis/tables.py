@@ -45,6 +45,8 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
     for r in records:
         if kind is not None and r.get("kind") != kind:
             continue
+        if kind == "step" and "measured_ms" in (r.get("metrics") or {}):
+            continue  # `monta predict accuracy`'s scored step predictions: step_accuracy reads them
         row: dict[str, Any] = {k: r.get(k) for k in ("kind", "source", "experiment", "run_id")}
         row.update({k: v for k, v in r.get("params", {}).items() if not isinstance(v, (list, dict))})
         for k, v in r.get("metrics", {}).items():
@@ -281,6 +283,16 @@ def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     out = out.merge(ref, on=STEP_POINT, how="left")
     out["speedup_vs_deepspeed"] = out["_t_ds"] / out["step_ms"]
     return _with_parts(out.drop(columns="_t_ds").reset_index(drop=True))
+
+
+def step_accuracy(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The model's step time on the emulated clock vs the measured one, per variant (``monta predict
+    accuracy`` records): compute is the model's there, so this scores exchanges, overlap and scheduling."""
+    rows = [{"variant": r["params"]["variant"], "shape": r["params"].get("shape"), "measured_ms": r["metrics"]["measured_ms"],
+             "predicted_ms": r["metrics"]["step_ms"], "error_pct": 100.0 * r["metrics"]["error"],
+             "ranking_agrees": r["metrics"].get("ranking_agrees")}
+            for r in records if r.get("kind") == "step" and "measured_ms" in (r.get("metrics") or {})]
+    return pd.DataFrame(rows)
 
 
 def predicted_step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

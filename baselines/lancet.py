@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from deepspeed.moe.sharded_moe import _route_slots, _sparse_encode, gumbel_rsample
 
 from baselines.pipeline import capacity_chunks, launch_dispatch, pipeline_pieces
+from monta.model import clock
 from monta.model.tp import DeferredWeightGrad
 from monta.model.transformer import BACKWARD_CLOCK
 from monta.moe import RoutingPlan
@@ -169,6 +170,7 @@ class DeferredDW:
                             return  # drained and empty
                         fn = self._q.popleft()
                         in_a2a = self._in_flight > 0
+                    clock.restart()  # this thread waited for work: the dW's count starts now
                     fn()
                     self.during_alltoall += int(in_a2a)
         except BaseException as e:  # surfaced by end()

@@ -14,6 +14,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from monta.comm.exchange import chunk_sizes
+from monta.model import clock
 from monta.model.transformer import timed_exchange, timed_exchange_backward
 
 
@@ -83,6 +84,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
     for i in range(len(pieces)):
         t0 = time.perf_counter()
         got = pending.result()
+        clock.restart()  # waited for the comm thread: not compute
         times["dispatch"] += time.perf_counter() - t0
         if i + 1 < len(pieces):
             pending = start(i + 1)
@@ -92,6 +94,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
         combined.append(_POOL.submit(comm, "combine", y))
     t0 = time.perf_counter()
     out = torch.cat([f.result() for f in combined], dim=1)
+    clock.restart()
     times["combine"] += time.perf_counter() - t0
     if layer.record_times:
         for k, v in times.items():
@@ -153,6 +156,7 @@ class _PipelinedMoE(torch.autograd.Function):
         for j, i in enumerate(order):
             t0 = time.perf_counter()
             g_y = pending.result()
+            clock.restart()
             waited["combine_bwd_wait"] += time.perf_counter() - t0
             if j + 1 < len(order):
                 pending = _POOL.submit(comm, "combine", g_pieces[order[j + 1]])
@@ -173,6 +177,7 @@ class _PipelinedMoE(torch.autograd.Function):
             torch.autograd.backward([p for p, _ in ready], [g for _, g in ready])
         t0 = time.perf_counter()
         grads = [f.result() for f in dx]
+        clock.restart()
         waited["dispatch_bwd_wait"] += time.perf_counter() - t0
         if layer.record_times:
             for k, v in waited.items():

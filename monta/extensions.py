@@ -15,8 +15,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import MutableMapping
 
 ENV = "TORCH_EXTENSIONS_DIR"
 # A lock younger than this may belong to a process that is between creating the file and holding it

@@ -3,7 +3,7 @@
 Matched by (kind, source, params minus run-specific fields); the slowdown is the Hodges-Lehmann ratio
 (median of all pairwise current/baseline sample ratios) with a percentile-bootstrap CI. On the pairs of
 `make reproduce` runs kept here it caught an injected 10% at as many or more points than the ratio of
-medians it replaced, and flagged nothing in runs of unchanged code (README, the gate).
+medians it replaced, and flagged nothing in runs of unchanged code (docs/results/regression-gate.md).
 Decision, for a threshold T (the slowdown the gate must catch): a point REGRESSED when its CI lies
 wholly above 1 + T/2, improved when wholly below 1/(1 + T/2), inconclusive when the CI is wider than
 T (its samples cannot tell a T slowdown from none), else ok. Deciding at the midpoint between "no
@@ -17,7 +17,8 @@ moves a whole run (this machine was 3-6% faster or slower at sizes up to 4 MiB b
 the same code) cancels; the reference variant itself is still judged by its own time. It asks "did
 this variant get slower against the reference?", not "did the shared code get slower?": run both.
 It only helps where an iteration's timings move together: on the 2-core testbed's 1-4 MiB points
-they do not, and it flagged an injected 10% no more often than absolute times (README, the gate).
+they do not, and it flagged an injected 10% no more often than absolute times
+(docs/results/regression-gate.md).
 
 A point whose records say ``cpu_bound`` (its ranks waited for a core more than the limit, in the
 baseline or the current run) is not judged: its status is ``CPU-BOUND`` with the direction it would

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 ENTRY_POINT_GROUP = "monta.variants"
 EXCHANGES = ("legacy", "deepspeed", "monta")  # the core's (monta.comm.EXCHANGES); plugins add more: exchanges()

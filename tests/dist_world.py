@@ -8,13 +8,13 @@ that raises, dies, or does not answer within the timeout fails the call and the 
 from __future__ import annotations
 
 import datetime
+import multiprocessing as mp
 import os
 import socket
 import time
 import traceback
-from typing import Any, Callable
-
-import multiprocessing as mp
+from collections.abc import Callable
+from typing import Any
 
 
 def free_port() -> int:

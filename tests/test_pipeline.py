@@ -61,15 +61,20 @@ def test_dry_run_default_runs_every_experiment(work):
     assert proc.returncode == 0, out[-3000:]
     assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 2M:16M:2" in out  # per-cluster sizes
     assert "--tp 4 --sizes 256K:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
-    # the time-dilated A800 links everywhere, adaptive iterations (paired ratios' CIs within 4%)
-    assert "--inter-gbps 0.25 --intra-gbps 1.818 --dtype float32" in out
-    assert "--iters 5 --max-iters 40 --target-ci 0.04 --budget-s 30" in out
+    # the 4-NIC A800 everywhere (2 x 8 at half its rates), adaptive iterations (paired ratios' CIs within 4%)
+    assert "--chunks 1,2,4,8 --topology a800-4nic@0.125 --dtype float32" in out
+    assert "--chunks 1,2,4,8 --topology a800-4nic@0.0625 --dtype float32" in out
+    # the ratio ablation keeps the default loopback (1.7021 Gbit/s) and varies the NIC: hand-set rates
+    assert "--inter-gbps 0.25 --intra-gbps 1.7021" in out
+    assert "--adaptive --iters 5 --max-iters 40 --target-ci 0.04 --budget-s 30" in out
     assert "--launcher emulate --backend gloo --experiment default" in out
-    assert "--emulate --inter-gbps 0.25 --intra-gbps 1.818 --experiment default --out results/step/2x4.jsonl" in out
+    assert ("--emulate --topology a800-4nic@0.25 --compute modeled --experiment default --out results/step/2x4.jsonl"
+            in out)
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
     assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out
     for rule in ("build", "build_variant", "alltoall", "step", "ablation_tp", "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",
-                 "predict_alltoall", "predict_plan", "calibrate", "predict_accuracy", "notebook", "report", "regress"):
+                 "predict_alltoall", "predict_plan", "calibrate", "calibrate_step", "predict_accuracy", "notebook",
+                 "report", "regress"):
         assert f"\nrule {rule}:" in out, rule
     assert "srun" not in out  # the emulator launches its own ranks
     # The default reads the chunk and buffer ablations off the 2x4 sweep; as axes of their own they still run.
@@ -157,7 +162,12 @@ def test_a_nested_config_override_as_users_type_it_is_accepted(work):
     proc = snakemake("-n", "--profile", "profiles/local", "--config", "alltoall={iters: 3, check: false}", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
-    assert "--iters 3 --max-iters 40" in out
+    assert "--adaptive --iters 3 --max-iters 40" in out
+    # max_iters 0: exactly `iters` timed iterations, a plain --iters with none of --adaptive's flags
+    proc = snakemake("-n", "--profile", "profiles/local", "--config", "alltoall={iters: 3, max_iters: 0}", cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "--iters 3 --launcher" in out and "--adaptive" not in out and "--max-iters" not in out
 
 
 def test_the_gate_check_injects_its_slowdown_into_both_sweeps_only_when_asked(work):

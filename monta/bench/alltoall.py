@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -39,15 +38,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5,
-                   help="minimum timed iterations per size (variants interleaved in each); default 5")
-    p.add_argument("--max-iters", type=int, default=40,
-                   help="most iterations per size while a paired ratio's CI is wider than --target-ci (default 40)")
-    p.add_argument("--target-ci", type=float, default=0.04,
-                   help="stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI narrower than this "
-                        "share of its value (default 0.04 = +-2%%), judged from 10 iterations on (fewer give too "
-                        "narrow a bootstrap CI); 0 = exactly --iters iterations")
-    p.add_argument("--budget-s", type=float, default=180.0,
-                   help="time budget per size for the extra iterations, seconds (default 180; 0 = none)")
+                   help="timed iterations per size (variants interleaved in each), exactly; with --adaptive the "
+                        "minimum (default 5)")
+    # None = not given: the three knobs below belong to --adaptive (ADAPTIVE_DEFAULTS when it is on).
+    p.add_argument("--adaptive", action="store_true",
+                   help="adaptive repetition: after --iters, go on while a paired ratio's CI is wider than "
+                        "--target-ci, up to --max-iters or --budget-s")
+    p.add_argument("--max-iters", type=int, default=None,
+                   help="with --adaptive: most iterations per size (default 40)")
+    p.add_argument("--target-ci", type=float, default=None,
+                   help="with --adaptive: stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI "
+                        "narrower than this share of its value (default 0.04 = +-2%%), judged from 10 iterations "
+                        "on (fewer give too narrow a bootstrap CI); 0 = exactly --iters iterations")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="with --adaptive: time budget per size for the extra iterations, seconds (default 180; "
+                        "0 = none)")
     p.add_argument("--transport", choices=("duplex", "native"), default=None,
                    help="gloo transport of the exchange: duplex (default: one TCP connection per direction) or "
                         "native (gloo's own collectives: both directions share a connection and serialize)")
@@ -71,6 +76,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
     p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
     add_topology_args(p)
+
+
+# --adaptive's knobs when not given: up to 40 iterations per size, until every paired ratio's 95% CI
+# is within 4% of its value, for at most 180 s of extra iterations per size.
+ADAPTIVE_DEFAULTS = {"max_iters": 40, "target_ci": 0.04, "budget_s": 180.0}
+
+
+def _repetition(args: argparse.Namespace) -> dict:
+    """The repetition knobs of the worker config: --iters exactly, or --adaptive's (a knob it owns
+    given without it is a usage error rather than silently ignored)."""
+    from monta.validate import UsageError
+
+    given = {k: getattr(args, k) for k in ADAPTIVE_DEFAULTS if getattr(args, k) is not None}
+    if not args.adaptive:
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise UsageError(f"{flags} only apply with --adaptive; without it, --iters is the exact number of "
+                             f"timed iterations per size (here {args.iters})")
+        return {"adaptive": False, "max_iters": args.iters, "target_ci": 0.0, "budget_s": 0.0}
+    return {"adaptive": True, **ADAPTIVE_DEFAULTS, **given}
 
 
 # Buffers one rank holds per size (input, output, the chunk and gather scratch, the check's copy).
@@ -102,10 +127,12 @@ def build_config(args: argparse.Namespace) -> dict:
     from monta.emulate import topology_from_args
     from monta.validate import UsageError, alltoall_sweep, number, out_path, slowdown
 
+    # Every given value is range-checked first (alltoall_sweep), then whether it belongs to --adaptive.
+    knobs = {k: ADAPTIVE_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in ADAPTIVE_DEFAULTS}
     v = alltoall_sweep(nodes=args.nodes, gpus_per_node=args.gpus_per_node, tp=args.tp, ep=args.ep,
                        sizes_spec=args.sizes, variants=args.variants, chunks=args.chunks, dtype=args.dtype,
-                       experts=args.experts, hidden=args.hidden, warmup=args.warmup, iters=args.iters,
-                       max_iters=args.max_iters, target_ci=args.target_ci, budget_s=args.budget_s)
+                       experts=args.experts, hidden=args.hidden, warmup=args.warmup, iters=args.iters, **knobs)
+    rep = _repetition(args)
     tp, ep, sizes, variants, experts = v["tp"], v["ep"], v["sizes"], v["variants"], v["experts"]
     layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, ep)
     elsize = {"float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
@@ -116,8 +143,8 @@ def build_config(args: argparse.Namespace) -> dict:
                          for s in sizes})
     else:
         chunks = v["chunks"]
-    if args.max_iters < args.iters:
-        raise UsageError(f"--max-iters {args.max_iters} is below --iters {args.iters}; use --max-iters >= --iters")
+    if rep["max_iters"] < args.iters:
+        raise UsageError(f"--max-iters {rep['max_iters']} is below --iters {args.iters}; use --max-iters >= --iters")
     if args.timeout is not None:
         number(args.timeout, "timeout", 1, 30 * 86400, lo_open=False, unit="seconds")
     if args.launcher == "emulate":
@@ -127,8 +154,7 @@ def build_config(args: argparse.Namespace) -> dict:
     topo = topology_from_args(args)
     return {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": ep, "sizes": sizes,
             "variants": variants, "chunks": chunks, "dtype": args.dtype, "experts": experts, "hidden": args.hidden,
-            "warmup": args.warmup, "iters": args.iters, "max_iters": args.max_iters, "target_ci": args.target_ci,
-            "budget_s": args.budget_s, "transport": args.transport, "inject_slowdown": inject,
+            "warmup": args.warmup, "iters": args.iters, **rep, "transport": args.transport, "inject_slowdown": inject,
             "check": bool(args.check or args.inject_fault),
             "components": not args.no_components, "out": str(Path(args.out).resolve()) if args.out else None,
             "append": args.append, "experiment": args.experiment, "backend": args.backend,

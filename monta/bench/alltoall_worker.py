@@ -19,8 +19,15 @@ import torch
 import torch.distributed as dist
 
 from monta.bench.hostload import HostLoad, cores, is_cpu_bound, own_run_delay_s, verdict
-from monta.bench.stats import (alltoall_bw, bootstrap, median_ratio, overlap_efficiency, overlap_efficiency_vs_sum,
-                               rel_width, summarize)
+from monta.bench.stats import (
+    alltoall_bw,
+    bootstrap,
+    median_ratio,
+    overlap_efficiency,
+    overlap_efficiency_vs_sum,
+    rel_width,
+    summarize,
+)
 from monta.comm import exchange as ex
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
@@ -124,8 +131,11 @@ CI_MIN_ITERS = 10
 
 
 def _adaptive(cfg) -> tuple[int, int, float, float]:
-    """(min iterations, max iterations, target relative CI width, time budget per size in s)."""
+    """(min iterations, max iterations, target relative CI width, time budget per size in s): exactly
+    ``iters`` unless the config asks for adaptive repetition (``monta bench alltoall --adaptive``)."""
     lo = int(cfg["iters"])
+    if not cfg.get("adaptive"):
+        return lo, lo, 0.0, 0.0
     hi = max(lo, int(cfg.get("max_iters") or lo))
     return lo, hi, float(cfg.get("target_ci") or 0.0), float(cfg.get("budget_s") or 0.0)
 
@@ -135,7 +145,7 @@ def _key_ratios(variants) -> list[tuple[int, int]]:
     legacy / monta_c and deepspeed / monta_c for every chunk count c."""
     idx = {v: i for i, v in enumerate(variants)}
     pairs = []
-    for i, (v, c) in enumerate(variants):
+    for i, (v, _) in enumerate(variants):
         if v == "monta":
             pairs += [(idx[b], i) for b in (("legacy", 1), ("deepspeed", 1)) if b in idx]
     return pairs
@@ -257,6 +267,8 @@ def main(cfg_path: str) -> int:
                 width, which = _widest(times[si], pairs, seed=si) if pairs and target > 0 and it >= 3 else (0.0, None)
                 if it < min_it:
                     go[0] = 1
+                elif not cfg.get("adaptive"):
+                    stop_note[si] = f"{it} iterations as asked"
                 elif it >= max_it:
                     stop_note[si] = f"max {max_it} iterations" + (f", widest CI {100 * width:.1f}%" if which else "")
                 elif target > 0 and pairs and (width > target or it < CI_MIN_ITERS):
@@ -324,7 +336,7 @@ def _injected(cfg) -> tuple[str | None, float]:
 def _ratio_name(variants, pair) -> str:
     if not pair:
         return "-"
-    (a, ca), (b, cb) = variants[pair[0]], variants[pair[1]]
+    (a, _), (b, cb) = variants[pair[0]], variants[pair[1]]
     return f"{a}/{b}{cb if b == 'monta' else ''}"
 
 
@@ -440,7 +452,7 @@ def _print_header(cfg, layout, hosts, transport) -> None:
     tun = (f"; tcp {tuning.get('tcp_cc')}, quickack {'on' if tuning.get('quickack') else 'off'}" if tuning else "")
     print(f"# network: {topo.get('description', 'unshaped')}{tun}")
     knobs = {k: cfg.get(k) for k in ("sizes", "variants", "chunks", "dtype", "experts", "hidden", "warmup", "iters",
-                                     "max_iters", "target_ci", "budget_s", "check")}
+                                     "adaptive", "max_iters", "target_ci", "budget_s", "check")}
     print("# " + " ".join(f"{k}={v}" for k, v in knobs.items()))
     if cfg.get("inject_slowdown"):
         sd = cfg["inject_slowdown"]
@@ -449,10 +461,14 @@ def _print_header(cfg, layout, hosts, transport) -> None:
     print("# size = bytes of one rank's [E, C, M] dispatch buffer; algbw = size / time; busbw = algbw * (EP-1)/EP;")
     print("# time = median over iterations of the slowest rank; inter/intra = bytes this rank sent per call;")
     print("# a2a / ag rows = the drop-side AllToAll and the AllGather alone (the halves monta overlaps);")
-    print("# iterations: at least --iters, then more until every paired ratio's 95% CI is within --target-ci "
-          "(or --max-iters / --budget-s)")
+    if cfg.get("adaptive"):
+        print("# iterations (--adaptive): at least --iters, then more until every paired ratio's 95% CI is within "
+              "--target-ci (or --max-iters / --budget-s)")
+    else:
+        print("# iterations: exactly --iters (--adaptive repeats until the paired ratios' CIs are narrow)")
     for h in hosts:
-        print(f"#   rank {h['rank']:3d}  node {h['node']}  host {h['host']}  addr {h['addr']}  pid {h['pid']}  {h['device']}")
+        print(f"#   rank {h['rank']:3d}  node {h['node']}  host {h['host']}  addr {h['addr']}  "
+              f"pid {h['pid']}  {h['device']}")
 
 
 def _print_table(cfg, records) -> None:

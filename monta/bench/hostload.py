@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 # A point is CPU-bound when the benchmark's own ranks waited for a core: their main thread (the one
 # that packs, launches, waits and copies; in a training step also the one that computes) was ready
@@ -20,8 +20,8 @@ from typing import Iterable
 # how much the cores stretched a timing; machine-wide PSI and saturation also count background
 # work that the scheduler keeps off our ranks (a niced job saturates both cores and drives PSI to
 # 80% while the ranks hardly wait), so they are recorded as context and decide only where
-# schedstat is unavailable. Thresholds: README, testbed section.
-# Measured on 2 x 8 ranks (README, testbed section), the same sweep with and without a busy-looping
+# schedstat is unavailable. Thresholds: docs/testbed.md.
+# Measured on 2 x 8 ranks (docs/testbed.md), the same sweep with and without a busy-looping
 # core: timings whose ranks waited <= 15% moved by under 3%; those that waited 20-42% (16 ranks
 # packing and copying 4-8 chunks at once) moved by up to 16%.
 RANK_WAIT_LIMIT = 0.15
@@ -108,7 +108,7 @@ class HostLoad:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    def start(self) -> "HostLoad":
+    def start(self) -> HostLoad:
         if self.available and self._thread is None:
             self._sample()
             self._thread = threading.Thread(target=self._loop, name="monta-hostload", daemon=True)
@@ -128,7 +128,7 @@ class HostLoad:
         cover. (Counting only intervals whose midpoint fell inside a span left short spans with no
         figure at all when a loaded machine stretched the sampler's intervals past them.)"""
         spans = sorted(spans)
-        wall = busy = total = sat = psi = 0.0
+        wall = busy = sat = psi = 0.0
         psi_ok = True
         for a, b in zip(self.samples, self.samples[1:]):
             dt, dtot = b.t - a.t, b.total - a.total

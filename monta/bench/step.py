@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from monta import variants as registry
-from monta.model.config import PRESETS, resolve_config
+from monta.model.config import PRESETS, ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
 
 # record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)
@@ -30,15 +30,9 @@ BREAKDOWN = {"attention": "attention", "gate": "gate", "dispatch": "dispatch_exc
 
 EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
 
-# Default shaping of the emulated run (no --topology/--*-gbps flag): the time-dilated A800 profile
-# (monta.emulate.topology.A800_4NIC_DILATED: intra 1.818 : inter 0.25 Gbit/s per node, the A800
-# 4-NIC ratio 7.27) at rates low enough that the shaped links, not the 2 cores the 8 ranks share,
-# bound the exchange. Measured with the mini preset (12 steps, 2 x 4): at A800's ratio on faster
-# links (8 : 1.1) gloo's intra-node AllGather was CPU-bound near the inter-node rate and the regime
-# inverted (exchange per step, ms: legacy 682, deepspeed 825, monta 822); at 8 : 0.625 (ratio 12.8)
-# the AllGather left 16-45 ms per pass to hide behind the AllToAll and monta tied deepspeed; at
-# 2 : 0.25 the AllGather is shaping-bound next to the AllToAll, the regime MoNTA's overlap is for.
-DEFAULT_PRESET = "a800-4nic-dilated"
+# Default shaping of the emulated run (no --topology/--*-gbps flag): the 4-NIC A800 preset, its NIC at
+# the default emulated rate and its loopback at the A800's per-GPU ratio rho (monta.emulate.topology).
+DEFAULT_PRESET = "a800-4nic"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="performance-model cluster for --chunks auto: a preset (a800, ...) or "
                         "emulator:PROFILE.json from `monta emulate calibrate` with the same topology "
                         "(default: $MONTA_CLUSTER; required on the emulated cluster)")
+    p.add_argument("--compute", choices=("real", "modeled"), default="real",
+                   help="real: the small model's math at this machine's speed (numerics); modeled: each compute "
+                        "piece runs its math, then waits until it has taken the performance model's time for the "
+                        "same piece of the full-size model on the emulated cluster preset, x the run's dilation D "
+                        "(needs --emulate and a cluster preset topology, e.g. --topology a800-4nic)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
@@ -67,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity-factor", type=float, default=None, help="model override")
     p.add_argument("--emulate", action="store_true",
                    help=f"run on the emulated cluster (monta.emulate); without shaping flags: the "
-                        f"{DEFAULT_PRESET} preset (intra 1.818 : inter 0.25 Gbit/s, A800's ratio 7.27)")
+                        f"{DEFAULT_PRESET} preset (the 4-NIC A800's per-GPU intra:inter ratio, 13.6)")
     try:
         from monta.emulate.topology import add_topology_args
 
@@ -148,17 +147,28 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     return {"layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
             "model": args.model, "overrides": {k: v for k, v in cfg.to_dict().items()}, "variants": variants,
             "chunks": chunks, "cluster": cluster, "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
-            "zero_stage": args.zero_stage, "out": args.out, "emulated": False,
+            "zero_stage": args.zero_stage, "out": args.out, "emulated": False, "compute": args.compute,
             "experiment": args.experiment, "peak_tflops": args.peak_tflops}
 
 
 def _topology(args: argparse.Namespace):
-    """The flags' topology; with no shaping flag at all, the default A800-ratio shaping above."""
+    """The flags' topology; with no shaping flag at all, the default preset above."""
     from monta.emulate.topology import Topology, topology_from_args
 
     if args.topology is None and args.inter_gbps is None and args.intra_gbps is None and args.latency_us is None:
         return Topology.preset(DEFAULT_PRESET, **({"tcp_cc": args.tcp_cc} if args.tcp_cc else {}))
     return topology_from_args(args)
+
+
+def clock_of(topo, lay: dict[str, Any], cfg):
+    """The run's clock (``monta.perfmodel.clock``): its topology must emulate a cluster preset."""
+    from monta.perfmodel.clock import Clock
+
+    if not topo.cluster:
+        raise ValueError(f"--compute modeled needs a topology that emulates a cluster preset (e.g. --topology "
+                         f"a800-4nic or a800-4nic@0.0625); {topo.name} has hand-set rates")
+    return Clock(topo.cluster, cfg, tp=lay["tp"], ep=lay["ep"], gpus_per_node=lay["gpus_per_node"],
+                 inter_gbps=topo.inter_gbps, intra_gbps=topo.intra_gbps)
 
 
 def resolve_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
@@ -227,11 +237,18 @@ def _launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
         topo = _topology(args)
         spec["emulated"] = True
         spec["topology"] = topo.to_dict()
+        if spec["compute"] == "modeled":
+            spec["clock"] = clock_of(topo, lay, ModelConfig(**spec["overrides"])).describe()
+            print(f"# compute on the clock of {topo.cluster}: D = {spec['clock']['dilation']:.1f} (links and compute "
+                  f"alike; {topo.describe()})", flush=True)
         result = launch(argv + [json.dumps(spec)], lay["nodes"], lay["gpus_per_node"], topo,
                         env=env, timeout_s=args.timeout,
                         stall_s=max(120.0, 60.0 + 5.0 * lay["nodes"] * lay["gpus_per_node"]))
         spec["emulated"] = bool(result.emulated)
         return 0
+    if spec["compute"] == "modeled":
+        raise ValueError("--compute modeled runs on the emulated cluster: add --emulate (and a cluster preset "
+                         "topology, e.g. --topology a800-4nic), or use --compute real")
     world = lay["nodes"] * lay["gpus_per_node"]
     port = _free_port()
     procs = []
@@ -282,15 +299,39 @@ def _worker(spec: dict[str, Any]) -> int:
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
         spec["device"], spec["peak_tflops"] = name, peak_tflops(name, spec.get("peak_tflops"))
+    clock = None
+    if spec.get("clock"):
+        from monta.model.clock import ComputeClock
+
+        clock = ComputeClock(spec["clock"]["us_per_flop"], {"optimizer": spec["clock"]["optimizer_us"]})
     res = run_interleaved(layout, cfg, spec["variants"], chunks=chunks, steps=spec["steps"],
                           warmup=spec["warmup"], seed=spec["seed"], zero_stage=spec["zero_stage"],
-                          lancet_partitions=chunks)
+                          lancet_partitions=chunks, clock=clock)
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(res, gathered, dst=0)
     if dist.get_rank() == 0:
         _report(spec, layout, cfg, gathered)
     dist.barrier()
     return 0
+
+
+def _clock_summary(per_rank: list[dict], v: str, step_ms: float) -> dict[str, Any]:
+    """Variant ``v`` on the compute clock: priced compute per step (the slowest rank's), and every piece
+    whose real math outlasted its target (counted and named over all ranks and steps)."""
+    from monta.perfmodel.clock import OVERRUN_BOUND
+
+    steps = [s for r in per_rank for s in r[v]["clock"]]
+    if not steps:
+        return {"target_ms": 0.0, "overrun_ms": 0.0, "overruns": {}, "cpu_bound": False}
+    n = len(per_rank[0][v]["clock"])
+    target = max(sum(sum(s["target_s"].values()) for s in r[v]["clock"]) / n for r in per_rank)
+    over = max(sum(sum(s["overrun_s"].values()) for s in r[v]["clock"]) / n for r in per_rank)
+    counts: dict[str, int] = {}
+    for s in steps:
+        for k, c in s["overruns"].items():
+            counts[k] = counts.get(k, 0) + c
+    return {"target_ms": 1e3 * target, "overrun_ms": 1e3 * over, "overruns": counts,
+            "cpu_bound": 1e3 * over > OVERRUN_BOUND * step_ms}
 
 
 def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
@@ -323,6 +364,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         if waits and None not in waits:  # the ranks' own wait for a core, share of their step wall time
             load["rank_wait"] = sum(waits) / sum(w for r in per_rank for w in r[v]["wall_s"])
         samples[v] = step_ms
+        clock = _clock_summary(per_rank, v, med) if spec.get("clock") else None
         peak = max(r.get("peak_mem_bytes", r["peak_rss_bytes"]) for r in per_rank)
         loss = statistics.fmean(r[v]["loss"][-1] for r in per_rank)
         metrics = {"step_ms": med, "step_ms_p10": _pct(step_ms, 0.1), "step_ms_p90": _pct(step_ms, 0.9),
@@ -331,7 +373,8 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
                    "mfu": (model_flops_per_rank(cfg, layout) / (med / 1e3) / (spec["peak_tflops"] * 1e12)
                            if spec.get("peak_tflops") else None),
                    "speedup_vs_deepspeed": (base / med) if base else None, "samples_ms": step_ms,
-                   "host_cpu": load or None, "cpu_bound": is_cpu_bound(load)}
+                   "host_cpu": load or None, "cpu_bound": is_cpu_bound(load) or bool(clock and clock["cpu_bound"]),
+                   "compute": spec.get("compute", "real"), "clock": clock}
         if "deepspeed" in samples and v != "deepspeed":
             # paired per-step ratio (variants interleaved step by step) and its bootstrap CI
             pt, lo, hi = bootstrap(median_ratio, [samples["deepspeed"], step_ms], seed=len(rows))
@@ -346,7 +389,9 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
                                            "nodes": layout.nodes, "gpus_per_node": layout.gpus_per_node,
                                            "layers": cfg.num_layers, "seq": cfg.seq, "steps": n,
                                            "topk": cfg.top_k, "capacity_factor": cfg.capacity_factor,
-                                           "micro_batch": cfg.micro_batch},
+                                           "micro_batch": cfg.micro_batch, "compute": spec.get("compute", "real"),
+                                           "topology": (spec.get("topology") or {}).get("name"),
+                                           "dilation": (spec.get("clock") or {}).get("dilation")},
                                    metrics=metrics, config={"spec": spec, "layout": layout.to_dict()}))
         rows.append((v, metrics))
     write_records(spec["out"], records)
@@ -379,6 +424,16 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
     print("# speedup vs deepspeed = median of the paired per-step ratios [95% bootstrap CI]: "
           + ", ".join(f"{v} {m['speedup_vs_deepspeed']:.3f} [{m['speedup_vs_deepspeed_ci'][0]:.3f}, "
                       f"{m['speedup_vs_deepspeed_ci'][1]:.3f}]" for v, m in rows if m.get("speedup_vs_deepspeed_ci")))
+    if spec.get("clock"):
+        ck = spec["clock"]
+        print(f"# compute modeled: the {ck['full_model']} pieces on {ck['cluster']} x D = {ck['dilation']:.1f} "
+              f"(per step, targets {', '.join(f'{k} {v / 1e3:.0f} ms' for k, v in ck['pieces_us'].items())} a "
+              f"layer forward, backward 2x; optimizer {ck['optimizer_us'] / 1e3:.0f} ms)")
+        for v, m in rows:
+            c = m["clock"]
+            late = ", ".join(f"{k} {n}x" for k, n in c["overruns"].items()) or "none"
+            print(f"# {v}: clock {c['target_ms']:.0f} ms of priced compute a step; math over its target: {late} "
+                  f"({c['overrun_ms']:.1f} ms, {c['overrun_ms'] / m['step_ms']:.1%} of the step)")
     for v, m in rows:
         print(f"# {v}: {verdict(m['host_cpu'])}")
     bound = [v for v, m in rows if m["cpu_bound"]]

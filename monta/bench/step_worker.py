@@ -57,22 +57,27 @@ def build_world(layout, cfg, variants, chunks, seed: int, zero_stage: int = 1, l
 
 
 def run_interleaved(layout, cfg, variants, *, chunks=4, steps=5, warmup=1, seed=1234, zero_stage=1,
-                    lancet_partitions=2, collect_grads=False) -> dict[str, Any]:
-    """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank."""
+                    lancet_partitions=2, collect_grads=False, clock=None) -> dict[str, Any]:
+    """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank.
+    ``clock``: a ``monta.model.clock.ComputeClock`` to run the compute on (None: the CPU's own speed)."""
+    from monta.model import clock as compute_clock
     from monta.model.engine import dp_rank_of, train_step
 
     from monta.bench.hostload import HostLoad, own_run_delay_s
 
     pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
     dp_rank = dp_rank_of(pgs)
-    out: dict[str, Any] = {v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": []}
+    out: dict[str, Any] = {v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": []}
                            for v in variants}
+    compute_clock.install(clock)
     # What CPU the steps had: the machine (rank 0 samples it) and this rank's own wait for a core.
     load = HostLoad().start() if dist.get_rank() == 0 else None
     spans: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for step in range(warmup + steps):
         for name in variants:
             beat(f"{'warm-up ' if step < warmup else ''}step {step + 1}/{warmup + steps} of variant {name}")
+            if clock is not None:
+                clock.reset_stats()
             d0, t0 = own_run_delay_s(), time.perf_counter()
             r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
             d1, t1 = own_run_delay_s(), time.perf_counter()
@@ -83,6 +88,9 @@ def run_interleaved(layout, cfg, variants, *, chunks=4, steps=5, warmup=1, seed=
                 out[name]["wait_s"].append(d1 - d0 if d0 is not None and d1 is not None else None)
                 out[name]["wall_s"].append(t1 - t0)
                 spans[name].append((t0, t1))
+                if clock is not None:
+                    out[name]["clock"].append(clock.stats())
+    compute_clock.install(None)
     if load is not None:
         load.stop()
         out["host_cpu"] = {v: load.window(spans[v]) for v in variants}

@@ -43,7 +43,7 @@ class Streams:
     Created on first use for a device, never at import, so importing monta needs no GPU.
     """
 
-    _cache: dict[Any, "Streams"] = {}
+    _cache: dict[Any, Streams] = {}
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -53,7 +53,7 @@ class Streams:
             self.copy = torch.cuda.Stream(device)
 
     @classmethod
-    def for_device(cls, device: torch.device) -> "Streams":
+    def for_device(cls, device: torch.device) -> Streams:
         key = (device.type, device.index)
         if key not in cls._cache:
             cls._cache[key] = cls(device)

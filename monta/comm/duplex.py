@@ -1,10 +1,11 @@
 """Full-duplex transport for gloo: the exchange's AllToAll and AllGather as point-to-point sends,
-each direction of a rank pair on its own TCP connection (lower -> higher on one communicator, higher -> lower on its twin).
+each direction of a rank pair on its own TCP connection (lower -> higher on one communicator, higher -> lower
+on its twin).
 
 Why: gloo has one TCP connection per rank pair, and large messages in both directions of one
 connection at once take turns instead of flowing together (measured on the emulated cluster: a
-2-rank exchange took 1.05x-2.1x its ideal time, iteration by iteration; see the README's testbed
-section). A real NIC (InfiniBand, RoCE, NVLink) carries both directions independently, so one
+2-rank exchange took 1.05x-2.1x its ideal time, iteration by iteration; see
+docs/testbed.md). A real NIC (InfiniBand, RoCE, NVLink) carries both directions independently, so one
 connection per direction is the faithful emulation; it changes no byte, only the transport.
 NCCL keeps its native collectives (``transport_for``).
 """
@@ -12,7 +13,8 @@ NCCL keeps its native collectives (``transport_for``).
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -30,7 +30,7 @@ class PassSpec:
     drop_in: bool  # input is TP-replicated at full capacity: keep only this TP rank's slice
     gather_out: bool  # rebuild full capacity over the TP group after the AllToAll
 
-    def transpose(self) -> "PassSpec":
+    def transpose(self) -> PassSpec:
         return PassSpec(drop_in=self.gather_out, gather_out=self.drop_in)
 
 

@@ -127,7 +127,7 @@ class PriorityGradSync:
         try:
             for i, it in enumerate(self.items):
                 with self._cond:
-                    self._cond.wait_for(lambda: self._ready[i])
+                    self._cond.wait_for(lambda: self._ready[i])  # noqa: B023 (called within this iteration)
                 grad = it.param.grad
                 if grad is None:
                     raise RuntimeError("a parameter has no gradient after backward; cannot synchronize it")

@@ -5,7 +5,7 @@ Why: with the AllGather the longer half (TP8 on the default profile), the exchan
 before the first chunk's AllToAll (the fill, nothing to gather yet) plus every AllGather; halving
 the first chunk halves that fill and keeps the chunk count. Measured on 2 x 8, TP8, 16 MiB, 8 chunks,
 at half the default rates (four alternating runs each): 1076-1089 ms against 1096-1111 ms with
-equal chunks (README, overlap section). Splits that start smaller still (chunks growing 1.5x, or
+equal chunks (docs/design.md#the-half-size-first-chunk). Splits that start smaller still (chunks growing 1.5x, or
 1.8x from 1%) did not help: their small early AllGathers end before the next AllToAll lands.
 
 Why not below 4 chunks: where the AllToAll is the longer half (TP4 on 2 x 4), the fill is hidden and

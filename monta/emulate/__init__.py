@@ -3,8 +3,14 @@
 Entry points: ``launch(argv, nodes, gpus_per_node, Topology(...))`` and ``monta emulate run|calibrate|probe``.
 """
 
-from monta.emulate.launcher import (EmulationError, LaunchResult, NamespaceUnavailable, RankFailed, launch,
-                                    namespace_problem)
+from monta.emulate.launcher import (
+    EmulationError,
+    LaunchResult,
+    NamespaceUnavailable,
+    RankFailed,
+    launch,
+    namespace_problem,
+)
 from monta.emulate.ranks import RankInfo
 from monta.emulate.topology import PRESETS, Topology, add_topology_args, topology_from_args
 

@@ -76,7 +76,7 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         """Median one-way time (s) of an nbytes message a->b->a; None on ranks not in the pair."""
         buf = torch.zeros(nbytes, dtype=torch.uint8)
         times = []
-        for i in range(iters + 1):  # +1: warm-up (connection set-up, allocation)
+        for _ in range(iters + 1):  # +1: warm-up (connection set-up, allocation)
             if rank == a:
                 t0 = time.perf_counter()
                 dist.send(buf, b)
@@ -111,7 +111,7 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         return float(times.median())
 
     # Every rank in one group of each concurrent pattern; new_group is collective, so all create all.
-    strided = [[l + k * gpn for k in range(nodes)] for l in range(gpn)]
+    strided = [[local + k * gpn for k in range(nodes)] for local in range(gpn)]
     per_node = [list(range(k * gpn, (k + 1) * gpn)) for k in range(nodes)]
     mine = {name: (next(r for r in pattern if rank in r), make_groups(pattern))
             for name, pattern in (("inter_all", strided), ("intra_all", per_node))}

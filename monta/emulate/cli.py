@@ -112,7 +112,6 @@ def _run(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from monta.emulate.calibrate import calibrate
     from monta.emulate.launcher import EmulationError
-
     from monta.validate import out_path
 
     topo = _check_common(args)

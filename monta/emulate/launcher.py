@@ -18,9 +18,10 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from monta.emulate.ranks import RankInfo
 from monta.emulate.topology import Topology
@@ -47,7 +48,7 @@ class NamespaceUnavailable(EmulationError):
 class RankFailed(EmulationError):
     """A rank exited non-zero or by a signal; all other ranks were killed."""
 
-    def __init__(self, message: str, result: "LaunchResult"):
+    def __init__(self, message: str, result: LaunchResult):
         super().__init__(message)
         self.result = result
 
@@ -163,8 +164,9 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     When a rank fails, the others are killed at once and RankFailed names it (``check=False``
     returns the result instead). A rank stopped by a signal, or (for ranks that report progress
     with ``monta.progress.beat``) no progress from any rank for ``stall_s`` seconds (default 120,
-    ``MONTA_STALL_S``), is a failure too, naming the rank behind and where it was. Call from the main thread: the kill-on-exit chain is tied to
-    the calling thread, and signal handlers can only be installed there. While it runs, SIGINT
+    ``MONTA_STALL_S``), is a failure too, naming the rank behind and where it was. Call from the main
+    thread: the kill-on-exit chain is tied to the calling thread, and signal handlers can only be
+    installed there. While it runs, SIGINT
     (as KeyboardInterrupt), SIGTERM and SIGHUP (as SystemExit) tear the whole tree down whatever
     disposition was inherited: a background shell starts its commands with SIGINT ignored, and an
     interrupt sent on purpose must still stop the ranks.

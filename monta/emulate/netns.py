@@ -79,7 +79,7 @@ def _tune_tcp(node: Node, cc: str, notes: list[str]) -> dict[str, object]:
 
     - congestion control: reno by default. With bbr (inherited from this host) 8-64 flows through
       the 4 MiB bulk queue lose packets at the sender's own egress and the paced flows leave the
-      link idle 2-10% of the time; reno keeps 95% at 64 flows (README, testbed section).
+      link idle 2-10% of the time; reno keeps 95% at 64 flows (docs/testbed.md).
     - quickack on the node's routes: a connection that carries data one way only (the duplex
       transport) gets pure ACKs back, which Linux delays by up to 40 ms; small pipelined chunks
       then stall (8 chunks of 4 MiB took 128-193 ms instead of 77). Both the NIC's subnet route and

@@ -10,13 +10,33 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-# A800 (BRIEF.md section 3): ~160 GB/s intra-node AllToAll busbw per GPU over NVLink, ~22 GB/s
-# (4 HDR NICs) or ~44 GB/s (8 NICs) inter-node for 2 nodes x 8. The emulated node's loopback is
-# shared by all its ranks exactly as its NIC is, so the per-rank ratio equals the ratio of the
-# two node-level rates; we keep that ratio and scale the absolute rates down to what a 2-core box
-# carries (gloo over loopback measured ~1-2 GB/s = 8-16 Gbit/s here, see the emulate report).
-A800_INTRA_GBPS_SCALED = 8.0  # node loopback, Gbit/s: below what the box reaches, so it binds
-_A800_INTRA_GBs, _A800_INTER_4NIC_GBs, _A800_INTER_8NIC_GBs = 160.0, 22.0, 44.0
+from monta.perfmodel.links import PRESETS as CLUSTER_PRESETS
+from monta.perfmodel.links import Cluster
+
+# An emulated profile is a real cluster preset of the performance model (monta.perfmodel.links) slowed
+# by one factor: every node's NIC is shaped to ``inter_gbps`` and its loopback to ``inter_gbps x rho``,
+# rho = per-GPU NVLink rate / per-GPU NIC share of the preset. A node's ranks share its loopback exactly
+# as they share its NIC, so the per-GPU ratio of the real node is reproduced (docs/testbed.md). The
+# default inter rate keeps every preset's loopback at or under ~1.7 Gbit/s, what gloo on 2 cores
+# feeds for 2 x 4 ranks without the cores binding; 2 x 8 runs at half of it (``NAME@0.0625``).
+DEFAULT_INTER_GBPS = 0.125
+# Removed profiles, and why (a name must say what it is).
+RETIRED = {
+    "a800-4nic-dilated": "it shaped intra:inter 7.27, an 8-NIC node's ratio (160 GB/s over a 2-node busbw)",
+    "a800-4nic-dilated-half": "it shaped intra:inter 7.27, an 8-NIC node's ratio (160 GB/s over a 2-node busbw)",
+}
+
+
+def per_gpu_rates(cluster: Cluster) -> tuple[float, float]:
+    """(NVLink GB/s, NIC share GB/s) of one GPU of ``cluster``: the rates a rank sees."""
+    return cluster.intra.bandwidth_GBps, cluster.inter.bandwidth_GBps * cluster.nics_per_node / cluster.gpus_per_node
+
+
+def rho(cluster_name: str) -> float:
+    """Per-GPU NVLink rate over per-GPU NIC share of a performance-model cluster preset."""
+    nvlink, nic = per_gpu_rates(CLUSTER_PRESETS[cluster_name]())
+    return nvlink / nic
+
 
 MAX_GBPS = 400.0  # beyond this tc/tbf on a veth cannot be meant seriously on one machine
 MAX_LATENCY_US = 1_000_000.0
@@ -37,6 +57,8 @@ class Topology:
     """Added one-way node-to-node latency in microseconds (netem, half on each side of the bridge)."""
     tcp_cc: str = "reno"
     """TCP congestion control inside the emulated nodes (reno or bbr; see ``netns._tune_tcp``)."""
+    cluster: str = ""
+    """The performance-model cluster preset these rates emulate ('' = hand-set rates, no real cluster)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -56,6 +78,8 @@ class Topology:
             raise ValueError(f"latency_us={lat!r}: must be a number of microseconds")
         if not 0.0 <= lat <= MAX_LATENCY_US:
             raise ValueError(f"latency_us={lat!r}: must be between 0 and {MAX_LATENCY_US:g} us")
+        if self.cluster and self.cluster not in CLUSTER_PRESETS:
+            raise ValueError(f"cluster={self.cluster!r}: choose one of {', '.join(CLUSTER_PRESETS)}")
 
     @property
     def shaped(self) -> bool:
@@ -71,6 +95,14 @@ class Topology:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def link_dilation(self, gpus_per_node: int) -> float | None:
+        """How many times slower the emulated node's NIC is than the real node's (``gpus_per_node``
+        GPUs, each with its NIC share of the preset); None for hand-set rates."""
+        if not self.cluster or self.inter_gbps is None:
+            return None
+        _, nic = per_gpu_rates(CLUSTER_PRESETS[self.cluster]())
+        return gpus_per_node * nic * 8.0 / self.inter_gbps
+
     def describe(self) -> str:
         def rate(v: float | None) -> str:
             return "unshaped" if v is None else f"{v:g} Gbit/s"
@@ -78,45 +110,52 @@ class Topology:
         if self.latency_us:
             text += f", +{self.latency_us:g} us one-way"
         if self.ratio is not None:
-            text += f" (intra:inter {self.ratio:.2f})"
+            text += f" (intra:inter {self.ratio:.2f}"
+            text += f", the per-GPU rho of {self.cluster})" if self.cluster else ", hand-set)"
         return text
 
     @classmethod
+    def emulating(cls, cluster: str, inter_gbps: float = DEFAULT_INTER_GBPS, **overrides: Any) -> "Topology":
+        """The cluster preset ``cluster`` slowed down so its NIC runs at ``inter_gbps`` per node;
+        the loopback follows at ``inter_gbps x rho``. Named ``cluster@inter_gbps``."""
+        if cluster not in CLUSTER_PRESETS:
+            raise ValueError(f"unknown cluster preset {cluster!r}; choose one of {', '.join(CLUSTER_PRESETS)}")
+        if isinstance(inter_gbps, bool) or not isinstance(inter_gbps, (int, float)) or not inter_gbps > 0:
+            raise ValueError(f"inter_gbps={inter_gbps!r}: must be a positive number of Gbit/s")
+        return cls(name=f"{cluster}@{inter_gbps:g}", cluster=cluster, inter_gbps=float(inter_gbps),
+                   intra_gbps=round(inter_gbps * rho(cluster), 4), **overrides)
+
+    @classmethod
     def preset(cls, name: str, **overrides: Any) -> "Topology":
-        try:
-            base = PRESETS[name]
-        except KeyError:
-            raise ValueError(f"unknown topology preset {name!r}; choose one of {', '.join(PRESETS)}") from None
-        # An overridden preset is no longer the preset: say so in its name.
-        return replace(base, name=f"{name}+custom", **overrides) if overrides else base
+        """``unshaped``, a cluster preset (``a800-4nic``: its NIC at the default emulated rate), or
+        ``PRESET@GBPS`` (its NIC at GBPS Gbit/s per node, the loopback at GBPS x rho)."""
+        base_name, _, at = name.partition("@")
+        if base_name in RETIRED:
+            raise ValueError(f"topology preset {base_name!r} was removed: {RETIRED[base_name]}; use a800-4nic "
+                             f"(the 4-NIC A800, rho {rho('a800-4nic'):.1f}) or a800-8nic")
+        if name == "unshaped":
+            base = Topology(name="unshaped")
+        elif base_name in CLUSTER_PRESETS:
+            try:
+                inter = float(at) if at else DEFAULT_INTER_GBPS
+            except ValueError:
+                raise ValueError(f"topology preset {name!r}: after '@' give the NIC rate in Gbit/s, e.g. "
+                                 f"{base_name}@0.0625") from None
+            base = cls.emulating(base_name, inter)
+        else:
+            raise ValueError(f"unknown topology preset {name!r}; choose one of {', '.join(PRESETS)}, "
+                             "or PRESET@GBPS (the NIC rate per node)")
+        if base.cluster and set(overrides) & {"inter_gbps", "intra_gbps"} == {"inter_gbps"}:
+            # A cluster preset at another NIC rate is still that cluster: the loopback follows rho.
+            base = cls.emulating(base.cluster, overrides.pop("inter_gbps"))
+        if not overrides.keys() - {"tcp_cc"}:
+            return replace(base, **overrides)
+        # Rates or latency set by hand: no longer the preset; say so in its name.
+        return replace(base, name=f"{base.name}+custom", cluster="", **overrides)
 
 
-def _a800(name: str, inter_GBs: float) -> Topology:
-    return Topology(name=name, intra_gbps=A800_INTRA_GBPS_SCALED,
-                    inter_gbps=round(A800_INTRA_GBPS_SCALED * inter_GBs / _A800_INTRA_GBs, 3))
-
-
-# Time-dilated A800 (4 NICs) for this 2-core box: the intra:inter ratio of a real node (7.27), at
-# rates where the shaped links, not the cores that every emulated rank shares, bound an exchange.
-# Every byte takes ~700x longer than on the real node, so CPU work per byte (copies, TCP) is a
-# small share of the wall time: on 2 x 8 ranks the ranks' main threads waited for a core 1-4% of
-# the time where 8 : 1.1 Gbit/s left the AllGather CPU-bound (README, testbed section).
-DILATED_INTER_GBPS = 0.25
-A800_4NIC_DILATED = Topology(name="a800-4nic-dilated", inter_gbps=DILATED_INTER_GBPS,
-                             intra_gbps=round(DILATED_INTER_GBPS * _A800_INTRA_GBs / _A800_INTER_4NIC_GBs, 3))
-
-# The same at half the rates, for 2 x 8 ranks: there the default rates leave MoNTA's chunked exchange
-# CPU-bound (its 16 ranks waited for a core 15-20% of the time at 16 MiB); at half the rates 1-5%.
-A800_4NIC_DILATED_HALF = replace(A800_4NIC_DILATED, name="a800-4nic-dilated-half",
-                                 inter_gbps=DILATED_INTER_GBPS / 2, intra_gbps=A800_4NIC_DILATED.intra_gbps / 2)
-
-PRESETS: dict[str, Topology] = {
-    "unshaped": Topology(name="unshaped"),
-    "a800-4nic-dilated": A800_4NIC_DILATED,  # 1.818 : 0.25 Gbit/s, ratio 7.27 (the default profile)
-    "a800-4nic-dilated-half": A800_4NIC_DILATED_HALF,  # 0.909 : 0.125 Gbit/s, ratio 7.27 (link-bound on 2 x 8)
-    "a800-4nic": _a800("a800-4nic", _A800_INTER_4NIC_GBs),  # 8 : 1.1 Gbit/s, ratio 7.27
-    "a800-8nic": _a800("a800-8nic", _A800_INTER_8NIC_GBs),  # 8 : 2.2 Gbit/s, ratio 3.64
-}
+# The named presets: no shaping, and every cluster preset of the performance model at the default rate.
+PRESETS: tuple[str, ...] = ("unshaped", *(n for n in CLUSTER_PRESETS if n != "a800"))
 
 
 # -- command-line flags shared by `monta emulate ...` and `monta bench ...` -------------------
@@ -148,6 +187,6 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
             if text.startswith(f"{k}="):
                 value, _, rest = text[len(k) + 1:].partition(": ")
                 text = f"--{k.replace('_', '-')} {value}: {rest}"
-        if text.startswith("unknown topology preset"):
+        if text.startswith(("unknown topology preset", "topology preset")):
             text = f"--topology {args.topology}: {text}"
         raise ValueError(text) from None

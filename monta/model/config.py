@@ -85,7 +85,8 @@ class ModelConfig:
 # of the step, as at full scale. One layer and vocab 512 keep a step to a few seconds for 8 ranks
 # on 2 cores; every reported run states its layer count.
 PRESETS: dict[str, ModelConfig] = {
-    # Llama-2-70B shape, every FFN an MoE of 2 such experts, top-2, cf 1.0, 8K sequence (BRIEF.md).
+    # Llama-2-70B shape, every FFN an MoE of 2 such experts, top-2, cf 1.0, 8K sequence (MoNTA, arXiv 2411.00662;
+    # docs/design.md#the-2x70b-model).
     "moe-2x70b": ModelConfig(name="moe-2x70b", num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8,
                              ffn=28672, vocab=32000, num_experts=2, top_k=2, capacity_factor=1.0, seq=8192,
                              micro_batch=1),

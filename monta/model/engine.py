@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from monta.groups import MPU, ProcessGroups
+from monta.model import clock
 from monta import variants as registry
 from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
@@ -131,6 +132,7 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     sync = lambda: torch.cuda.synchronize() if torch.cuda.is_available() else None  # noqa: E731
     sync()
     t0 = time.perf_counter()
+    clock.restart()
     loss, lm_loss = engine(tokens, labels)
     sync()
     t1 = time.perf_counter()
@@ -146,6 +148,7 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     finally:
         if hooks is not None:
             hooks.end_backward()
+    clock.restart()  # end_backward waited for the dW worker thread
     sync()
     t2 = time.perf_counter()
     if v.grad_sync is not None:
@@ -157,7 +160,9 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
         engine.allreduce_gradients()
     sync()
     t3 = time.perf_counter()
+    clock.restart()  # the gradient sync was communication
     engine.step()
+    clock.charge("optimizer", t3)
     sync()
     t4 = time.perf_counter()
     out = {"loss": float(loss.detach()), "lm_loss": float(lm_loss), "step_s": t4 - t0}

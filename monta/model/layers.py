@@ -6,10 +6,13 @@ Notation: B micro-batch, S sequence, H hidden, Hq/Hkv query/KV heads on this TP 
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from monta.model import clock
 from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, copy_to_tp
 
 
@@ -38,6 +41,50 @@ def apply_rope(x_BSHD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> to
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
 
 
+def _core_flops(q_BHSD: torch.Tensor) -> float:
+    """Causal attention's FLOPs as the performance model counts them: 2 x S^2 x (heads x D) a sequence."""
+    B, Hq, S, D = q_BHSD.shape
+    return 2.0 * S * S * Hq * D * B
+
+
+class _ClockedCore(torch.autograd.Function):
+    """Causal SDPA whose forward and backward each run on the emulated clock (the same math and grads:
+    the backward differentiates the forward's own graph)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        t0 = time.perf_counter()
+        with torch.enable_grad():
+            ins = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
+            o = F.scaled_dot_product_attention(*ins, is_causal=True)
+        ctx.graph = (ins, o)
+        clock.charge("attention_core", t0, _core_flops(q))
+        return o.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        t0 = time.perf_counter()
+        ins, o = ctx.graph
+        need = [t for t in ins if t.requires_grad]
+        got = iter(torch.autograd.grad(o, need, grad))
+        grads = tuple(next(got) if t.requires_grad else None for t in ins)
+        del ctx.graph
+        clock.charge("attention_core", t0, _core_flops(ins[0]), factor=2.0)
+        return grads
+
+
+def attention_core(q_BHSD: torch.Tensor, k_BHSD: torch.Tensor, v_BHSD: torch.Tensor) -> torch.Tensor:
+    """softmax(QK^T / sqrt(D)) V, causal; on the emulated clock when one is installed."""
+    if clock.CLOCK is None or not clock.CLOCK.priced("attention_core"):
+        return F.scaled_dot_product_attention(q_BHSD, k_BHSD, v_BHSD, is_causal=True)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHSD, k_BHSD, v_BHSD)):
+        return _ClockedCore.apply(q_BHSD, k_BHSD, v_BHSD)
+    t0 = time.perf_counter()
+    o = F.scaled_dot_product_attention(q_BHSD, k_BHSD, v_BHSD, is_causal=True)
+    clock.charge("attention_core", t0, _core_flops(q_BHSD))
+    return o
+
+
 class Attention(nn.Module):
     """Causal grouped-query attention; heads split over TP (q/k/v column-, o row-parallel)."""
 
@@ -63,7 +110,7 @@ class Attention(nn.Module):
         rep = self.hq // self.hkv
         k = k.repeat_interleave(rep, dim=2)
         v = v.repeat_interleave(rep, dim=2)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        o = attention_core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(o.transpose(1, 2).reshape(B, S, self.hq * self.head_dim))
 
 

@@ -6,6 +6,7 @@ The TP group travels in a ``TPGroup`` holder that deep-copies to itself, because
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from monta.model import clock
 
 
 @dataclass(eq=False)
@@ -91,6 +94,14 @@ def accumulate_grad(param: nn.Parameter, g: torch.Tensor) -> None:
         GradReadiness.notify(param)
 
 
+def _charge(weight: torch.Tensor, x: torch.Tensor, t0: float) -> None:
+    """One GEMM of x [.., in] by weight [out, in] (forward, dX or dW: the same FLOPs) on the emulated
+    clock, as the piece its weight belongs to (``weight.clock_piece``; none: not priced)."""
+    piece = getattr(weight, "clock_piece", None)
+    if piece is not None and clock.CLOCK is not None:
+        clock.charge(piece, t0, 2.0 * (x.numel() // x.shape[-1]) * weight.numel())
+
+
 class _Linear(torch.autograd.Function):
     """y = x W^T whose backward splits dX (now) from dW (now, or deferred to a sink).
 
@@ -101,17 +112,24 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight):
         ctx.save_for_backward(x, weight)
-        return F.linear(x, weight)
+        t0 = time.perf_counter()
+        y = F.linear(x, weight)
+        _charge(weight, x, t0)
+        return y
 
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
+        t0 = time.perf_counter()
         dx = grad.matmul(weight)
+        _charge(weight, x, t0)
 
         def dw():
+            t0 = time.perf_counter()
             g2 = grad.reshape(-1, grad.shape[-1])
             x2 = x.reshape(-1, x.shape[-1])
             accumulate_grad(weight, g2.t().matmul(x2))
+            _charge(weight, x, t0)
 
         sink = DeferredWeightGrad.sink
         if sink is None:

@@ -194,6 +194,7 @@ class MoETransformer(nn.Module):
         self.head = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))  # replicated over TP
         ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
         self._init_weights(seed, ep_rank)
+        self._tag_clock_pieces()
         for layer in self.layers:
             layer.moe.deepspeed_moe.record_times = False
 
@@ -217,6 +218,17 @@ class MoETransformer(nn.Module):
                     for proj in ("w1", "w3", "w2"):
                         m = getattr(expert, proj)
                         m.load_full(full(f"layers.{i}.expert{e}.{proj}", m.full_shape))
+
+    def _tag_clock_pieces(self) -> None:
+        """Name the compute piece each GEMM weight belongs to (``monta.model.clock`` prices it as that
+        piece of the full-size model). After construction: DeepSpeed deep-copies the experts."""
+        self.head.clock_piece = "head"
+        for layer in self.layers:
+            for proj in ("wq", "wk", "wv", "wo"):
+                getattr(layer.attn, proj).weight.clock_piece = "attention"
+            for expert in layer.moe.deepspeed_moe.experts.deepspeed_experts:
+                for proj in ("w1", "w3", "w2"):
+                    getattr(expert, proj).weight.clock_piece = "experts"
 
     def set_schedule(self, schedule: MoESchedule) -> None:
         for layer in self.layers:

@@ -3,6 +3,6 @@
 ``from monta.moe import MoE`` is a drop-in for ``deepspeed.moe.layer.MoE`` plus exchange= and chunks=.
 """
 
-from monta.moe.layer import MoE, ExchangeMOELayer, RoutingPlan
+from monta.moe.layer import ExchangeMOELayer, MoE, RoutingPlan
 
 __all__ = ["MoE", "ExchangeMOELayer", "RoutingPlan"]

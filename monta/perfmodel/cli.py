@@ -68,22 +68,25 @@ def register(subparsers) -> None:
     pa.add_argument("--out", default=None)
     pa.set_defaults(func=_cmd_alltoall)
 
-    pc = sub.add_parser("accuracy", help="predicted vs measured AllToAll times, MAPE and chunk-choice check")
-    pc.add_argument("--measured", nargs="+", required=True, help="JSONL records from `monta bench alltoall`")
+    pc = sub.add_parser("accuracy", help="predicted vs measured AllToAll and training-step times, MAPE, chunk-choice "
+                                         "and step-ranking checks")
+    pc.add_argument("--measured", nargs="+", required=True,
+                    help="JSONL records from `monta bench alltoall` and `monta bench step --compute modeled`")
     pc.add_argument("--profile", required=True, help="link profile JSON from `monta emulate calibrate`")
+    pc.add_argument("--step-profile", default=None,
+                    help="link profile calibrated at the step's links, where they differ (default: --profile)")
     pc.add_argument("--out", default=None, help="write the predictions as records")
     pc.set_defaults(func=_cmd_accuracy)
 
 
 def _cmd_plan(args) -> int:
+    from monta import validate as V
+    from monta import variants as registry
     from monta.perfmodel.links import get_cluster
     from monta.perfmodel.memory import GB
     from monta.perfmodel.models import get_model
     from monta.perfmodel.planner import plan
-    from monta import variants as registry
     from monta.perfmodel.strategy import RECOMPUTE
-
-    from monta import validate as V
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
     if args.gpus_per_node is not None:
@@ -157,9 +160,9 @@ def _cmd_paper(args) -> int:
 
 
 def _cmd_alltoall(args) -> int:
+    from monta import validate as V
     from monta.perfmodel.alltoall import format_table, make_layout, parse_chunks, parse_variants, records, sweep
     from monta.perfmodel.links import get_cluster
-    from monta import validate as V
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
     V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
@@ -187,20 +190,33 @@ def _cmd_alltoall(args) -> int:
 
 
 def _cmd_accuracy(args) -> int:
-    from monta.perfmodel.accuracy import evaluate, report
+    from monta.perfmodel.accuracy import evaluate, evaluate_steps, ranking_agrees, report, report_steps
     from monta.perfmodel.links import LinkProfile
     from monta.results import make_record, read_records
-
     from monta.validate import out_path
 
     out_path(args.out)
     measured = read_records(*args.measured)  # the validating loader: file:line of anything unusable
     profile = LinkProfile.load(args.profile)
-    points, checks = evaluate(measured, profile)
+    steps = evaluate_steps(measured, LinkProfile.load(args.step_profile) if args.step_profile else profile)
+    has_a2a = any(r.get("kind") == "alltoall" for r in measured)
+    points, checks = evaluate(measured, profile) if has_a2a or not steps else ([], [])
     print(f"# predicted with link profile {profile.name} ({profile.source}) vs {', '.join(args.measured)}")
-    print(report(points, checks))
+    if points:
+        print(report(points, checks))
+    if steps:
+        print("# the training step on the emulated clock (compute is the model's by construction: this checks its "
+              "exchanges, overlap and scheduling)")
+        print(report_steps(steps))
     if args.out:
-        _write(args.out, [make_record(kind="alltoall", source="predicted", experiment="accuracy",
+        _write(args.out, [make_record(kind="step", source="predicted", experiment="accuracy",
+                                      params={"variant": p.variant, "shape": p.shape,
+                                              "cluster": f"emulator:{profile.name}"},
+                                      metrics={"step_ms": p.predicted_ms, "measured_ms": p.measured_ms,
+                                               "error": p.error, "measured_cpu_bound": p.cpu_bound,
+                                               "ranking_agrees": ranking_agrees(steps)},
+                                      config={"measured_run_id": p.run_id}) for p in steps]
+               + [make_record(kind="alltoall", source="predicted", experiment="accuracy",
                                       params={"size_bytes": p.size_bytes, "variant": p.variant, "chunks": p.chunks,
                                               "nodes": p.nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "ep": p.ep,
                                               "cluster": f"emulator:{profile.name}"},

@@ -36,7 +36,7 @@ class GroupShape:
         return "intra" if self.nodes == 1 else "inter"
 
     @classmethod
-    def strided(cls, size: int, stride: int, gpus_per_node: int) -> "GroupShape":
+    def strided(cls, size: int, stride: int, gpus_per_node: int) -> GroupShape:
         """Ranks r, r+stride, ... (Megatron/DeepSpeed rank order): a node holds gpn/stride of them."""
         per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
         while size % per_node:  # a group that does not tile nodes evenly: be conservative
@@ -44,7 +44,7 @@ class GroupShape:
         return cls(size, per_node, gpus_per_node)
 
     @classmethod
-    def of_group(cls, group, layout) -> "GroupShape":
+    def of_group(cls, group, layout) -> GroupShape:
         """From a ``monta.parallel.Group`` of a ``ParallelLayout`` (counts ranks on its first node)."""
         first = layout.node_of(group.ranks[0])
         per_node = sum(1 for r in group.ranks if layout.node_of(r) == first)
@@ -61,7 +61,7 @@ class CollTime:
     intra_bytes: float = 0.0
     inter_bytes: float = 0.0
 
-    def __add__(self, o: "CollTime") -> "CollTime":
+    def __add__(self, o: CollTime) -> CollTime:
         return CollTime(self.time_us + o.time_us, self.intra_us + o.intra_us, self.inter_us + o.inter_us,
                         self.intra_bytes + o.intra_bytes, self.inter_bytes + o.inter_bytes)
 

@@ -19,8 +19,9 @@ VARIANTS = ("legacy", "deepspeed", "monta")
 # Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
 # identical on every TP rank. legacy: every TP rank AllToAlls all S over the EP group (inter-node
 # bytes x TP), then copies the received buffer into place. deepspeed: pack the own 1/TP capacity
-# slice -> AllToAll(EP) -> AllGather(TP) -> copy into place, sequentially. monta: the slice cut into `chunks` pieces, AllToAll(i+1) runs
-# while AllGather(i) and copy(i) run. Combine and both backward passes have the same shape.
+# slice -> AllToAll(EP) -> AllGather(TP) -> copy into place, sequentially. monta: the slice cut into
+# `chunks` pieces, AllToAll(i+1) runs while AllGather(i) and copy(i) run. Combine and both backward
+# passes have the same shape.
 
 
 class Timeline:

@@ -154,7 +154,7 @@ class Cluster:
                 "peak_tflops": self.peak_tflops, "gemm_eff": self.gemm_eff, "mem_GB": self.mem_GB}
 
 
-# SimAI (Alibaba, NSDI'25) measured AllToAll efficiency ratios on A800 (BRIEF.md section 3):
+# SimAI (Alibaba, NSDI'25) measured AllToAll efficiency ratios on A800 (docs/design.md#a800-hardware):
 # one node 0.44 / 0.65 / 0.74 at 16 MiB / 128 MiB / 1 GiB; two nodes 0.52 / 0.76 / 0.81.
 # Our bandwidths below are already the *effective* large-message figures, so the ratios are
 # normalised to their 1 GiB value (the curve's shape, not its absolute level, is what we take).
@@ -164,7 +164,8 @@ _SIMAI_INTER = ((16 * 2**20, 0.52 / 0.81), (128 * 2**20, 0.76 / 0.81), (2**30, 1
 
 def _a800(nics: int) -> Cluster:
     # A800 SXM: 8 NVLinks x 25 GB/s per direction, ~20 GB/s effective each -> ~160 GB/s intra bus
-    # bandwidth; HDR InfiniBand 200 Gb/s NICs at ~23.5 GB/s effective (BRIEF.md section 3, SimAI).
+    # bandwidth; HDR InfiniBand 200 Gb/s NICs at ~23.5 GB/s effective (SimAI, NSDI'25;
+    # docs/design.md#a800-hardware).
     # 312 TFLOP/s dense bf16, 80 GB HBM2e at 2.0 TB/s.
     return Cluster(f"a800-{nics}nic", Link(160.0, 10.0, _SIMAI_INTRA), Link(23.5, 15.0, _SIMAI_INTER),
                    gpus_per_node=8, nics_per_node=nics, peak_tflops=312.0, mem_GB=80.0, copy_GBps=800.0,

@@ -11,7 +11,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder whose every FFN is an MoE of SwiGLU experts (BRIEF.md section 1, '2x70B')."""
+    """A decoder whose every FFN is an MoE of SwiGLU experts (docs/design.md#the-2x70b-model, '2x70B')."""
 
     name: str
     hidden: int

@@ -71,7 +71,8 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
     out, recs = [], []
     out.append("Assumptions: 'DeepSpeed' in the 8x claim = legacy (every TP rank AllToAlls the whole buffer, "
                "DeepSpeed < 0.14.5);\n  AllToAll sizes = per-rank dispatch buffer [E, C, M]; chunks = the model's "
-               "'auto';\n  clusters: " + ", ".join(clusters) + " (an A800 node has 4 or 8 HDR NICs; BRIEF.md section 3).")
+               "'auto';\n  clusters: " + ", ".join(clusters) + " (an A800 node has 4 or 8 HDR NICs; "
+               "docs/design.md#a800-hardware).")
     for name in clusters:
         a = alltoall_setup(name)
         c = a["cluster"]
@@ -104,7 +105,8 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
                    f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
                    + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **"))
         ref_ds, ref_lg = steps["deepspeed"].total_us, steps["legacy"].total_us
-        out.append(f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} {'vs deepspeed':>12} {'vs legacy':>9}")
+        out.append(f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} "
+                   f"{'vs deepspeed':>12} {'vs legacy':>9}")
         for v, b in steps.items():
             out.append(f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
                        f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}")

@@ -13,7 +13,7 @@ from monta import variants as registry
 from monta.perfmodel import collectives as C
 from monta.perfmodel.chunks import best_chunks
 from monta.perfmodel.collectives import GroupShape
-from monta.perfmodel.compute import attn_us, gemm_us, head_flops, layer_flops
+from monta.perfmodel.compute import attn_us, forward_pieces_us, gemm_us, layer_flops, optimizer_us
 from monta.perfmodel.exchange import exchange_shapes, modelled_as
 from monta.perfmodel.links import Cluster
 from monta.perfmodel.memory import params_per_rank
@@ -24,7 +24,7 @@ LINA_CHUNK_BYTES = 30 * 2**20  # gradient AllReduce micro-op size of a priority 
 PLAN_CHUNKS = (1, 2, 4, 8, 16)  # 'auto' at step level: powers of two keep the planner fast
 PARTITIONS = 4  # Lancet's batch partitions / Lina's AllToAll token chunks (decision, a knob)
 
-# Per variant (monta.variants; BRIEF.md section 2): its exchange runs the AllToAll, its sync says
+# Per variant (monta.variants; docs/design.md#variants): its exchange runs the AllToAll, its sync says
 # whether AllToAll has priority over gradient sync, its schedule's ``hidden_us`` what overlap hides.
 
 
@@ -70,9 +70,12 @@ def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupS
 
 def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_batch: int,
                  pipeline_backward: bool = True, measured_tflops: float | None = None,
-                 validate: bool = True) -> StepBreakdown:
+                 validate: bool = True, compute_scale=None, elem_bytes: int = 2) -> StepBreakdown:
     """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed).
-    ``validate=False`` is for the planner, whose enumeration only builds valid strategies."""
+    ``validate=False`` is for the planner, whose enumeration only builds valid strategies.
+    ``compute_scale`` (a ``monta.perfmodel.clock.Clock``): compute and optimizer times are the clock's
+    (the full-size model's on the real cluster, dilated), communication is priced on ``cluster``.
+    ``elem_bytes``: bytes of an activation and gradient element (2: bf16 on GPUs; 4: the CPU runs' fp32)."""
     gpn = cluster.gpus_per_node
     if validate:
         s.validate(cluster.world_size, gpn, m, seq)
@@ -83,26 +86,29 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     tokens = s.micro_batch * seq // s.cp
     layers = math.ceil(m.layers / s.pp)
     fl = layer_flops(m, tokens, seq, s.tp)
-    attn_f = gemm_us(fl.attn_gemm, cluster, measured_tflops) + attn_us(fl.attn_core, cluster, measured_tflops)
-    moe_f = gemm_us(fl.gate + fl.experts, cluster, measured_tflops)
-    head_f = gemm_us(head_flops(m, tokens, s.tp), cluster, measured_tflops)
+    pieces = forward_pieces_us(m, tokens, seq, s.tp, cluster, measured_tflops)
+    if compute_scale is not None:  # the emulated clock: the full-size model's pieces, dilated
+        pieces = compute_scale.pieces_us
+    attn_f = pieces["attention"] + pieces["attention_core"]
+    moe_f = pieces["gate"] + pieces["experts"]
+    head_f = pieces["head"]
     fwd_c = layers * (attn_f + moe_f) + head_f
     bwd_c = 2 * fwd_c
 
     # Tensor parallelism without sequence parallelism: AllReduce after attention and after the
     # experts, in the forward and the backward.
-    tp_ar = C.allreduce(tokens * m.hidden * 2, g["tp"], cluster)
+    tp_ar = C.allreduce(tokens * m.hidden * elem_bytes, g["tp"], cluster)
     # Context parallelism: ring attention passes this rank's K and V around the CP ring (cp-1 hops),
     # overlapped with the attention core; the backward also returns dK, dV.
-    kv = C.p2p(tokens * 2 * m.kv_dim * 2, g["cp"].link, cluster, gpn) if s.cp > 1 else C.ZERO
-    attn_core = attn_us(fl.attn_core, cluster, measured_tflops)
+    kv = C.p2p(tokens * 2 * m.kv_dim * elem_bytes, g["cp"].link, cluster, gpn) if s.cp > 1 else C.ZERO
+    attn_core = pieces["attention_core"]
     cp_fwd = max(0.0, (s.cp - 1) * kv.time_us - attn_core)
     cp_bwd = max(0.0, 2 * (s.cp - 1) * kv.time_us - 2 * attn_core)
 
     # MoE token exchange: [E, C, M] per rank, 4 exchanges per layer (dispatch/combine x fwd/bwd).
     var = registry.get(s.variant)
     xv = modelled_as(var.exchange)  # a plugin's exchange: the core one it declared (ValueError if none)
-    S = m.capacity_factor * m.top_k * tokens * m.hidden * 2
+    S = m.capacity_factor * m.top_k * tokens * m.hidden * elem_bytes
     chunks = 1
     if xv == "monta":
         if var.chunks is not None:
@@ -137,7 +143,7 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
 
     # Pipeline: 1F1B, (pp-1) bubble slots; activations T x h cross each stage boundary both ways.
     stage_link = "inter" if cluster.world_size // s.pp >= gpn else "intra"
-    pp_send = C.p2p(tokens * m.hidden * 2, stage_link, cluster, gpn) if s.pp > 1 else C.ZERO
+    pp_send = C.p2p(tokens * m.hidden * elem_bytes, stage_link, cluster, gpn) if s.pp > 1 else C.ZERO
     pp_us = (s.pp - 1) * t_mb + num_micro * 2 * pp_send.time_us
 
     # ZeRO-3 gathers the parameters before each forward and backward, prefetched under compute.
@@ -145,13 +151,13 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     z3 = 0.0
     zg = C.ZERO
     if s.zero == 3:
-        zg = C.allgather(dense * 2 / s.lanes, g["dp"], cluster) + C.allgather(expert * 2 / s.expert_dp, g["edp"], cluster)
+        zg = C.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + C.allgather(expert * elem_bytes / s.expert_dp, g["edp"], cluster)
         z3 = num_micro * (max(0.0, zg.time_us - fwd_c) + max(0.0, zg.time_us - bwd_c))
 
     # Gradient sync (AllReduce, or ReduceScatter + parameter AllGather: the same bytes), once per step,
     # overlapped with the last micro-batch's backward where it competes with the AllToAll for links.
-    gd = C.allreduce(dense * 2, g["dp"], cluster)
-    ge = C.allreduce(expert * 2, g["edp"], cluster)
+    gd = C.allreduce(dense * elem_bytes, g["dp"], cluster)
+    ge = C.allreduce(expert * elem_bytes, g["edp"], cluster)
     t_grad = gd.time_us + ge.time_us
     a2a_busy = layers * (ex_bwd - hid_b)
     shares_link = any(x.link == g["ep"].link for x in (g["dp"], g["edp"]) if x.size > 1) and s.ep > 1
@@ -159,7 +165,7 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
         # AllToAll first: gradients use only the link's idle time, and a micro-op in flight blocks a
         # newly arriving AllToAll for half a chunk on average.
         idle = t_bwd - (a2a_busy if shares_link else 0.0)
-        chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense * 2), g["dp"], cluster).time_us
+        chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense * elem_bytes), g["dp"], cluster).time_us
         busy = min(1.0, t_grad / max(t_bwd, 1e-9))
         grad_us = max(0.0, t_grad - idle) + (layers * 2 * 0.5 * chunk * busy if shares_link else 0.0)
     else:
@@ -167,10 +173,10 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
         delay = 0.5 * min(t_grad, a2a_busy) if shares_link else 0.0
         grad_us = max(0.0, t_grad - t_bwd) + delay
 
-    sharded = (dense / s.lanes + expert / s.expert_dp) if s.zero >= 1 else (dense + expert)
-    optimizer_us = sharded * (4 + 4 + 4 + 2 + 2) * 2 / (cluster.hbm_GBps * 1e3)  # read + write of Adam's state
+    opt_us = (compute_scale.optimizer_us if compute_scale is not None
+              else optimizer_us(dense, expert, s.lanes, s.expert_dp, s.zero, cluster))
 
-    total = num_micro * t_mb + pp_us + z3 + grad_us + optimizer_us
+    total = num_micro * t_mb + pp_us + z3 + grad_us + opt_us
     micro = num_micro * (1 if s.recompute != "full" else 1.5)  # full recompute redoes forward exchanges
     per_layer_x = 2 * (ex.inter_bytes + ex_b.inter_bytes), 2 * (ex.intra_bytes + ex_b.intra_bytes)
     inter = micro * layers * (per_layer_x[0] + 4 * tp_ar.inter_bytes + 3 * (s.cp - 1) * kv.inter_bytes) \
@@ -181,6 +187,6 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
         s.variant, total, num_micro * (fwd_c + bwd_c), num_micro * recompute,
         num_micro * layers * (ex_fwd + ex_bwd - hid_f - hid_b), num_micro * layers * (hid_f + hid_b),
         num_micro * layers * 4 * tp_ar.time_us, num_micro * layers * (cp_fwd + cp_bwd), pp_us, grad_us + z3,
-        optimizer_us, inter, intra, chunks, num_micro,
+        opt_us, inter, intra, chunks, num_micro,
         extra={"exchange_per_layer_us": ex_fwd + ex_bwd, "grad_sync_us": t_grad, "exchange_bytes": S,
                "tokens_per_rank": tokens})

@@ -66,7 +66,8 @@ class Strategy:
             if self.pp > model.layers:
                 raise ValueError(f"pp={self.pp} exceeds the number of layers ({model.layers})")
             if model.heads % self.tp or (model.kv_heads % self.tp and self.tp % model.kv_heads):
-                raise ValueError(f"tp={self.tp} must divide heads={model.heads} (and divide or be a multiple of kv_heads={model.kv_heads})")
+                raise ValueError(f"tp={self.tp} must divide heads={model.heads} "
+                                 f"(and divide or be a multiple of kv_heads={model.kv_heads})")
         if seq is not None and seq % self.cp:
             raise ValueError(f"cp={self.cp} must divide the sequence length {seq}")
 

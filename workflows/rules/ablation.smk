@@ -94,7 +94,7 @@ rule ablation_ratio:
         size=ABL["size"],
         variants=ABL_VARIANTS,
         chunks=ABL_CHUNKS,
-        net=lambda wildcards: net_args(inter_gbps=wildcards.gbps),
+        net=lambda wildcards: net_args(inter_gbps=wildcards.gbps, intra_gbps=default_intra_gbps()),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:

@@ -13,7 +13,7 @@ rule alltoall:
         rep=repeat_args(),
         launch=lambda wildcards: launch(ALLTOALL_CLUSTERS[wildcards.cluster]),
         c=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster],
-        net=net_args(),
+        net=lambda wildcards: net_args(cluster=ALLTOALL_CLUSTERS[wildcards.cluster]),
         a=config["alltoall"],
         sizes=lambda wildcards: ALLTOALL_CLUSTERS[wildcards.cluster]["sizes"] or config["alltoall"]["sizes"],
         variants=csv(config["alltoall"]["variants"]),

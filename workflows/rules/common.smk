@@ -57,36 +57,47 @@ def csv(values):
     return ",".join(str(v) for v in values)
 
 
-def net_args(inter_gbps=None, intra_gbps=None):
+def net_args(inter_gbps=None, intra_gbps=None, cluster=None):
     """Emulated-network flags for `monta bench` / `monta emulate calibrate`; none on real nodes.
-    ``inter_gbps`` / ``intra_gbps`` override the network section (an ablation point, the step's links)."""
+    The NIC rate is ``inter_gbps``, else ``cluster``'s own, else the network section's. With a cluster
+    preset topology the loopback follows at the preset's ratio (``--topology PRESET@GBPS``); an
+    ``intra_gbps`` (the ratio ablation) or a topology of '' sets both rates by hand."""
     if not EMULATED:
         return ""
-    net = dict(config["network"])
-    if intra_gbps:
-        net["intra_gbps"] = intra_gbps
-    args = []
-    if net["topology"] and inter_gbps is None and not intra_gbps:
-        args.append(f"--topology {shlex.quote(net['topology'])}")
+    net = config["network"]
+    gbps = inter_gbps or (cluster or {}).get("inter_gbps") or net["inter_gbps"]
+    intra = intra_gbps or net["intra_gbps"]
+    if net["topology"] == "unshaped":
+        args = ["--topology unshaped"]
+    elif net["topology"] and not intra:
+        args = [f"--topology {shlex.quote(net['topology'])}@{gbps}"]
     else:
-        gbps = net["inter_gbps"] if inter_gbps is None else inter_gbps
-        args.append(f"--inter-gbps {gbps}")
-        if net["latency_us"]:
-            args.append(f"--latency-us {net['latency_us']}")
-        if net["intra_gbps"]:
-            args.append(f"--intra-gbps {net['intra_gbps']}")
+        args = [f"--inter-gbps {gbps}"] + ([f"--intra-gbps {intra}"] if intra else [])
+    if net["latency_us"]:
+        args.append(f"--latency-us {net['latency_us']}")
     if net["allow_unshaped"]:
         args.append("--allow-unshaped")
     return " ".join(args)
 
 
+def default_intra_gbps():
+    """The loopback rate of the network section's profile (the ratio ablation keeps it, varying the NIC)."""
+    net = config["network"]
+    if net["topology"] and net["topology"] != "unshaped" and not net["intra_gbps"]:
+        from monta.emulate.topology import Topology
+
+        return Topology.preset(f"{net['topology']}@{net['inter_gbps']}").intra_gbps
+    return net["intra_gbps"]
+
+
 def repeat_args(a=None):
-    """How many iterations `monta bench alltoall` runs: a fixed count, or adaptive (at least
-    `iters`, more until the paired ratios' CIs are narrow, up to `max_iters` / `budget_s`)."""
+    """How many iterations `monta bench alltoall` runs: a fixed count (`--iters`, exactly), or adaptive
+    (`--adaptive`: at least `iters`, more until the paired ratios' CIs are narrow, up to `max_iters` /
+    `budget_s`)."""
     a = a or config["alltoall"]
     if a["max_iters"] <= a["iters"]:
-        return f"--iters {a['iters']} --max-iters {a['iters']} --target-ci 0"
-    return (f"--iters {a['iters']} --max-iters {a['max_iters']} --target-ci {a['target_ci']}"
+        return f"--iters {a['iters']}"
+    return (f"--adaptive --iters {a['iters']} --max-iters {a['max_iters']} --target-ci {a['target_ci']}"
             f" --budget-s {a['budget_s']}")
 
 
@@ -99,9 +110,12 @@ def launcher_args():
 
 
 def step_launcher_args():
-    """`monta bench step` runs on the emulator with --emulate, else as a torchrun rank."""
-    net = net_args(intra_gbps=config["step"]["intra_gbps"])
-    return (f"--emulate {net}" if EMULATED else "--launcher env") + f" --experiment {config['experiment']}"
+    """`monta bench step` runs on the emulator with --emulate (compute on the clock), else as a torchrun rank."""
+    s = config["step"]
+    if not EMULATED:
+        return f"--launcher env --experiment {config['experiment']}"
+    return (f"--emulate {net_args(inter_gbps=s['inter_gbps'] or None)} --compute {s['compute']}"
+            f" --experiment {config['experiment']}")
 
 
 def launch(cluster):
@@ -242,7 +256,21 @@ def get_accuracy_input(wildcards):
     """Every AllToAll sweep (the calibration cluster's shape and the others, out of sample), plus
     the link profile calibrated on one shape."""
     measured = alltoall_files() or ["results/ablation/chunks.jsonl"]
-    return {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
+    out = {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
+    if modeled_step_files():  # the step on the clock, priced on a profile of its own links
+        out["steps"] = modeled_step_files()
+        out["step_profile"] = ("results/calibrate/step-linkprofile.json" if config["step"]["inter_gbps"]
+                               else out["profile"])
+    return out
+
+
+def modeled_step_files():
+    """The step records the model is checked against: compute on the clock, the calibration's shape."""
+    if not (config["step"]["enabled"] and config["step"]["compute"] == "modeled" and EMULATED):
+        return []
+    shape = PRED["calibrate_cluster"]
+    return [f for f, c in zip(step_files(), config["step"]["clusters"])
+            if (c["nodes"], c["gpus_per_node"]) == (shape["nodes"], shape["gpus_per_node"])]
 
 
 def get_notebook_input(wildcards):

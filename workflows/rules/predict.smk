@@ -53,7 +53,24 @@ rule calibrate:
         "results/logs/calibrate/linkprofile.log",
     params:
         c=PRED["calibrate_cluster"],
-        net=net_args(),
+        net=net_args(cluster=PRED["calibrate_cluster"]),
+    resources:
+        **bench_resources(PRED["calibrate_cluster"]),
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta emulate calibrate --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
+        " {params.net} --out {output} > {log} 2>&1"
+
+
+rule calibrate_step:
+    output:
+        "results/calibrate/step-linkprofile.json",
+    log:
+        "results/logs/calibrate/step-linkprofile.log",
+    params:
+        c=PRED["calibrate_cluster"],
+        net=net_args(inter_gbps=config["step"]["inter_gbps"] or None),
     resources:
         **bench_resources(PRED["calibrate_cluster"]),
     conda:
@@ -72,5 +89,10 @@ rule predict_accuracy:
         "results/logs/predict/accuracy.log",
     conda:
         "../envs/monta.yaml"
+    params:
+        steps=lambda wildcards, input: " ".join(input.steps) if "steps" in input.keys() else "",
+        step_profile=lambda wildcards, input: (f"--step-profile {input.step_profile}"
+                                               if "step_profile" in input.keys() else ""),
     shell:
-        "monta predict accuracy --measured {input.measured} --profile {input.profile} --out {output} > {log} 2>&1"
+        "monta predict accuracy --measured {input.measured} {params.steps} --profile {input.profile}"
+        " {params.step_profile} --out {output} > {log} 2>&1"

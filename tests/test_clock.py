@@ -1,0 +1,136 @@
+"""The emulated clock: one dilation D for every exchange and compute piece (monta.perfmodel.clock),
+and the runtime that makes a piece last its target (monta.model.clock)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from monta.emulate.topology import Topology
+from monta.model.config import PRESETS, resolve_config
+from monta.perfmodel.clock import Clock, buffer_bytes
+from monta.perfmodel.compute import piece_flops
+from monta.perfmodel.models import spec_of
+
+MINI = PRESETS["moe-2x70b-mini"]
+
+
+def _clock(topo: Topology, gpn: int, tp: int, cfg=MINI) -> Clock:
+    return Clock(topo.cluster or "a800-4nic", cfg, tp=tp, ep=2, gpus_per_node=gpn, inter_gbps=topo.inter_gbps,
+                 intra_gbps=topo.intra_gbps)
+
+
+@pytest.mark.parametrize("preset,gpn,tp", [("a800-4nic", 4, 4), ("a800-4nic@0.0625", 8, 8), ("a800-4nic@0.25", 4, 4),
+                                           ("a800-8nic", 4, 2), ("h800", 8, 8)])
+def test_every_exchange_runs_on_the_same_dilation(preset, gpn, tp):
+    """Emulated / real time at nominal rates is the same D for the inter-node AllToAll, the TP AllGather
+    and the TP AllReduce, when the profile is the cluster's own (intra:inter = its per-GPU rho)."""
+    c = _clock(Topology.preset(preset), gpn, tp)
+    d = c.exchange_dilations()
+    assert set(d) == {"alltoall", "allgather", "tp_allreduce"}
+    for name, v in d.items():
+        assert v == pytest.approx(c.dilation, rel=2e-3), name
+    # D = bytes ratio x link dilation: fp32 mini buffer [2, 8192, 128] vs bf16 [2, 8192, 8192] = 1/32
+    assert buffer_bytes(MINI, 4) / buffer_bytes(c.full, 2) == pytest.approx(1 / 32)
+    assert c.dilation == pytest.approx(Topology.preset(preset).link_dilation(gpn) / 32, rel=1e-9)
+
+
+def test_a_hand_set_ratio_is_not_one_clock():
+    """The old default profile (intra:inter 7.27 = 160 GB/s over a 2-node busbw) slows the AllGather
+    by a different factor than the AllToAll: not the A800 it named."""
+    old = Topology(name="old", inter_gbps=0.25, intra_gbps=1.818)
+    d = _clock(old, 8, 8).exchange_dilations()
+    assert d["allgather"] / d["alltoall"] == pytest.approx((160 / 11.75) / (1.818 / 0.25), rel=1e-3)
+    assert d["allgather"] / d["alltoall"] > 1.8
+
+
+def test_compute_pieces_are_the_full_model_times_d():
+    c = _clock(Topology.preset("a800-4nic"), 4, 4)
+    for k, v in c.pieces_us.items():
+        assert v == pytest.approx(c.full_pieces_us[k] * c.dilation), k
+    assert c.optimizer_us == pytest.approx(c.full_optimizer_us * c.dilation)
+    # summed over the run's own FLOPs of a layer, us_per_flop gives back D x the full model's piece
+    run = piece_flops(spec_of(MINI), MINI.tokens_per_micro_batch, MINI.seq, 4)
+    run["head"] *= 4  # replicated over TP in the run
+    for k, rate in c.us_per_flop().items():
+        assert rate * run[k] == pytest.approx(c.pieces_us[k]), k
+    # the full-size model is moe-2x70b with the run's layers and routing
+    c1 = _clock(Topology.preset("a800-4nic"), 4, 4, resolve_config("moe-2x70b-mini", topk=1))
+    assert (c1.full.hidden, c1.full.seq, c1.full.top_k, c1.full.num_layers) == (8192, 8192, 1, 1)
+
+
+def test_the_clock_needs_shaped_links_and_a_known_cluster():
+    with pytest.raises(ValueError, match="needs shaped links"):
+        Clock("a800-4nic", MINI, tp=4, ep=2, gpus_per_node=4, inter_gbps=None, intra_gbps=1.0)
+    with pytest.raises(ValueError, match="choose one of"):
+        Clock("a900", MINI, tp=4, ep=2, gpus_per_node=4, inter_gbps=0.1, intra_gbps=1.0)
+
+
+# -- the runtime --------------------------------------------------------------------------------------
+def test_a_piece_lasts_at_least_its_target_and_counts_unpriced_math_into_it():
+    from monta.model.clock import ComputeClock
+
+    ck = ComputeClock({"experts": 1.0}, {"optimizer": 30_000.0})  # 1 us per FLOP
+    t0 = time.perf_counter()
+    ck.restart()
+    ck.charge("experts", time.perf_counter(), flops=20_000)  # a 20 ms target
+    assert time.perf_counter() - t0 >= 0.020
+    # unpriced work (here a 15 ms busy loop) since the last piece counts into the next piece's time
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < 0.015:
+        pass
+    ck.charge("experts", time.perf_counter(), flops=20_000)
+    assert 0.020 <= time.perf_counter() - t1
+    s = ck.stats()
+    assert s["calls"] == {"experts": 2} and s["target_s"]["experts"] == pytest.approx(0.040)
+    assert s["overruns"] == {}
+
+
+def test_communication_is_not_counted_as_compute_and_overruns_are_named():
+    from monta.model.clock import ComputeClock
+
+    ck = ComputeClock({"head": 1.0})
+    ck.restart()
+    time.sleep(0.03)  # "communication"
+    ck.restart()
+    t = time.perf_counter()
+    ck.charge("head", t, flops=10_000)  # 10 ms from the restart, not 30 ms already spent
+    assert time.perf_counter() - t >= 0.009
+    # math longer than its target: counted and named, no wait
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.01:
+        pass
+    ck.charge("head", t, flops=1_000)
+    s = ck.stats()
+    assert s["overruns"] == {"head": 1} and s["overrun_s"]["head"] > 0.005
+
+
+def test_install_restarts_the_count_after_every_collective_and_wait():
+    import torch.distributed as dist
+
+    from monta.model import clock
+
+    ck = clock.ComputeClock({"head": 1.0})
+    orig = dist.all_reduce
+    clock.install(ck)
+    try:
+        assert dist.all_reduce is not orig and dist.all_reduce.__wrapped__ is orig
+        assert getattr(dist.distributed_c10d.Work.wait, "__wrapped__", None) is not None
+        ck._local.start = 0.0
+        try:
+            dist.all_reduce(None)  # no process group: it raises, and the count still restarts
+        except Exception:
+            pass
+        assert ck._local.start > 0.0
+        # thread-local: another thread's count is its own
+        seen = []
+        th = threading.Thread(target=lambda: seen.append(getattr(ck._local, "start", None)))
+        th.start()
+        th.join()
+        assert seen == [None]
+    finally:
+        clock.install(None)
+    assert dist.all_reduce is orig and clock.CLOCK is None
+    assert getattr(dist.distributed_c10d.Work.wait, "__wrapped__", None) is None
