@@ -13,18 +13,44 @@ import pandas as pd
 
 # Column names as headers (unit-free: every cell carries its unit).
 HEADERS = {
-    "source": "source", "cluster": "cluster", "size_bytes": "buffer/rank", "variant": "variant",
-    "chunks": "chunks", "best_chunks": "chunks (best)", "legacy_us": "legacy", "deepspeed_us": "deepspeed",
-    "monta_us": "monta", "time_us": "time", "predicted_us": "predicted", "measured_us": "measured",
-    "speedup_vs_legacy": "vs legacy", "speedup_vs_deepspeed": "vs deepspeed", "rel_to_1_chunk": "vs 1 chunk",
-    "monta_inter_bytes": "monta inter-node bytes", "inter_bytes_ratio": "inter-node bytes legacy/monta",
-    "inter_bytes": "inter-node bytes", "intra_bytes": "intra-node bytes", "algbw_GBps": "algbw",
-    "busbw_GBps": "busbw", "error_pct": "error", "deviation_pct": "deviation", "step_ms": "step time",
-    "tokens_per_s": "tokens/s", "peak_mem_bytes": "peak memory", "inter_gbps": "inter-node link", "ms": "time",
-    "tp": "TP", "topk": "top-k", "exchange_ms": "exchange", "grad_sync_ms": "grad sync", "capacity_factor": "capacity factor", "ours_source": "ours from",
+    "source": "source",
+    "cluster": "cluster",
+    "size_bytes": "buffer/rank",
+    "variant": "variant",
+    "chunks": "chunks",
+    "best_chunks": "chunks (best)",
+    "legacy_us": "legacy",
+    "deepspeed_us": "deepspeed",
+    "monta_us": "monta",
+    "time_us": "time",
+    "predicted_us": "predicted",
+    "measured_us": "measured",
+    "speedup_vs_legacy": "vs legacy",
+    "speedup_vs_deepspeed": "vs deepspeed",
+    "rel_to_1_chunk": "vs 1 chunk",
+    "monta_inter_bytes": "monta inter-node bytes",
+    "inter_bytes_ratio": "inter-node bytes legacy/monta",
+    "inter_bytes": "inter-node bytes",
+    "intra_bytes": "intra-node bytes",
+    "algbw_GBps": "algbw",
+    "busbw_GBps": "busbw",
+    "error_pct": "error",
+    "deviation_pct": "deviation",
+    "step_ms": "step time",
+    "tokens_per_s": "tokens/s",
+    "peak_mem_bytes": "peak memory",
+    "inter_gbps": "inter-node link",
+    "ms": "time",
+    "tp": "TP",
+    "topk": "top-k",
+    "exchange_ms": "exchange",
+    "grad_sync_ms": "grad sync",
+    "capacity_factor": "capacity factor",
+    "ours_source": "ours from",
 }
-COUNTS = frozenset({"chunks", "best_chunks", "n", "wrong", "layers", "seq", "topk", "tp", "nodes", "gpus_per_node",
-                    "points"})
+COUNTS = frozenset(
+    {"chunks", "best_chunks", "n", "wrong", "layers", "seq", "topk", "tp", "nodes", "gpus_per_node", "points"}
+)
 MEASURED_UNIT = "ms"  # CPU + gloo on the emulator: milliseconds
 PREDICTED_UNIT = "us"  # the performance model's GPU clusters: microseconds
 
@@ -98,7 +124,8 @@ def humanize(df: pd.DataFrame) -> pd.DataFrame:
     for c in df.columns:
         # unknown time columns (a plugin exchange's "<name>_us") read as their name: the cells carry the unit
         out[HEADERS.get(c, c.removeprefix("breakdown_ms.").removesuffix("_us"))] = [
-            fmt_cell(c, v, u) for v, u in zip(df[c], units)]
+            fmt_cell(c, v, u) for v, u in zip(df[c], units)
+        ]
     return pd.DataFrame(out)
 
 
@@ -114,5 +141,7 @@ def split_model(model: object) -> tuple[str, str]:
     pairs = [kv.split("=", 1) for kv in m.group(2).split(",") if kv]
     order = list(_OVERRIDE_NAMES)
     pairs.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
-    return m.group(1), ", ".join(f"{_OVERRIDE_NAMES[kv[0]]} {kv[1]}" if len(kv) == 2 and kv[0] in _OVERRIDE_NAMES
-                                 else "=".join(kv) for kv in pairs)
+    return m.group(1), ", ".join(
+        f"{_OVERRIDE_NAMES[kv[0]]} {kv[1]}" if len(kv) == 2 and kv[0] in _OVERRIDE_NAMES else "=".join(kv)
+        for kv in pairs
+    )

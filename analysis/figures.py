@@ -40,20 +40,23 @@ BASELINES = ("deepspeed", "legacy")
 def _label_variants(table: pd.DataFrame) -> pd.DataFrame:
     t = table.copy()
     chunks = t["chunks"].astype(object).where(t["chunks"].notna(), None)
-    t["variant_label"] = [f"{v} x{int(c)}" if v == "monta" and c is not None else v
-                          for v, c in zip(t["variant"], chunks)]
+    t["variant_label"] = [
+        f"{v} x{int(c)}" if v == "monta" and c is not None else v for v, c in zip(t["variant"], chunks)
+    ]
     t["series"] = t["source"] + " " + t["cluster"].astype(str)
     return t
 
 
 def _variant_order(labels) -> list[str]:
     """Baselines first, then MoNTA by chunk count, then anything else."""
+
     def key(label: str):
         if label in BASELINES:
             return (0, BASELINES.index(label), 0, label)
         if label.startswith("monta x") and label[7:].isdigit():
             return (1, 0, int(label[7:]), label)
         return (2, 0, 0, label)
+
     return sorted(set(labels), key=key)
 
 
@@ -83,9 +86,19 @@ def alltoall_comparison(table: pd.DataFrame, out_dir: str | Path) -> Path | None
     t, y = alltoall_comparison_data(table)
     if t.empty:
         return None
-    g = sns.relplot(data=t, x="size_MiB", y=y, hue="variant_label", hue_order=_variant_order(t["variant_label"]),
-                    col="series", kind="line", marker="o", col_wrap=min(3, t["series"].nunique()),
-                    facet_kws={"sharey": False, "sharex": False}, height=3.2)  # each panel its own sizes
+    g = sns.relplot(
+        data=t,
+        x="size_MiB",
+        y=y,
+        hue="variant_label",
+        hue_order=_variant_order(t["variant_label"]),
+        col="series",
+        kind="line",
+        marker="o",
+        col_wrap=min(3, t["series"].nunique()),
+        facet_kws={"sharey": False, "sharex": False},
+        height=3.2,
+    )  # each panel its own sizes
     g.set_titles("{col_name}")
     for ax in g.axes.flat:  # buffer sizes are powers of two: base-2 axis labelled in KiB/MiB/GiB
         ax.set_xscale("log", base=2)
@@ -119,8 +132,9 @@ def chunk_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
     ticks = sorted(t["chunks"].dropna().unique())
     ax.set_xticks(ticks, labels=[str(int(c)) for c in ticks])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.legend(title="point", fontsize=8, title_fontsize=9, bbox_to_anchor=(1.02, 1), loc="upper left",
-              borderaxespad=0.0)
+    ax.legend(
+        title="point", fontsize=8, title_fontsize=9, bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0
+    )
     return _save(fig, out_dir, "chunk_ablation")
 
 
@@ -128,14 +142,22 @@ def ratio_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
     """MoNTA speedup vs the inter-node bandwidth of the emulated link."""
     if table.empty:
         return None
-    long = table.melt(id_vars=["source", "cluster", "size_bytes", "inter_gbps"],
-                      value_vars=["speedup_vs_legacy", "speedup_vs_deepspeed"], var_name="baseline", value_name="speedup")
+    long = table.melt(
+        id_vars=["source", "cluster", "size_bytes", "inter_gbps"],
+        value_vars=["speedup_vs_legacy", "speedup_vs_deepspeed"],
+        var_name="baseline",
+        value_name="speedup",
+    )
     long["baseline"] = long["baseline"].str.removeprefix("speedup_vs_")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     sns.lineplot(data=long, x="inter_gbps", y="speedup", hue="baseline", style="cluster", marker="o", ax=ax)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set(xscale="log", xlabel="inter-node bandwidth (Gbit/s); intra-node fixed",
-           ylabel="MoNTA speedup", title="Bandwidth-ratio ablation")
+    ax.set(
+        xscale="log",
+        xlabel="inter-node bandwidth (Gbit/s); intra-node fixed",
+        ylabel="MoNTA speedup",
+        title="Bandwidth-ratio ablation",
+    )
     ticks = sorted(long["inter_gbps"].dropna().unique())  # plain labels at the measured bandwidths
     ax.set_xticks(ticks, labels=[f"{v:g}" for v in ticks])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -148,18 +170,30 @@ def tp_ablation(table: pd.DataFrame, out_dir: str | Path) -> Path | None:
     if table.empty:
         return None
     t = table.copy()
-    t["panel"] = [f"{s} {c}, {b / 2**20:g} MiB" + (f" @ {g:g} Gbit/s" if g == g else "")
-                  for s, c, b, g in zip(t["source"], t["cluster"], t["size_bytes"], t["inter_gbps"])]
-    long = t.melt(id_vars=["panel", "tp"], value_vars=["legacy_us", "deepspeed_us", "monta_us"],
-                  var_name="variant", value_name="time_us").dropna(subset=["time_us"])
+    t["panel"] = [
+        f"{s} {c}, {b / 2**20:g} MiB" + (f" @ {g:g} Gbit/s" if g == g else "")
+        for s, c, b, g in zip(t["source"], t["cluster"], t["size_bytes"], t["inter_gbps"])
+    ]
+    long = t.melt(
+        id_vars=["panel", "tp"],
+        value_vars=["legacy_us", "deepspeed_us", "monta_us"],
+        var_name="variant",
+        value_name="time_us",
+    ).dropna(subset=["time_us"])
     long["variant"] = long["variant"].str.removesuffix("_us")
     long["time_ms"] = long["time_us"] / 1000.0
     long["TP"] = long["tp"].astype(int).astype(str)
     panels = list(dict.fromkeys(long["panel"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.2, 3.4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        sns.barplot(data=long[long["panel"] == panel], x="TP", y="time_ms", hue="variant",
-                    hue_order=[v for v in ("legacy", "deepspeed", "monta") if v in set(long["variant"])], ax=ax)
+        sns.barplot(
+            data=long[long["panel"] == panel],
+            x="TP",
+            y="time_ms",
+            hue="variant",
+            hue_order=[v for v in ("legacy", "deepspeed", "monta") if v in set(long["variant"])],
+            ax=ax,
+        )
         ax.set(xlabel="tensor-parallel degree", ylabel="exchange time (ms)", title=panel)
         ax.title.set_fontsize(9)
     for ax in axes[0][:-1]:
@@ -188,8 +222,9 @@ def step_breakdown(long: pd.DataFrame, out_dir: str | Path) -> Path | None:
     keys = list(panels.groups)
     nvar = [g["variant"].nunique() for _, g in panels]
     widths = [max(2.6, 0.75 * n + 1.0) for n in nvar]  # room for the bars and the two-line title
-    fig, axes = plt.subplots(1, len(keys), figsize=(sum(widths) + 2.2, 4.4), squeeze=False,
-                             gridspec_kw={"width_ratios": widths})
+    fig, axes = plt.subplots(
+        1, len(keys), figsize=(sum(widths) + 2.2, 4.4), squeeze=False, gridspec_kw={"width_ratios": widths}
+    )
     phases = list(dict.fromkeys(long["phase"]))
     colors = dict(zip(phases, sns.color_palette("tab20" if len(phases) > 10 else "tab10", len(phases))))
     for ax, title, (_, g) in zip(axes[0], step_panel_titles(keys), panels):
@@ -205,8 +240,10 @@ def step_breakdown(long: pd.DataFrame, out_dir: str | Path) -> Path | None:
             label.set_horizontalalignment("right")
     handles = [matplotlib.patches.Patch(color=colors[p], label=p) for p in phases]
     axes[0][-1].legend(handles=handles, fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
-    fig.suptitle("Step-time breakdown" + (f": {split_model(keys[0][2])[0]}"
-                                          if len({split_model(k[2])[0] for k in keys}) == 1 else ""))
+    fig.suptitle(
+        "Step-time breakdown"
+        + (f": {split_model(keys[0][2])[0]}" if len({split_model(k[2])[0] for k in keys}) == 1 else "")
+    )
     return _save(fig, out_dir, "step_breakdown")
 
 
@@ -219,6 +256,11 @@ def predicted_vs_measured(table: pd.DataFrame, out_dir: str | Path) -> Path | No
     lo = min(table["measured_us"].min(), table["predicted_us"].min())
     hi = max(table["measured_us"].max(), table["predicted_us"].max())
     ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
-    ax.set(xscale="log", yscale="log", xlabel="measured (us)", ylabel="predicted (us)",
-           title=f"Performance model: mean |error| {table['error_pct'].abs().mean():.1f}%")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="measured (us)",
+        ylabel="predicted (us)",
+        title=f"Performance model: mean |error| {table['error_pct'].abs().mean():.1f}%",
+    )
     return _save(fig, out_dir, "predicted_vs_measured")

@@ -40,17 +40,20 @@ manifest.section(
     tables.write_table(shown, out_dir, "alltoall_summary", caption),
     figures.alltoall_comparison(table, out_dir),
     empty=summary.empty,
-    note=("Times: median of the slowest rank per iteration (emulated, in ms) or the performance model's "
-          "(predicted, in us). monta = its best chunk count; vs legacy / vs deepspeed = baseline time / MoNTA "
-          "time at the same point; 'paired' = the median of the per-iteration ratios (variants interleaved in "
-          "every iteration) with its 95% bootstrap CI; overlap efficiency = (gain - 1) / (ideal - 1) with ideal = "
-          "t_deepspeed / max(t_a2a, t_ag), the gain of a perfect overlap (gain and ideal share deepspeed as "
-          "their baseline); CPU-bound = the ranks of a variant this point's ratios use waited for a "
-          f"core more than {100 * RANK_WAIT_LIMIT:.0f}% of its timed wall time; inter-node link = per node "
-          "and direction (for a predicted cluster, its NICs)."
-          + (f" **{cpu_note}.**" if cpu_note else "")),
+    note=(
+        "Times: median of the slowest rank per iteration (emulated, in ms) or the performance model's "
+        "(predicted, in us). monta = its best chunk count; vs legacy / vs deepspeed = baseline time / MoNTA "
+        "time at the same point; 'paired' = the median of the per-iteration ratios (variants interleaved in "
+        "every iteration) with its 95% bootstrap CI; overlap efficiency = (gain - 1) / (ideal - 1) with ideal = "
+        "t_deepspeed / max(t_a2a, t_ag), the gain of a perfect overlap (gain and ideal share deepspeed as "
+        "their baseline); CPU-bound = the ranks of a variant this point's ratios use waited for a "
+        f"core more than {100 * RANK_WAIT_LIMIT:.0f}% of its timed wall time; inter-node link = per node "
+        "and direction (for a predicted cluster, its NICs)." + (f" **{cpu_note}.**" if cpu_note else "")
+    ),
 )
-tables.write_table(table.drop(columns=tables.STATED), out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count")
+tables.write_table(
+    table.drop(columns=tables.STATED), out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count"
+)
 summary
 
 # %% [markdown]

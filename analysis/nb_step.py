@@ -32,8 +32,12 @@ measured = steps[steps["source"].isin(tables.MEASURED)] if not steps.empty else 
 cols = [c for c in measured.columns if not c.startswith("breakdown_ms.")] if not measured.empty else []
 manifest.section(
     "Training step per variant",
-    tables.write_table(measured[cols] if cols else measured, out_dir, "step_summary",
-                       "Training step: median step time and speedup vs DeepSpeed"),
+    tables.write_table(
+        measured[cols] if cols else measured,
+        out_dir,
+        "step_summary",
+        "Training step: median step time and speedup vs DeepSpeed",
+    ),
     empty=measured.empty,
 )
 measured[cols] if cols else measured
@@ -42,8 +46,12 @@ measured[cols] if cols else measured
 predicted = tables.predicted_step_table(recs)
 manifest.section(
     "Training step, predicted",
-    tables.write_table(predicted, out_dir, "step_predicted",
-                       "Training step predicted by the performance model: step time, exchange and exposed gradient sync"),
+    tables.write_table(
+        predicted,
+        out_dir,
+        "step_predicted",
+        "Training step predicted by the performance model: step time, exchange and exposed gradient sync",
+    ),
     empty=predicted.empty,
 )
 predicted
@@ -52,8 +60,9 @@ predicted
 breakdown = tables.step_breakdown(measured)
 manifest.section(
     "Step-time breakdown",
-    tables.write_table(tables.step_breakdown_wide(breakdown), out_dir, "step_breakdown",
-                       "Step-time breakdown per phase and variant"),
+    tables.write_table(
+        tables.step_breakdown_wide(breakdown), out_dir, "step_breakdown", "Step-time breakdown per phase and variant"
+    ),
     figures.step_breakdown(breakdown, out_dir),
     empty=breakdown.empty,
 )

@@ -24,15 +24,18 @@ class Manifest:
         self.path = Path(out_dir) / "analysis" / f"{notebook}.json"
         self.sections: list[dict] = []
 
-    def section(self, title: str, tables: Sequence[Path] = (), figure: Path | None = None,
-                empty: bool = False, note: str = "") -> None:
-        self.sections.append({
-            "title": title,
-            "tables": [str(p) for p in tables],
-            "figure": str(figure) if figure else None,
-            "no_data": bool(empty),
-            "note": note,
-        })
+    def section(
+        self, title: str, tables: Sequence[Path] = (), figure: Path | None = None, empty: bool = False, note: str = ""
+    ) -> None:
+        self.sections.append(
+            {
+                "title": title,
+                "tables": [str(p) for p in tables],
+                "figure": str(figure) if figure else None,
+                "no_data": bool(empty),
+                "note": note,
+            }
+        )
 
     def save(self) -> Path:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,15 +43,18 @@ class Manifest:
         return self.path
 
 
-def render(manifests: Sequence[str | Path], out: str | Path, experiment: str = "",
-           summary: Sequence[str] = ()) -> str:
+def render(manifests: Sequence[str | Path], out: str | Path, experiment: str = "", summary: Sequence[str] = ()) -> str:
     """Markdown of the report: the summary lines, then each section's table inline, links to
     md/csv/tex, the figure."""
     out = Path(out)
     rel = lambda p: os.path.relpath(p, out.parent)  # noqa: E731 - links must work from the report's folder
-    lines = [f"# monta results{': ' + experiment if experiment else ''}", "",
-             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from the record files "
-             "(JSONL under results/); tables in results/tables, figures in results/figures.", ""]
+    lines = [
+        f"# monta results{': ' + experiment if experiment else ''}",
+        "",
+        f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from the record files "
+        "(JSONL under results/); tables in results/tables, figures in results/figures.",
+        "",
+    ]
     if summary:
         lines += ["## Summary", "", *summary, ""]
     for m in manifests:

@@ -56,15 +56,20 @@ def alltoall_lines(summary: pd.DataFrame) -> list[str]:
         if len(gbps):
             same = same[same["inter_gbps"] == gbps.iloc[0]]
         r = same.sort_values("size_bytes").iloc[-1]
-        text = (f"**TP AllToAll**, {_where(r)}, {fmt_bytes(r['size_bytes'])} per rank: monta "
-                f"({int(r['best_chunks'])} chunk{'s' if r['best_chunks'] != 1 else ''}) {_t(r['monta_us'], r['source'])}: "
-                f"**{_x(r['speedup_vs_legacy'])}** over legacy ({_t(r['legacy_us'], r['source'])})")
+        text = (
+            f"**TP AllToAll**, {_where(r)}, {fmt_bytes(r['size_bytes'])} per rank: monta "
+            f"({int(r['best_chunks'])} chunk{'s' if r['best_chunks'] != 1 else ''}) {_t(r['monta_us'], r['source'])}: "
+            f"**{_x(r['speedup_vs_legacy'])}** over legacy ({_t(r['legacy_us'], r['source'])})"
+        )
         if r["deepspeed_us"] == r["deepspeed_us"]:
             text += f", **{_x(r['speedup_vs_deepspeed'])}** over deepspeed ({_t(r['deepspeed_us'], r['source'])})"
-        paired = [f"{_x(r[f'paired_vs_{b}'])} [{_x(r[f'paired_vs_{b}_lo'])}, {_x(r[f'paired_vs_{b}_hi'])}] vs {b}"
-                  for b in ("legacy", "deepspeed")
-                  if r.get(f"paired_vs_{b}") == r.get(f"paired_vs_{b}") and r.get(f"paired_vs_{b}") is not None
-                  and r.get(f"paired_vs_{b}_lo") == r.get(f"paired_vs_{b}_lo")]
+        paired = [
+            f"{_x(r[f'paired_vs_{b}'])} [{_x(r[f'paired_vs_{b}_lo'])}, {_x(r[f'paired_vs_{b}_hi'])}] vs {b}"
+            for b in ("legacy", "deepspeed")
+            if r.get(f"paired_vs_{b}") == r.get(f"paired_vs_{b}")
+            and r.get(f"paired_vs_{b}") is not None
+            and r.get(f"paired_vs_{b}_lo") == r.get(f"paired_vs_{b}_lo")
+        ]
         if paired:
             text += f"; paired per iteration (95% CI, {int(r['iters'])} iterations): {', '.join(paired)}"
         if r.get("overlap_efficiency") == r.get("overlap_efficiency") and r.get("overlap_efficiency") is not None:
@@ -77,8 +82,10 @@ def alltoall_lines(summary: pd.DataFrame) -> list[str]:
     parts = []
     for cluster, g in pred.groupby("cluster", sort=True):
         r = g.loc[g["speedup_vs_legacy"].idxmax()]
-        parts.append(f"{cluster}: up to **{_x(r['speedup_vs_legacy'])}** over legacy at {fmt_bytes(r['size_bytes'])} "
-                     f"({_x(r['speedup_vs_deepspeed'])} over deepspeed there)")
+        parts.append(
+            f"{cluster}: up to **{_x(r['speedup_vs_legacy'])}** over legacy at {fmt_bytes(r['size_bytes'])} "
+            f"({_x(r['speedup_vs_deepspeed'])} over deepspeed there)"
+        )
     if parts:
         lines.append("**TP AllToAll, predicted** by the performance model: " + "; ".join(parts) + ".")
     return lines
@@ -98,12 +105,16 @@ def step_line(steps: pd.DataFrame) -> str | None:
         return None
     ds = g.loc["deepspeed", "step_ms"]
     model, overrides = split_model(point[2])
-    text = (f"**Training step**, {point[0]} {point[1]}, {model}{' (' + overrides + ')' if overrides else ''}: "
-            f"monta {sig3(g.loc['monta', 'step_ms'])} ms, **{_x(g.loc['monta', 'speedup_vs_deepspeed'])}** over "
-            f"deepspeed ({sig3(ds)} ms)")
+    text = (
+        f"**Training step**, {point[0]} {point[1]}, {model}{' (' + overrides + ')' if overrides else ''}: "
+        f"monta {sig3(g.loc['monta', 'step_ms'])} ms, **{_x(g.loc['monta', 'speedup_vs_deepspeed'])}** over "
+        f"deepspeed ({sig3(ds)} ms)"
+    )
     # the registry's order (monta.variants), the pre-fix baseline last
-    rest = sorted((v for v in g.index if v not in ("monta", "deepspeed")),
-                  key=lambda v: (v == "legacy", *variant_registry.order_key(v)))
+    rest = sorted(
+        (v for v in g.index if v not in ("monta", "deepspeed")),
+        key=lambda v: (v == "legacy", *variant_registry.order_key(v)),
+    )
     others = [f"{v} {_x(g.loc[v, 'speedup_vs_deepspeed'])}" for v in rest]
     return text + ("; " + ", ".join(others) + " over deepspeed" if others else "") + "."
 
@@ -120,8 +131,11 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
         if p.get("variant") != "monta":
             continue
         setup = tuple(p.get(k) for k in ("size_bytes", "nodes", "gpus_per_node", "tp", "ep"))
-        by_setup.setdefault(setup, {})[int(p["chunks"])] = (float(m["time_us"]), float(m["measured_us"]),
-                                                           m.get("measured_cpu_bound") is True)
+        by_setup.setdefault(setup, {})[int(p["chunks"])] = (
+            float(m["time_us"]),
+            float(m["measured_us"]),
+            m.get("measured_cpu_bound") is True,
+        )
     out = []
     for setup, by_k in sorted(by_setup.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         if len(by_k) < 2:
@@ -140,30 +154,38 @@ def model_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     if pvm.empty:
         return None
     err = pvm["error_pct"].abs()
-    shapes = pvm.assign(shape=[f"{int(n)}x{int(g)} TP{int(t)}" for n, g, t in
-                               zip(pvm["nodes"], pvm["gpus_per_node"], pvm["tp"])]).groupby("shape")
+    shapes = pvm.assign(
+        shape=[f"{int(n)}x{int(g)} TP{int(t)}" for n, g, t in zip(pvm["nodes"], pvm["gpus_per_node"], pvm["tp"])]
+    ).groupby("shape")
     per = ", ".join(f"{s} {g['error_pct'].abs().mean():.1f}%" for s, g in shapes) if shapes.ngroups > 1 else ""
-    text = (f"**Performance model** vs this run's measurements: MAPE **{err.mean():.1f}%** over {len(pvm)} "
-            f"point{'s' if len(pvm) != 1 else ''}")
+    text = (
+        f"**Performance model** vs this run's measurements: MAPE **{err.mean():.1f}%** over {len(pvm)} "
+        f"point{'s' if len(pvm) != 1 else ''}"
+    )
     text += f" ({per})" if per else ""
     picks = chunk_picks(records)
     if picks:
         ok = sum(loss <= CHUNK_TOLERANCE for *_, loss, _ in picks)
-        text += (f"; its chunk pick is within {CHUNK_TOLERANCE:.0%} of the best measured count at "
-                 f"**{ok} of {len(picks)}** buffer sizes")
+        text += (
+            f"; its chunk pick is within {CHUNK_TOLERANCE:.0%} of the best measured count at "
+            f"**{ok} of {len(picks)}** buffer sizes"
+        )
         judged = [loss for *_, loss, bound in picks if not bound]
         if len(judged) < len(picks):
-            text += (f" ({sum(x <= CHUNK_TOLERANCE for x in judged)} of {len(judged)} where neither timing was "
-                     f"CPU-bound)")
+            text += (
+                f" ({sum(x <= CHUNK_TOLERANCE for x in judged)} of {len(judged)} where neither timing was CPU-bound)"
+            )
     else:
         text += "; chunk pick not checked (no buffer size measured at two or more chunk counts)"
     sa = tables.step_accuracy(records)
     if not sa.empty:
         worst = sa.loc[sa["error_pct"].abs().idxmax()]
-        text += (f". On the training step (compute on the A800 clock, so this scores the model's exchanges, overlap "
-                 f"and scheduling): MAPE **{sa['error_pct'].abs().mean():.1f}%** over {len(sa)} variants, worst "
-                 f"{worst['variant']} {worst['error_pct']:+.1f}%, ranking "
-                 f"**{'agrees' if sa['ranking_agrees'].all() else 'differs'}**")
+        text += (
+            f". On the training step (compute on the A800 clock, so this scores the model's exchanges, overlap "
+            f"and scheduling): MAPE **{sa['error_pct'].abs().mean():.1f}%** over {len(sa)} variants, worst "
+            f"{worst['variant']} {worst['error_pct']:+.1f}%, ranking "
+            f"**{'agrees' if sa['ranking_agrees'].all() else 'differs'}**"
+        )
     return text + "."
 
 
@@ -185,10 +207,15 @@ def regress_line(path: str | Path | None) -> str:
     threshold = re.search(r"threshold (\d+(?:\.\d+)?%)", text)
     bad = counts["REGRESSED"]
     verdict = f"**{bad} regressed**" if bad else "**none regressed**"
-    rest = ", ".join(f"{counts[s]} {s}" + (" (not judged)" if s == "CPU-bound" else "")
-                     for s in ("improved", "inconclusive", "CPU-bound") if counts[s])
-    return (f"**Regression check** against the stored baseline: {total} matched points, {verdict}"
-            f"{' (' + rest + ')' if rest else ''}{'; threshold ' + threshold.group(1) if threshold else ''}.")
+    rest = ", ".join(
+        f"{counts[s]} {s}" + (" (not judged)" if s == "CPU-bound" else "")
+        for s in ("improved", "inconclusive", "CPU-bound")
+        if counts[s]
+    )
+    return (
+        f"**Regression check** against the stored baseline: {total} matched points, {verdict}"
+        f"{' (' + rest + ')' if rest else ''}{'; threshold ' + threshold.group(1) if threshold else ''}."
+    )
 
 
 def paper_line(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -> str | None:
@@ -207,18 +234,29 @@ def paper_line(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -
 
 def injection_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     """TEST AID banner: which variants carry an injected slowdown (``alltoall.inject_slowdown``), or None."""
-    got = sorted({(str(r.get("params", {}).get("variant")), float(r["metrics"]["injected_slowdown"]))
-                  for r in records if (r.get("metrics") or {}).get("injected_slowdown")})
+    got = sorted(
+        {
+            (str(r.get("params", {}).get("variant")), float(r["metrics"]["injected_slowdown"]))
+            for r in records
+            if (r.get("metrics") or {}).get("injected_slowdown")
+        }
+    )
     if not got:
         return None
     what = ", ".join(f"{v} +{100 * f:g}%" for v, f in got)
-    return (f"**TEST AID: injected slowdown ({what})**: this run slowed those variants on purpose "
-            "(`alltoall.inject_slowdown`, `make reproduce INJECT=...`) to check the regression gate; their "
-            "timings, ratios, chunk picks and model errors below are not measurements of the code.")
+    return (
+        f"**TEST AID: injected slowdown ({what})**: this run slowed those variants on purpose "
+        "(`alltoall.inject_slowdown`, `make reproduce INJECT=...`) to check the regression gate; their "
+        "timings, ratios, chunk picks and model errors below are not measurements of the code."
+    )
 
 
-def summarize(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any] | None, regress: str | Path | None,
-              link: Callable[[str], str | None]) -> list[str]:
+def summarize(
+    records: Sequence[Mapping[str, Any]],
+    paper: Mapping[str, Any] | None,
+    regress: str | Path | None,
+    link: Callable[[str], str | None],
+) -> list[str]:
     """Markdown bullet lines; ``link(relative path under results/)`` gives a link target or None
     when that file does not exist."""
 
@@ -228,15 +266,23 @@ def summarize(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any] | N
 
     summary = tables.alltoall_summary(tables.alltoall_table(records))
     lines = [banner for banner in (injection_line(records),) if banner]  # a TEST AID run says so first
-    lines += [line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
-              for line in alltoall_lines(summary)]
+    lines += [
+        line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
+        for line in alltoall_lines(summary)
+    ]
     step = step_line(tables.step_table(records))
     if step:
         lines.append(step + links(("table", "tables/step_summary.md"), ("figure", "figures/step_breakdown.png")))
     model = model_line(records)
     if model:
-        lines.append(model + links(("table", "tables/predicted_vs_measured.md"),
-                                   ("figure", "figures/predicted_vs_measured.png"), ("log", "logs/predict/accuracy.log")))
+        lines.append(
+            model
+            + links(
+                ("table", "tables/predicted_vs_measured.md"),
+                ("figure", "figures/predicted_vs_measured.png"),
+                ("log", "logs/predict/accuracy.log"),
+            )
+        )
     lines.append(regress_line(regress) + links(("table", "regress/alltoall.md")))
     if paper:
         line = paper_line(records, paper)

@@ -19,17 +19,39 @@ from monta.results import read_records
 # Params that describe how a point was measured, not which point it is.
 RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
 MEASURED = ("measured", "emulated")
-PHASES = ("attention", "gate", "dispatch", "experts", "combine", "dispatch_bwd", "combine_bwd", "exchange",
-          "forward", "backward", "grad_sync", "optimizer", "exposed_comm")
+PHASES = (
+    "attention",
+    "gate",
+    "dispatch",
+    "experts",
+    "combine",
+    "dispatch_bwd",
+    "combine_bwd",
+    "exchange",
+    "forward",
+    "backward",
+    "grad_sync",
+    "optimizer",
+    "exposed_comm",
+)
 # Sums over other phases (never stacked with them); exposed_comm = communication the step waited for.
 TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange", "breakdown_ms.exposed_comm"}
 A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
 # What a monta prediction states about its baselines (filled into the summary, not a column of its own).
 STATED = ["legacy_us", "deepspeed_us", "legacy_inter_bytes"]
 # Measured paired per iteration by `monta bench alltoall` (records' speedups with bootstrap CIs).
-PAIRED = ["paired_vs_legacy", "paired_vs_legacy_lo", "paired_vs_legacy_hi", "paired_vs_deepspeed",
-          "paired_vs_deepspeed_lo", "paired_vs_deepspeed_hi", "overlap_efficiency", "overlap_efficiency_ci_lo",
-          "overlap_efficiency_ci_hi", "iters"]
+PAIRED = [
+    "paired_vs_legacy",
+    "paired_vs_legacy_lo",
+    "paired_vs_legacy_hi",
+    "paired_vs_deepspeed",
+    "paired_vs_deepspeed_lo",
+    "paired_vs_deepspeed_hi",
+    "overlap_efficiency",
+    "overlap_efficiency_ci_lo",
+    "overlap_efficiency_ci_hi",
+    "iters",
+]
 STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
 
 
@@ -64,8 +86,10 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
     if not df.empty and {"nodes", "gpus_per_node"} <= set(df.columns):
         n = len(df)
         named = df["cluster"] if "cluster" in df.columns else pd.Series([None] * n)  # e.g. a800-8nic
-        df["cluster"] = [_cluster_label(nd, g, t, c) for nd, g, t, c in
-                         zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * n)), named)]
+        df["cluster"] = [
+            _cluster_label(nd, g, t, c)
+            for nd, g, t, c in zip(df["nodes"], df["gpus_per_node"], df.get("tp", pd.Series([None] * n)), named)
+        ]
     return df
 
 
@@ -98,8 +122,17 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     if df.empty:
         return df
     # legacy_us / deepspeed_us: `monta predict paper` states the baselines on its monta records
-    metrics = ["time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "wrong", "legacy_us",
-               "deepspeed_us", "legacy_inter_bytes"] + PAIRED
+    metrics = [
+        "time_us",
+        "algbw_GBps",
+        "busbw_GBps",
+        "inter_bytes",
+        "intra_bytes",
+        "wrong",
+        "legacy_us",
+        "deepspeed_us",
+        "legacy_inter_bytes",
+    ] + PAIRED
     df = _ensure(df, A2A_POINT + ["variant", "chunks", "cpu_bound"] + metrics)
     # What the benchmark measured paired per iteration (the records' speedups and their CIs) is kept
     # under its own names: speedup_vs_* below is recomputed from the medians for every source.
@@ -113,12 +146,20 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                     df.loc[measured, f"paired_vs_{base}_{end}"] = df.loc[measured, col]
     keys = A2A_POINT + ["variant", "chunks"]
     grouped = df.groupby(keys, dropna=False)
-    out = (grouped[metrics].median().reset_index().assign(n=grouped.size().values))
-    out["cpu_bound"] = grouped["cpu_bound"].apply(lambda c: bool(c.fillna(False).astype(bool).any())
-                                                  if c.notna().any() else None).values
+    out = grouped[metrics].median().reset_index().assign(n=grouped.size().values)
+    out["cpu_bound"] = (
+        grouped["cpu_bound"]
+        .apply(lambda c: bool(c.fillna(False).astype(bool).any()) if c.notna().any() else None)
+        .values
+    )
     for base in ("legacy", "deepspeed"):
-        ref = (out[out["variant"] == base].groupby(A2A_POINT, dropna=False)["time_us"].min()
-               .rename(f"_t_{base}").reset_index())
+        ref = (
+            out[out["variant"] == base]
+            .groupby(A2A_POINT, dropna=False)["time_us"]
+            .min()
+            .rename(f"_t_{base}")
+            .reset_index()
+        )
         out = out.merge(ref, on=A2A_POINT, how="left")
         out[f"_t_{base}"] = out[f"_t_{base}"].fillna(out[f"{base}_us"])
         out[f"speedup_vs_{base}"] = out[f"_t_{base}"] / out["time_us"]
@@ -156,10 +197,12 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
             used |= (g["variant"] == "monta") & (g["chunks"] == best["chunks"])
         flags = [f for f in g.loc[used, "cpu_bound"] if f is not None and f == f] if "cpu_bound" in g else []
         row["cpu_bound"] = any(flags) if flags else None
-        row.update(monta_us=best["time_us"] if best is not None else nan,
-                   best_chunks=best["chunks"] if best is not None else nan,
-                   # monta's inter-node bytes do not depend on the chunk count: any monta row says them
-                   monta_inter_bytes=m["inter_bytes"].max() if len(m) else nan)
+        row.update(
+            monta_us=best["time_us"] if best is not None else nan,
+            best_chunks=best["chunks"] if best is not None else nan,
+            # monta's inter-node bytes do not depend on the chunk count: any monta row says them
+            monta_inter_bytes=m["inter_bytes"].max() if len(m) else nan,
+        )
         lg = g.loc[g["variant"] == "legacy", "inter_bytes"].min()
         if not lg == lg:  # no legacy row: the legacy bytes the model stated next to monta's
             lg = m["legacy_inter_bytes"].max() if len(m) else nan
@@ -189,19 +232,27 @@ def with_intervals(summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
     for base in ("legacy", "deepspeed"):
         if has(f"paired_vs_{base}"):
-            df[f"vs {base}, paired [95% CI]"] = [cell(v, lo, hi) for v, lo, hi in zip(
-                df[f"paired_vs_{base}"], df[f"paired_vs_{base}_lo"], df[f"paired_vs_{base}_hi"])]
+            df[f"vs {base}, paired [95% CI]"] = [
+                cell(v, lo, hi)
+                for v, lo, hi in zip(df[f"paired_vs_{base}"], df[f"paired_vs_{base}_lo"], df[f"paired_vs_{base}_hi"])
+            ]
     if has("overlap_efficiency"):
-        df["overlap efficiency [95% CI]"] = [cell(v, lo, hi, pct=True) for v, lo, hi in zip(
-            df["overlap_efficiency"], df["overlap_efficiency_ci_lo"], df["overlap_efficiency_ci_hi"])]
+        df["overlap efficiency [95% CI]"] = [
+            cell(v, lo, hi, pct=True)
+            for v, lo, hi in zip(
+                df["overlap_efficiency"], df["overlap_efficiency_ci_lo"], df["overlap_efficiency_ci_hi"]
+            )
+        ]
     note = ""
     if "cpu_bound" in df.columns and df["cpu_bound"].notna().any():
         bound = df[df["cpu_bound"] == True]  # noqa: E712  (None = not measured)
         df["CPU-bound"] = ["yes" if b is True else ("no" if b is False else "-") for b in df["cpu_bound"]]
         if len(bound):
             where = ", ".join(f"{c} {display.fmt_bytes(sz)}" for c, sz in zip(bound["cluster"], bound["size_bytes"]))
-            note = (f"CPU-BOUND: {len(bound)} of {int(df['cpu_bound'].notna().sum())} measured points ({where}): "
-                    "the ranks waited for a core more than the limit; their timings measure this machine, not the links")
+            note = (
+                f"CPU-BOUND: {len(bound)} of {int(df['cpu_bound'].notna().sum())} measured points ({where}): "
+                "the ranks waited for a core more than the limit; their timings measure this machine, not the links"
+            )
     df = df.drop(columns=[c for c in PAIRED + ["cpu_bound"] if c in df.columns])
     return df, note
 
@@ -225,8 +276,15 @@ def ratio_ablation(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["source", "cluster", "size_bytes"]
     varied = summary.groupby(keys, dropna=False)["inter_gbps"].transform("nunique") > 1
-    cols = keys + ["inter_gbps", "legacy_us", "deepspeed_us", "monta_us", "best_chunks",
-                   "speedup_vs_legacy", "speedup_vs_deepspeed"]
+    cols = keys + [
+        "inter_gbps",
+        "legacy_us",
+        "deepspeed_us",
+        "monta_us",
+        "best_chunks",
+        "speedup_vs_legacy",
+        "speedup_vs_deepspeed",
+    ]
     return summary.loc[varied, cols].sort_values(keys + ["inter_gbps"]).reset_index(drop=True)
 
 
@@ -237,8 +295,15 @@ def tp_ablation(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["source", "nodes", "gpus_per_node", "inter_gbps", "size_bytes"]
     varied = summary.groupby(keys, dropna=False)["tp"].transform("nunique") > 1
-    cols = keys + ["tp", "legacy_us", "deepspeed_us", "monta_us", "best_chunks", "speedup_vs_legacy",
-                   "speedup_vs_deepspeed"]
+    cols = keys + [
+        "tp",
+        "legacy_us",
+        "deepspeed_us",
+        "monta_us",
+        "best_chunks",
+        "speedup_vs_legacy",
+        "speedup_vs_deepspeed",
+    ]
     out = summary.loc[varied, cols].sort_values(keys + ["tp"]).reset_index(drop=True)
     out.insert(1, "cluster", [f"{int(n)}x{int(g)}" for n, g in zip(out["nodes"], out["gpus_per_node"])])
     return out.drop(columns=["nodes", "gpus_per_node"])
@@ -253,7 +318,9 @@ def variant_parts(name: str) -> str:
         p = registry.get(str(name)).parts
     except ValueError:
         return ""
-    return " / ".join(str(p[k]) for k in ("exchange", "schedule", "sync")) + (f" x{p['chunks']}" if "chunks" in p else "")
+    return " / ".join(str(p[k]) for k in ("exchange", "schedule", "sync")) + (
+        f" x{p['chunks']}" if "chunks" in p else ""
+    )
 
 
 def _with_parts(out: pd.DataFrame) -> pd.DataFrame:
@@ -264,8 +331,9 @@ def _with_parts(out: pd.DataFrame) -> pd.DataFrame:
         return out
     out.insert(out.columns.get_loc("variant") + 1, "parts", [variant_parts(v) for v in out["variant"]])
     rank = {v: registry.order_key(str(v)) for v in set(out["variant"])}
-    order = sorted(range(len(out)), key=lambda i: (tuple(str(out.iloc[i][k]) for k in STEP_POINT),
-                                                   rank[out.iloc[i]["variant"]]))
+    order = sorted(
+        range(len(out)), key=lambda i: (tuple(str(out.iloc[i][k]) for k in STEP_POINT), rank[out.iloc[i]["variant"]])
+    )
     return out.iloc[order].reset_index(drop=True)
 
 
@@ -278,8 +346,13 @@ def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     metrics = ["step_ms", "tokens_per_s", "peak_mem_bytes", "loss"] + phases
     df = _ensure(df, STEP_POINT + ["variant"] + metrics)
     out = df.groupby(STEP_POINT + ["variant"], dropna=False)[metrics].median().reset_index()
-    ref = (out[out["variant"] == "deepspeed"].groupby(STEP_POINT, dropna=False)["step_ms"].min()
-           .rename("_t_ds").reset_index())
+    ref = (
+        out[out["variant"] == "deepspeed"]
+        .groupby(STEP_POINT, dropna=False)["step_ms"]
+        .min()
+        .rename("_t_ds")
+        .reset_index()
+    )
     out = out.merge(ref, on=STEP_POINT, how="left")
     out["speedup_vs_deepspeed"] = out["_t_ds"] / out["step_ms"]
     return _with_parts(out.drop(columns="_t_ds").reset_index(drop=True))
@@ -288,10 +361,18 @@ def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def step_accuracy(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The model's step time on the emulated clock vs the measured one, per variant (``monta predict
     accuracy`` records): compute is the model's there, so this scores exchanges, overlap and scheduling."""
-    rows = [{"variant": r["params"]["variant"], "shape": r["params"].get("shape"), "measured_ms": r["metrics"]["measured_ms"],
-             "predicted_ms": r["metrics"]["step_ms"], "error_pct": 100.0 * r["metrics"]["error"],
-             "ranking_agrees": r["metrics"].get("ranking_agrees")}
-            for r in records if r.get("kind") == "step" and "measured_ms" in (r.get("metrics") or {})]
+    rows = [
+        {
+            "variant": r["params"]["variant"],
+            "shape": r["params"].get("shape"),
+            "measured_ms": r["metrics"]["measured_ms"],
+            "predicted_ms": r["metrics"]["step_ms"],
+            "error_pct": 100.0 * r["metrics"]["error"],
+            "ranking_agrees": r["metrics"].get("ranking_agrees"),
+        }
+        for r in records
+        if r.get("kind") == "step" and "measured_ms" in (r.get("metrics") or {})
+    ]
     return pd.DataFrame(rows)
 
 
@@ -356,7 +437,8 @@ def predicted_vs_measured(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         paired = df[(df["source"] == "predicted") & df["measured_us"].notna()]
         paired = paired.assign(predicted_us=paired["time_us"])[
             [c for c in ("nodes", "gpus_per_node", "tp", "size_bytes", "variant", "chunks") if c in paired.columns]
-            + ["predicted_us", "measured_us"]]
+            + ["predicted_us", "measured_us"]
+        ]
         df = df[~df.index.isin(paired.index)]
     keys = ["nodes", "gpus_per_node", "tp", "inter_gbps", "size_bytes", "variant", "chunks"]
     df = _ensure(df, keys + ["time_us"])
@@ -391,8 +473,13 @@ def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any])
         recs = [r for r in records if r.get("source") == source]
         point = ["source"] + sorted(_common_params(recs, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC)
         sdf = _ensure(sdf, point)
-        med = sdf.groupby(point + ["variant", "chunks"] if "chunks" in sdf.columns else point + ["variant"],
-                          dropna=False)[metric].median().reset_index()
+        med = (
+            sdf.groupby(
+                point + ["variant", "chunks"] if "chunks" in sdf.columns else point + ["variant"], dropna=False
+            )[metric]
+            .median()
+            .reset_index()
+        )
         best = med.groupby(point + ["variant"], dropna=False)[metric].min().unstack("variant")
         stated = f"{ours['baseline']}_us"  # `predict paper` states the baseline's time on its monta records
         if metric == "time_us" and stated in sdf.columns and ours["variant"] in best.columns:
@@ -405,8 +492,11 @@ def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any])
 
 
 def _common_params(records: Sequence[Mapping[str, Any]], kind: str) -> set[str]:
-    sets = [{k for k, v in r.get("params", {}).items() if not isinstance(v, (list, dict))}
-            for r in records if r.get("kind") == kind]
+    sets = [
+        {k for k, v in r.get("params", {}).items() if not isinstance(v, (list, dict))}
+        for r in records
+        if r.get("kind") == kind
+    ]
     return set.intersection(*sets) if sets else set()
 
 
@@ -443,8 +533,15 @@ def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, A
         unit = c["paper"].get("unit", "")
         for source, (value, n) in sorted(values.items()):
             shown = f"{value * 100:.1f}%" if unit == "fraction" else f"{value:.2f}{unit}"
-            rows.append({**base, "ours_source": source, "ours": shown,
-                         "deviation_pct": round(_deviation(value, c["paper"]), 1), "points": n})
+            rows.append(
+                {
+                    **base,
+                    "ours_source": source,
+                    "ours": shown,
+                    "deviation_pct": round(_deviation(value, c["paper"]), 1),
+                    "points": n,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -473,7 +570,9 @@ def _display(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     column with one value for the whole table (e.g. dtype) moves into the caption."""
     if "cluster" not in df.columns and {"nodes", "gpus_per_node", "tp"} <= set(df.columns):
         df = df.copy()
-        df.insert(0, "cluster", [_cluster_label(n, g, t) for n, g, t in zip(df["nodes"], df["gpus_per_node"], df["tp"])])
+        df.insert(
+            0, "cluster", [_cluster_label(n, g, t) for n, g, t in zip(df["nodes"], df["gpus_per_node"], df["tp"])]
+        )
     if "cluster" in df.columns:
         said = ["nodes", "gpus_per_node"] + (["tp"] if df["cluster"].astype(str).str.contains(" TP").all() else [])
         df = df.drop(columns=[c for c in said if c in df.columns])

@@ -90,8 +90,7 @@ class CarryRouter:
         return l_aux, indices, locations, torch.stack([cat["g1"], cat["g2"]]), cat["cnt"]
 
 
-def top2_route_with_carry(logit_parts: list[torch.Tensor], noise_parts: list[torch.Tensor] | None,
-                          capacity: int):
+def top2_route_with_carry(logit_parts: list[torch.Tensor], noise_parts: list[torch.Tensor] | None, capacity: int):
     """DeepSpeed's top-2 gating (drop_tokens=True) computed partition by partition (``CarryRouter``)."""
     router = CarryRouter(logit_parts[0].shape[1], capacity, logit_parts[0].device)
     for lp in logit_parts:
@@ -99,8 +98,9 @@ def top2_route_with_carry(logit_parts: list[torch.Tensor], noise_parts: list[tor
     return router.finish(noise_parts)
 
 
-def encode_window(x_SM: torch.Tensor, slots: torch.Tensor, num_experts: int, capacity: int,
-                  lo: int, hi: int) -> torch.Tensor:
+def encode_window(
+    x_SM: torch.Tensor, slots: torch.Tensor, num_experts: int, capacity: int, lo: int, hi: int
+) -> torch.Tensor:
     """Capacity slots [lo, hi) of every expert of the [E, C, M] dispatch buffer, as [E, hi - lo, M]:
     the routes of ``slots`` (flat e * C + loc, E * C = dropped) that land there, from ``x_SM``."""
     w = hi - lo
@@ -220,8 +220,9 @@ class LancetSchedule:
     def _moe(self, layer, x_BSM: torch.Tensor, pre):
         gate = layer.gate
         if gate.k != 2 or not gate.drop_tokens or gate.noisy_gate_policy not in (None, "None"):
-            raise ValueError("the lancet variant carries capacity for DeepSpeed's top-2 gate with dropping; "
-                             "use --topk 2")
+            raise ValueError(
+                "the lancet variant carries capacity for DeepSpeed's top-2 gate with dropping; use --topk 2"
+            )
         g = layer.exchange.groups
         if g.ep_size > 1 and self.control is None:
             raise ValueError("LancetSchedule needs control= (a spare group over the EP ranks) when EP > 1")

@@ -54,8 +54,9 @@ def launch_dispatch(layer, piece: torch.Tensor) -> Future:
     return _POOL.submit(run)
 
 
-def pipeline_pieces(layer, pieces: list[torch.Tensor], launched: list[Future] = (),
-                    pipeline_backward: bool = True) -> torch.Tensor:
+def pipeline_pieces(
+    layer, pieces: list[torch.Tensor], launched: list[Future] = (), pipeline_backward: bool = True
+) -> torch.Tensor:
     """The pipeline over capacity pieces [E, c_i, M] (returned concatenated along C); ``launched``
     holds the dispatches already started (``launch_dispatch``) for the first pieces."""
     launched = list(launched)

@@ -47,30 +47,63 @@ def _lancet_hidden(o):
     AllToAll fill it (greedy, ~half of backward)."""
     parts = min(o.partitions, o.micro_batch)
     early = o.ex_fwd_us / 2 / o.top_k
-    hid_f = (min(early, o.attn_fwd_us) * (1 - 1 / parts)
-             + min((o.ex_fwd_us - early) / 2, o.moe_fwd_us) * (1 - 1 / o.partitions))
+    hid_f = min(early, o.attn_fwd_us) * (1 - 1 / parts) + min((o.ex_fwd_us - early) / 2, o.moe_fwd_us) * (
+        1 - 1 / o.partitions
+    )
     hid_b = min(o.ex_bwd_us, o.attn_fwd_us + o.moe_fwd_us)
     return hid_f, hid_b
 
 
 def register(registry) -> None:
     registry.add_schedule(
-        "lina", build=_lina, hidden_us=_lina_hidden, pipelined=True,
+        "lina",
+        build=_lina,
+        hidden_us=_lina_hidden,
+        pipelined=True,
         about="AllToAll split along tokens, each chunk's experts started while the next chunk is in flight "
-              "(forward and backward)")
+        "(forward and backward)",
+    )
     registry.add_schedule(
-        "lancet", build=_lancet, check_model=_lancet_check, hidden_us=_lancet_hidden, pipelined=True,
+        "lancet",
+        build=_lancet,
+        check_model=_lancet_check,
+        hidden_us=_lancet_hidden,
+        pipelined=True,
         about="norm, attention and gate partitioned along the batch, each partition's final capacity window "
-              "dispatched during the next one's attention; the rest pipelined with the experts; dW deferred "
-              "into the backward AllToAlls")
+        "dispatched during the next one's attention; the rest pipelined with the experts; dW deferred "
+        "into the backward AllToAlls",
+    )
     registry.add_sync(
-        "lina-microops", priority=True, chunk_bytes=LINA_CHUNK_BYTES,
-        about="gradient AllReduce in equal 30 MB micro-ops, each launched only when no AllToAll waits or runs")
-    registry.add_variant("lina", exchange="deepspeed", schedule="lina", sync="lina-microops",
-                         about="Lina-style: token-chunked MoE pipeline + gradient micro-ops yielding to AllToAll")
-    registry.add_variant("lancet", exchange="deepspeed", schedule="lancet", sync="after-backward",
-                         about="Lancet-style: batch-partitioned attention/gate overlap, dW deferral")
-    registry.add_variant("monta+lina", exchange="monta", schedule="lina", sync="lina-microops",
-                         about="MoNTA's exchange inside Lina's schedule and gradient micro-ops")
-    registry.add_variant("monta+lancet", exchange="monta", schedule="lancet", sync="after-backward",
-                         about="MoNTA's exchange inside Lancet's partitioned schedule")
+        "lina-microops",
+        priority=True,
+        chunk_bytes=LINA_CHUNK_BYTES,
+        about="gradient AllReduce in equal 30 MB micro-ops, each launched only when no AllToAll waits or runs",
+    )
+    registry.add_variant(
+        "lina",
+        exchange="deepspeed",
+        schedule="lina",
+        sync="lina-microops",
+        about="Lina-style: token-chunked MoE pipeline + gradient micro-ops yielding to AllToAll",
+    )
+    registry.add_variant(
+        "lancet",
+        exchange="deepspeed",
+        schedule="lancet",
+        sync="after-backward",
+        about="Lancet-style: batch-partitioned attention/gate overlap, dW deferral",
+    )
+    registry.add_variant(
+        "monta+lina",
+        exchange="monta",
+        schedule="lina",
+        sync="lina-microops",
+        about="MoNTA's exchange inside Lina's schedule and gradient micro-ops",
+    )
+    registry.add_variant(
+        "monta+lancet",
+        exchange="monta",
+        schedule="lancet",
+        sync="after-backward",
+        about="MoNTA's exchange inside Lancet's partitioned schedule",
+    )

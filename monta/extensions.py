@@ -110,8 +110,10 @@ def clear_stale_locks(env: MutableMapping[str, str] | None = None) -> list[str]:
             lock.unlink()
         except FileNotFoundError:
             continue
-        notes.append(f"monta: removed {lock}, a torch-extension build lock {age:.0f} s old that no process "
-                     "holds (left by a process killed while loading a DeepSpeed op; it would hang every rank)")
+        notes.append(
+            f"monta: removed {lock}, a torch-extension build lock {age:.0f} s old that no process "
+            "holds (left by a process killed while loading a DeepSpeed op; it would hang every rank)"
+        )
     return notes
 
 
@@ -120,8 +122,10 @@ def stuck_note(env: MutableMapping[str, str] | None = None) -> str:
     present = locks(build_root(env))
     if not present:
         return ""
-    return (f"; a torch-extension build lock exists ({', '.join(map(str, present))}): if no build is running, "
-            f"a killed process left it and every rank waits on it: rm {' '.join(map(str, present))}")
+    return (
+        f"; a torch-extension build lock exists ({', '.join(map(str, present))}): if no build is running, "
+        f"a killed process left it and every rank waits on it: rm {' '.join(map(str, present))}"
+    )
 
 
 def build_ops() -> int:
@@ -133,10 +137,14 @@ def build_ops() -> int:
     t0 = time.monotonic()
     try:
         from deepspeed.comm.torch import build_shm_op
+
         op = build_shm_op()
     except Exception as e:  # noqa: BLE001 - a missing compiler is DeepSpeed's to report; ranks will say it again
-        print(f"monta: could not build DeepSpeed's CPU comm op in {build_root()} ({type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''}); ranks will try again at start-up", file=sys.stderr)
+        print(
+            f"monta: could not build DeepSpeed's CPU comm op in {build_root()} ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); ranks will try again at start-up",
+            file=sys.stderr,
+        )
         return 0
     what = "built or up to date" if op is not None else "not used by this DeepSpeed/accelerator"
     print(f"monta: DeepSpeed CPU comm op {what} in {build_root()} ({time.monotonic() - t0:.0f} s)")

@@ -46,8 +46,9 @@ def build_process_groups(layout: ParallelLayout) -> ProcessGroups:
     if not dist.is_initialized():
         raise RuntimeError("torch.distributed is not initialized; call deepspeed.init_distributed() first")
     if dist.get_world_size() != layout.world_size:
-        raise ValueError(f"layout {layout.describe()} needs {layout.world_size} ranks, "
-                         f"but the world has {dist.get_world_size()}")
+        raise ValueError(
+            f"layout {layout.describe()} needs {layout.world_size} ranks, but the world has {dist.get_world_size()}"
+        )
     rank = dist.get_rank()
     return ProcessGroups(layout, rank, *(new_groups(layout, k, rank) for k in ("tp", "dp", "ep", "edp")))
 

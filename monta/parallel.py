@@ -22,12 +22,13 @@ def expert_parallel_ranks(world_size: int, tp: int, ep: int, pp: int = 1) -> tup
     """
     dp_world = world_size // (tp * pp)
     pp_stride = world_size // pp
-    dp_groups = [list(range(start + i, start + pp_stride, tp))
-                 for start in range(0, world_size, pp_stride) for i in range(tp)]
+    dp_groups = [
+        list(range(start + i, start + pp_stride, tp)) for start in range(0, world_size, pp_stride) for i in range(tp)
+    ]
     ep_groups: list[list[int]] = []
     edp_groups: list[list[int]] = []
     for lane in dp_groups:
-        parts = [lane[i:i + ep] for i in range(0, dp_world, ep)]
+        parts = [lane[i : i + ep] for i in range(0, dp_world, ep)]
         ep_groups.extend(parts)
         edp_groups.extend([list(x) for x in zip(*parts)])
     return ep_groups, edp_groups
@@ -67,16 +68,22 @@ class ParallelLayout:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
         if self.tp > self.gpus_per_node:
-            raise ValueError(f"tp={self.tp} is larger than a node (gpus_per_node={self.gpus_per_node}); "
-                             "tensor parallelism must stay inside a node")
+            raise ValueError(
+                f"tp={self.tp} is larger than a node (gpus_per_node={self.gpus_per_node}); "
+                "tensor parallelism must stay inside a node"
+            )
         if self.gpus_per_node % self.tp:
             raise ValueError(f"tp={self.tp} does not divide gpus_per_node={self.gpus_per_node}")
         if self.world_size % (self.tp * self.pp):
-            raise ValueError(f"tp*pp={self.tp * self.pp} does not divide world size {self.world_size} "
-                             f"({self.nodes} nodes x {self.gpus_per_node})")
+            raise ValueError(
+                f"tp*pp={self.tp * self.pp} does not divide world size {self.world_size} "
+                f"({self.nodes} nodes x {self.gpus_per_node})"
+            )
         if self.dp % self.ep:
-            raise ValueError(f"ep={self.ep} does not divide the data-parallel degree dp={self.dp} "
-                             f"(world {self.world_size} / tp {self.tp} / pp {self.pp})")
+            raise ValueError(
+                f"ep={self.ep} does not divide the data-parallel degree dp={self.dp} "
+                f"(world {self.world_size} / tp {self.tp} / pp {self.pp})"
+            )
 
     # -- degrees -------------------------------------------------------------------------
     @property
@@ -111,8 +118,11 @@ class ParallelLayout:
     @cached_property
     def dp_groups(self) -> tuple[Group, ...]:
         stride = self.world_size // self.pp
-        return tuple(self._group("dp", list(range(s + i, s + stride, self.tp)))
-                     for s in range(0, self.world_size, stride) for i in range(self.tp))
+        return tuple(
+            self._group("dp", list(range(s + i, s + stride, self.tp)))
+            for s in range(0, self.world_size, stride)
+            for i in range(self.tp)
+        )
 
     @cached_property
     def _expert_groups(self) -> tuple[tuple[Group, ...], tuple[Group, ...]]:
@@ -128,8 +138,7 @@ class ParallelLayout:
         return self._expert_groups[1]
 
     def groups_of(self, kind: str) -> tuple[Group, ...]:
-        return {"tp": self.tp_groups, "dp": self.dp_groups, "ep": self.ep_groups,
-                "edp": self.expert_dp_groups}[kind]
+        return {"tp": self.tp_groups, "dp": self.dp_groups, "ep": self.ep_groups, "edp": self.expert_dp_groups}[kind]
 
     def group_of(self, kind: str, rank: int) -> Group:
         for g in self.groups_of(kind):
@@ -141,10 +150,20 @@ class ParallelLayout:
         return rank % self.tp
 
     def to_dict(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "world_size": self.world_size,
-                "tp": self.tp, "ep": self.ep, "pp": self.pp, "dp": self.dp, "expert_dp": self.expert_dp}
+        return {
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "world_size": self.world_size,
+            "tp": self.tp,
+            "ep": self.ep,
+            "pp": self.pp,
+            "dp": self.dp,
+            "expert_dp": self.expert_dp,
+        }
 
     def describe(self) -> str:
         ep_link = self.ep_groups[0].link if self.ep_groups else "-"
-        return (f"{self.nodes} nodes x {self.gpus_per_node} ranks: TP{self.tp} EP{self.ep} DP{self.dp} "
-                f"(EP groups are {ep_link}-node)")
+        return (
+            f"{self.nodes} nodes x {self.gpus_per_node} ranks: TP{self.tp} EP{self.ep} DP{self.dp} "
+            f"(EP groups are {ep_link}-node)"
+        )

@@ -95,8 +95,9 @@ def shift_ratio(base: np.ndarray, cur: np.ndarray) -> float:
     return float(np.exp(np.median(np.subtract.outer(np.log(cur), np.log(base)))))
 
 
-def bootstrap_ratio(base: np.ndarray, cur: np.ndarray, n_boot: int = 2000, confidence: float = 0.95,
-                    seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ratio(
+    base: np.ndarray, cur: np.ndarray, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """:func:`shift_ratio` of cur over base and its percentile-bootstrap confidence interval."""
     # > 0 for the logs (a normal approximation from p10/p90 can dip below zero)
     base, cur = (np.clip(np.asarray(x, dtype=float), np.finfo(float).tiny, None) for x in (base, cur))
@@ -111,7 +112,7 @@ def bootstrap_ratio(base: np.ndarray, cur: np.ndarray, n_boot: int = 2000, confi
         k = min(step, n_boot - start)
         b = lb[rng.integers(0, len(lb), size=(k, len(lb)))]
         c = lc[rng.integers(0, len(lc), size=(k, len(lc)))]
-        shifts[start:start + k] = np.median((c[:, :, None] - b[:, None, :]).reshape(k, -1), axis=1)
+        shifts[start : start + k] = np.median((c[:, :, None] - b[:, None, :]).reshape(k, -1), axis=1)
     alpha = (1.0 - confidence) / 2
     lo, hi = np.exp(np.quantile(shifts, [alpha, 1 - alpha]))
     return point, float(lo), float(hi)
@@ -132,13 +133,23 @@ def relative_to(recs: Sequence[Mapping[str, Any]], ref: str, metric: str) -> lis
     for r in recs:
         partner = refs.get(partner_key(r))
         mine, theirs = r["metrics"].get(skey), (partner or {}).get("metrics", {}).get(skey)
-        if (r["params"].get("variant") == ref or not isinstance(mine, list) or not isinstance(theirs, list)
-                or len(mine) != len(theirs) or not mine):
+        if (
+            r["params"].get("variant") == ref
+            or not isinstance(mine, list)
+            or not isinstance(theirs, list)
+            or len(mine) != len(theirs)
+            or not mine
+        ):
             out.append(r)
             continue
         ratios = (np.asarray(mine, dtype=float) / np.asarray(theirs, dtype=float)).tolist()
-        metrics = {**r["metrics"], skey: ratios, metric: float(np.median(ratios)), "paired": ref,
-                   "absolute_metrics": r["metrics"]}
+        metrics = {
+            **r["metrics"],
+            skey: ratios,
+            metric: float(np.median(ratios)),
+            "paired": ref,
+            "absolute_metrics": r["metrics"],
+        }
         metrics.pop(f"{metric}_p10", None), metrics.pop(f"{metric}_p90", None)
         out.append({**r, "metrics": metrics})
     return out
@@ -149,9 +160,17 @@ def _absolute(r: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**r, "metrics": r["metrics"]["absolute_metrics"]} if "absolute_metrics" in r["metrics"] else r
 
 
-def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]], metric: str = "time_us",
-            threshold: float = 0.10, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
-            judge_cpu_bound: bool = False, paired_with: str | None = None) -> list[dict[str, Any]]:
+def compare(
+    baseline: Sequence[Mapping[str, Any]],
+    current: Sequence[Mapping[str, Any]],
+    metric: str = "time_us",
+    threshold: float = 0.10,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    judge_cpu_bound: bool = False,
+    paired_with: str | None = None,
+) -> list[dict[str, Any]]:
     """One row per matched point: slowdown (>1 = worse) with its CI, a status (``CPU-BOUND (...)``
     for a CPU-bound point unless ``judge_cpu_bound``), the ``verdict`` it had on its numbers alone,
     and which side was ``cpu_bound``. ``paired_with``: judge other variants relative to this one
@@ -184,18 +203,35 @@ def compare(baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str
             bs, cs = 1.0 / bs, 1.0 / cs
         ratio, lo, hi = bootstrap_ratio(bs, cs, n_boot, confidence, seed + i)
         status = decide(ratio, lo, hi, threshold)
-        bound = [side for side, recs in (("baseline", b), ("current", c))
-                 if any(r["metrics"].get("cpu_bound") is True for r in recs)]
+        bound = [
+            side
+            for side, recs in (("baseline", b), ("current", c))
+            if any(r["metrics"].get("cpu_bound") is True for r in recs)
+        ]
         judged = status
         if bound and not judge_cpu_bound:
             status = f"{CPU_BOUND} ({WOULD_BE[judged]})"
         params = json.loads(key[2])
         injected = next((r["metrics"]["injected_slowdown"] for r in c if r["metrics"].get("injected_slowdown")), None)
-        rows.append({"kind": key[0], "source": key[1], "point": _short(params), "baseline": shown[0],
-                     "current": shown[1], "slowdown": ratio, "ci_lo": lo, "ci_hi": hi,
-                     "n": f"{len(bs)}/{len(cs)}", "from": bhow if bhow == chow else f"{bhow}/{chow}", "status": status,
-                     "verdict": judged, "cpu_bound": "+".join(bound) or None, "injected": injected,
-                     "without_injection": _without_injection(b, c, metric) if injected and not ref else None})
+        rows.append(
+            {
+                "kind": key[0],
+                "source": key[1],
+                "point": _short(params),
+                "baseline": shown[0],
+                "current": shown[1],
+                "slowdown": ratio,
+                "ci_lo": lo,
+                "ci_hi": hi,
+                "n": f"{len(bs)}/{len(cs)}",
+                "from": bhow if bhow == chow else f"{bhow}/{chow}",
+                "status": status,
+                "verdict": judged,
+                "cpu_bound": "+".join(bound) or None,
+                "injected": injected,
+                "without_injection": _without_injection(b, c, metric) if injected and not ref else None,
+            }
+        )
     return rows
 
 
@@ -251,20 +287,33 @@ def _short(params: Mapping[str, Any]) -> str:
 
 def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: float, confidence: float) -> str:
     paired = sorted({r["from"].split(" / ")[-1] for r in rows if " / " in r["from"]})
-    head = (f"regress: metric {metric}, slowdown = current/baseline (median of all pairwise sample ratios)"
-            + (f" (points marked '/ {paired[0]}': of the per-iteration time relative to {paired[0]} in the same "
-               f"run, which cancels a drift of the whole run)" if paired else "") +
-            f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
-            f"{confidence:.0%} bootstrap CI; threshold {threshold:.0%}: REGRESSED when the CI lies above "
-            f"{1 + threshold / 2:.3f} (half the threshold), inconclusive when the CI is wider than {threshold:.2f}\n\n")
-    lines = ["| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
-             "|---|---|---|---|---:|---:|---:|---|---|---|"]
+    head = (
+        f"regress: metric {metric}, slowdown = current/baseline (median of all pairwise sample ratios)"
+        + (
+            f" (points marked '/ {paired[0]}': of the per-iteration time relative to {paired[0]} in the same "
+            f"run, which cancels a drift of the whole run)"
+            if paired
+            else ""
+        )
+        + f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
+        f"{confidence:.0%} bootstrap CI; threshold {threshold:.0%}: REGRESSED when the CI lies above "
+        f"{1 + threshold / 2:.3f} (half the threshold), inconclusive when the CI is wider than {threshold:.2f}\n\n"
+    )
+    lines = [
+        "| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
+        "|---|---|---|---|---:|---:|---:|---|---|---|",
+    ]
     for r in rows:
         show = (lambda v: f"{v:.3f}x") if " / " in r["from"] else (lambda v: _human(v, metric))  # a paired ratio
-        how = r["from"] + (f"; before its injected delay {r['without_injection']:.3f}"
-                           if r.get("without_injection") is not None else "")
-        lines.append(f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {show(r['baseline'])} | "
-                     f"{show(r['current'])} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {how} |")
+        how = r["from"] + (
+            f"; before its injected delay {r['without_injection']:.3f}"
+            if r.get("without_injection") is not None
+            else ""
+        )
+        lines.append(
+            f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {show(r['baseline'])} | "
+            f"{show(r['current'])} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {how} |"
+        )
     bad = sum(r["status"] == "REGRESSED" for r in rows)
     unsure = sum(r["status"] == "inconclusive" for r in rows)
     bound = [r for r in rows if r["status"].startswith(CPU_BOUND)]
@@ -272,20 +321,26 @@ def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: floa
     tail += f", {len(bound)} CPU-bound (not judged).\n" if bound else ".\n"
     if bound:
         slower = sum(r["verdict"] == "REGRESSED" for r in bound)
-        tail += (f"CPU-BOUND: {len(bound)} point(s) ran CPU-bound in the baseline or the current run (the ranks waited "
-                 f"for a core more than the limit): their times measure this machine's cores, not the code, so "
-                 f"they are not judged ({slower} would read slower); --judge-cpu-bound judges them.\n")
+        tail += (
+            f"CPU-BOUND: {len(bound)} point(s) ran CPU-bound in the baseline or the current run (the ranks waited "
+            f"for a core more than the limit): their times measure this machine's cores, not the code, so "
+            f"they are not judged ({slower} would read slower); --judge-cpu-bound judges them.\n"
+        )
     injected = sorted({(r["point"], r["injected"]) for r in rows if r.get("injected")})
     if injected:
-        tail += (f"TEST AID: {len(injected)} current point(s) carry an injected slowdown (--inject-slowdown, "
-                 f"{', '.join(sorted({f'{100 * f:g}%' for _, f in injected}))}): a gate check, not a measurement.\n")
+        tail += (
+            f"TEST AID: {len(injected)} current point(s) carry an injected slowdown (--inject-slowdown, "
+            f"{', '.join(sorted({f'{100 * f:g}%' for _, f in injected}))}): a gate check, not a measurement.\n"
+        )
         own = [r for r in rows if r.get("without_injection") is not None]
         if own:
             judged = [r for r in own if not r["status"].startswith(CPU_BOUND)]
             lo, hi = min(r["without_injection"] for r in own), max(r["without_injection"] for r in own)
-            tail += (f"TEST AID: before their injected delay these points read {lo:.3f}-{hi:.3f} against the "
-                     f"baseline (the run's own drift); REGRESSED at {sum(r['status'] == 'REGRESSED' for r in judged)} "
-                     f"of {len(judged)} judged.\n")
+            tail += (
+                f"TEST AID: before their injected delay these points read {lo:.3f}-{hi:.3f} against the "
+                f"baseline (the run's own drift); REGRESSED at {sum(r['status'] == 'REGRESSED' for r in judged)} "
+                f"of {len(judged)} judged.\n"
+            )
     return head + "\n".join(lines) + tail
 
 
@@ -308,13 +363,26 @@ def run(args: argparse.Namespace) -> int:
     if args.paired_with is not None:
         known = {r["params"].get("variant") for r in base + cur}
         if args.paired_with not in known:
-            raise ValueError(f"--paired-with {args.paired_with}: no such variant in the records; choose one of "
-                             f"{', '.join(sorted(str(v) for v in known))}")
-    rows = compare(base, cur, args.metric, args.threshold, args.confidence, args.bootstrap, args.seed,
-                   judge_cpu_bound=args.judge_cpu_bound, paired_with=args.paired_with)
+            raise ValueError(
+                f"--paired-with {args.paired_with}: no such variant in the records; choose one of "
+                f"{', '.join(sorted(str(v) for v in known))}"
+            )
+    rows = compare(
+        base,
+        cur,
+        args.metric,
+        args.threshold,
+        args.confidence,
+        args.bootstrap,
+        args.seed,
+        judge_cpu_bound=args.judge_cpu_bound,
+        paired_with=args.paired_with,
+    )
     if not rows:
-        raise ValueError(f"no point of --current matches --baseline with metric {args.metric!r}: compare the same "
-                         "kind, source and params (size, variant, chunks, cluster shape)")
+        raise ValueError(
+            f"no point of --current matches --baseline with metric {args.metric!r}: compare the same "
+            "kind, source and params (size, variant, chunks, cluster shape)"
+        )
     text = format_table(rows, args.metric, args.threshold, args.confidence)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -328,21 +396,34 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("regress", help="compare records with a stored baseline; exit 1 on a regression",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "regress",
+        help="compare records with a stored baseline; exit 1 on a regression",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("--baseline", nargs="+", required=True, help="baseline record file(s) (JSONL)")
     p.add_argument("--current", nargs="+", required=True, help="current record file(s) (JSONL)")
-    p.add_argument("--threshold", type=float, default=0.10,
-                   help="the slowdown the gate must catch (default 0.10 = 10%%): a point regressed when its CI lies "
-                        "above 1 + threshold/2")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.10,
+        help="the slowdown the gate must catch (default 0.10 = 10%%): a point regressed when its CI lies "
+        "above 1 + threshold/2",
+    )
     p.add_argument("--metric", default="time_us", help="metric to compare (default time_us)")
     p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (results are reproducible)")
-    p.add_argument("--judge-cpu-bound", action="store_true",
-                   help="judge points that ran CPU-bound too (default: shown as CPU-BOUND, never a regression)")
-    p.add_argument("--paired-with", metavar="VARIANT",
-                   help="judge other variants by their time relative to VARIANT (e.g. deepspeed) in the same "
-                        "iterations of each run: cancels a drift of a whole run; VARIANT itself stays absolute")
+    p.add_argument(
+        "--judge-cpu-bound",
+        action="store_true",
+        help="judge points that ran CPU-bound too (default: shown as CPU-BOUND, never a regression)",
+    )
+    p.add_argument(
+        "--paired-with",
+        metavar="VARIANT",
+        help="judge other variants by their time relative to VARIANT (e.g. deepspeed) in the same "
+        "iterations of each run: cancels a drift of a whole run; VARIANT itself stays absolute",
+    )
     p.add_argument("--out", help="also write the table (markdown) here")
     p.set_defaults(func=run)

@@ -28,9 +28,17 @@ SOURCES = ("measured", "emulated", "predicted")
 REQUIRED = ("schema", "kind", "source", "experiment", "run_id", "timestamp", "params", "metrics", "config", "env")
 
 
-def make_record(*, kind: str, source: str, experiment: str, params: Mapping[str, Any],
-                metrics: Mapping[str, Any], config: Mapping[str, Any] | None = None,
-                env: Mapping[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
+def make_record(
+    *,
+    kind: str,
+    source: str,
+    experiment: str,
+    params: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    config: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
     if source not in SOURCES:
         raise ValueError(f"source={source!r}: must be one of {', '.join(SOURCES)}")
     return {
@@ -63,8 +71,13 @@ def new_run_id() -> str:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             timeout=5, cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -87,15 +100,29 @@ def launch_environment(environ: Mapping[str, str] | None = None) -> dict[str, An
         launcher = "local"
     out: dict[str, Any] = {"launcher": launcher}
     if "RANK" in e:
-        keys = {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
-                "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK", "master_addr": "MASTER_ADDR",
-                "master_port": "MASTER_PORT"}
+        keys = {
+            "rank": "RANK",
+            "world_size": "WORLD_SIZE",
+            "local_rank": "LOCAL_RANK",
+            "local_world_size": "LOCAL_WORLD_SIZE",
+            "node_rank": "GROUP_RANK",
+            "master_addr": "MASTER_ADDR",
+            "master_port": "MASTER_PORT",
+        }
         out["dist"] = {k: e[v] for k, v in keys.items() if v in e}
     if "SLURM_JOB_ID" in e:
-        keys = {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID", "node": "SLURMD_NODENAME",
-                "job_nodelist": "SLURM_JOB_NODELIST", "step_nodelist": "SLURM_STEP_NODELIST",
-                "procid": "SLURM_PROCID", "ntasks": "SLURM_NTASKS", "cluster": "SLURM_CLUSTER_NAME",
-                "partition": "SLURM_JOB_PARTITION", "account": "SLURM_JOB_ACCOUNT"}
+        keys = {
+            "job_id": "SLURM_JOB_ID",
+            "step_id": "SLURM_STEP_ID",
+            "node": "SLURMD_NODENAME",
+            "job_nodelist": "SLURM_JOB_NODELIST",
+            "step_nodelist": "SLURM_STEP_NODELIST",
+            "procid": "SLURM_PROCID",
+            "ntasks": "SLURM_NTASKS",
+            "cluster": "SLURM_CLUSTER_NAME",
+            "partition": "SLURM_JOB_PARTITION",
+            "account": "SLURM_JOB_ACCOUNT",
+        }
         out["slurm"] = {k: e[v] for k, v in keys.items() if v in e}
     return out
 
@@ -149,9 +176,12 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
         except ValueError:  # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
             import sys
 
-            print(f"monta: warning: {path}:{last}: the last line is cut off (a write was interrupted before this "
-                  f"run); it is kept as it was and the {len(records)} new record(s) start on line {last + 1}. "
-                  "Readers will name that line until it is repaired or removed.", file=sys.stderr)
+            print(
+                f"monta: warning: {path}:{last}: the last line is cut off (a write was interrupted before this "
+                f"run); it is kept as it was and the {len(records)} new record(s) start on line {last + 1}. "
+                "Readers will name that line until it is repaired or removed.",
+                file=sys.stderr,
+            )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -171,21 +201,27 @@ class RecordError(ValueError):
 
 # Time metrics: each, where a record has it, must be a finite number above zero (a NaN, zero or
 # negative time is a broken measurement, never data). Sample lists hold such times too.
-TIME_METRICS = ("time_us", "time_us_p10", "time_us_p90", "step_ms", "step_ms_p10", "step_ms_p90", "step_time_us",
-                "measured_us")
+TIME_METRICS = (
+    "time_us",
+    "time_us_p10",
+    "time_us_p90",
+    "step_ms",
+    "step_ms_p10",
+    "step_ms_p90",
+    "step_time_us",
+    "measured_us",
+)
 TIME_SAMPLES = ("samples_us", "samples_ms")
 
 
 def _positive_time(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-            and value > 0)
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def check_record(rec: Any) -> None:
     """Raise ValueError (what is wrong, one line) unless ``rec`` is a complete record with usable times."""
     if not isinstance(rec, dict):
-        raise ValueError(f"a JSON {type(rec).__name__}, not a record (a JSON object with "
-                         f"{', '.join(REQUIRED)})")
+        raise ValueError(f"a JSON {type(rec).__name__}, not a record (a JSON object with {', '.join(REQUIRED)})")
     validate_record(rec)
     for key in ("params", "metrics", "config", "env"):
         if not isinstance(rec[key], dict):
@@ -205,8 +241,9 @@ def check_record(rec: Any) -> None:
             bad = [x for x in s if not _positive_time(x)]
             if bad:
                 bad = bad[0]
-                raise ValueError(f"metrics.{key} holds {json.dumps(bad)}: every time must be a finite number "
-                                 "above zero")
+                raise ValueError(
+                    f"metrics.{key} holds {json.dumps(bad)}: every time must be a finite number above zero"
+                )
 
 
 def read_records(*paths: str | os.PathLike) -> list[dict[str, Any]]:
@@ -232,8 +269,10 @@ def read_records(*paths: str | os.PathLike) -> list[dict[str, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise RecordError(f"{p}:{n}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
-                                  "a records file is JSON lines") from None
+                raise RecordError(
+                    f"{p}:{n}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                    "a records file is JSON lines"
+                ) from None
             if not line.strip():
                 continue
             try:

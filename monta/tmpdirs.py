@@ -32,8 +32,9 @@ def _start_time(pid: int) -> str | None:
 def make(prefix: str) -> Path:
     """mkdtemp(prefix) with an owner file naming this process."""
     d = Path(tempfile.mkdtemp(prefix=prefix))
-    (d / OWNER).write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid()),
-                                       "host": socket.gethostname()}))
+    (d / OWNER).write_text(
+        json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname()})
+    )
     return d
 
 

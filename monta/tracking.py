@@ -37,8 +37,10 @@ def _flat(prefix: str, d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _table(wandb: Any, records: Sequence[Mapping[str, Any]]) -> Any:
-    rows = [{"source": r["source"], "run_id": r["run_id"], **_flat("", r["params"]), **_flat("", r["metrics"])}
-            for r in records]
+    rows = [
+        {"source": r["source"], "run_id": r["run_id"], **_flat("", r["params"]), **_flat("", r["metrics"])}
+        for r in records
+    ]
     cols = sorted({c for row in rows for c in row}, key=lambda c: (c not in ("source", "run_id"), c))
     data = [[_cell(row.get(c)) for c in cols] for row in rows]
     return wandb.Table(columns=cols, data=data)
@@ -57,9 +59,15 @@ def enabled() -> bool:
     return os.environ.get("WANDB_MODE", "offline") != "disabled" and os.environ.get("MONTA_WANDB", "1") != "0"
 
 
-def log_records(records: Sequence[Mapping[str, Any]], project: str | None = None, group: str | None = None,
-                config: Mapping[str, Any] | None = None, name: str | None = None, job_type: str | None = None,
-                dir: str | os.PathLike | None = None) -> bool:
+def log_records(
+    records: Sequence[Mapping[str, Any]],
+    project: str | None = None,
+    group: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    job_type: str | None = None,
+    dir: str | os.PathLike | None = None,
+) -> bool:
     """Log records to one wandb run (config, per-record metrics, a wandb.Table per kind).
 
     Returns True when logged, False when skipped or wandb failed; never raises. Settings come from
@@ -88,12 +96,10 @@ def log_records(records: Sequence[Mapping[str, Any]], project: str | None = None
             dir=str(root),
             mode=mode,
             reinit="create_new",
-            settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, console="off", silent=True,
-                                    x_disable_stats=True),
+            settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, console="off", silent=True, x_disable_stats=True),
         )
         for i, r in enumerate(records):
-            row = _flat(f"{r['kind']}/", {k: v for k, v in r["metrics"].items()
-                                           if not isinstance(v, list)})
+            row = _flat(f"{r['kind']}/", {k: v for k, v in r["metrics"].items() if not isinstance(v, list)})
             row.update(_flat(f"{r['kind']}/params.", r["params"]))
             run.log({k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}, step=i)
         for kind in sorted({r["kind"] for r in records}):

@@ -43,8 +43,10 @@ def cli(key: str, value: Any) -> str:
 
 def config_key(section: str) -> Where:
     """``config key alltoall.sizes = '128K:64K:2'`` (how the pipeline names a value)."""
+
     def where(key: str, value: Any) -> str:
         return f"config key {section}.{key} = {value!r}"
+
     return where
 
 
@@ -58,10 +60,16 @@ def integer(value: Any, key: str, lo: int, hi: int, where: Where = cli) -> int:
     return value
 
 
-def number(value: Any, key: str, lo: float, hi: float, where: Where = cli, *, lo_open: bool = False,
-           unit: str = "") -> float:
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and (value > lo if lo_open else value >= lo) and value <= hi)
+def number(
+    value: Any, key: str, lo: float, hi: float, where: Where = cli, *, lo_open: bool = False, unit: str = ""
+) -> float:
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and (value > lo if lo_open else value >= lo)
+        and value <= hi
+    )
     if not ok:
         fmt = lambda x: f"{int(x)}" if float(x).is_integer() else f"{x:g}"  # noqa: E731 - never 2.592e+06
         rng = f"{'above' if lo_open else 'at least'} {fmt(lo)} and at most {fmt(hi)}"
@@ -97,12 +105,17 @@ def sizes(spec: Any, key: str = "sizes", where: Where = cli, max_count: int = MA
             if lo < 1:
                 raise _fail(where, key, spec, "the smallest size must be at least 1 byte")
             if hi < lo:
-                raise _fail(where, key, spec, f"min {parts[0]} is above max {parts[1]}; use min:max:factor with "
-                                              "min <= max")
+                raise _fail(
+                    where, key, spec, f"min {parts[0]} is above max {parts[1]}; use min:max:factor with min <= max"
+                )
             count = int(math.floor(math.log(hi / lo) / math.log(factor) + 1e-9)) + 1
             if count > max_count:
-                raise _fail(where, key, spec, f"that range has {count} sizes; at most {max_count} (use a larger "
-                                              "factor or a narrower range)")
+                raise _fail(
+                    where,
+                    key,
+                    spec,
+                    f"that range has {count} sizes; at most {max_count} (use a larger factor or a narrower range)",
+                )
             out, size = [], float(lo)
             while size <= hi * (1 + 1e-9):
                 out.append(int(round(size)))
@@ -122,9 +135,12 @@ def names(spec: Any, key: str, allowed: Sequence[str], where: Where = cli) -> li
     out = [str(v).strip() for v in items if str(v).strip()]
     bad = [v for v in out if v not in allowed]
     if bad or not out:
-        raise _fail(where, key, spec if isinstance(spec, str) else ",".join(map(str, items)),
-                    f"{'unknown ' + ', '.join(map(repr, bad)) + '; ' if bad else 'empty; '}choose from "
-                    f"{', '.join(allowed)}")
+        raise _fail(
+            where,
+            key,
+            spec if isinstance(spec, str) else ",".join(map(str, items)),
+            f"{'unknown ' + ', '.join(map(repr, bad)) + '; ' if bad else 'empty; '}choose from {', '.join(allowed)}",
+        )
     if len(set(out)) != len(out):
         raise _fail(where, key, ",".join(out), "each name at most once")
     return out
@@ -142,8 +158,12 @@ def slowdown(spec: Any, variants: Sequence[str], key: str = "inject_slowdown", w
     except ValueError:
         fraction = float("nan")
     if name not in variants or not 0 < fraction <= 1:
-        raise _fail(where, key, spec, f"use VARIANT:FRACTION with VARIANT one of {', '.join(variants)} and "
-                                      "0 < FRACTION <= 1, e.g. monta:0.10")
+        raise _fail(
+            where,
+            key,
+            spec,
+            f"use VARIANT:FRACTION with VARIANT one of {', '.join(variants)} and 0 < FRACTION <= 1, e.g. monta:0.10",
+        )
     return {"variant": name, "fraction": fraction}
 
 
@@ -151,8 +171,11 @@ def int_list(spec: Any, key: str, lo: int, hi: int, where: Where = cli, max_coun
     shown = spec if isinstance(spec, str) else ",".join(map(str, spec))
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
     try:
-        out = [v if isinstance(v, int) and not isinstance(v, bool) else int(str(v).strip())
-               for v in items if str(v).strip()]
+        out = [
+            v if isinstance(v, int) and not isinstance(v, bool) else int(str(v).strip())
+            for v in items
+            if str(v).strip()
+        ]
     except ValueError:
         raise _fail(where, key, shown, f"expected a comma list of integers from {lo} to {hi}") from None
     if not out or any(not lo <= v <= hi for v in out) or len(out) > max_count:
@@ -179,16 +202,22 @@ def out_path(path: Any, key: str = "out", where: Where = cli, append: bool = Fal
     if probe.exists() and not probe.is_dir():
         raise _fail(where, key, path, f"{probe} is a file, not a directory")
     if probe.exists() and not writable(probe):
-        raise _fail(where, key, path, f"cannot write in {probe} (its permissions forbid it: mode "
-                                      f"{probe.stat().st_mode & 0o777:o})")
+        raise _fail(
+            where,
+            key,
+            path,
+            f"cannot write in {probe} (its permissions forbid it: mode {probe.stat().st_mode & 0o777:o})",
+        )
     if append and p.exists():
         from monta.results import RecordError, read_records
 
         try:
             read_records(p)
         except RecordError as e:
-            raise UsageError(f"--append {path}: refusing to append to a file that is already damaged: {e}; "
-                             "repair or remove that line, or write to a new file") from None
+            raise UsageError(
+                f"--append {path}: refusing to append to a file that is already damaged: {e}; "
+                "repair or remove that line, or write to a new file"
+            ) from None
     return p
 
 
@@ -209,26 +238,63 @@ def writable(directory: Path) -> bool:
     return bits & 3 == 3 and os.access(directory, os.W_OK | os.X_OK)
 
 
-def alltoall_sweep(*, nodes: Any, gpus_per_node: Any, tp: Any = None, ep: Any = None, sizes_spec: Any = "1M:16M:2",
-                   variants: Any = "legacy,deepspeed,monta", chunks: Any = "2,4", dtype: str = "float32",
-                   experts: Any = None, hidden: Any = 1024, warmup: Any = 2, iters: Any = 5, max_iters: Any = 40,
-                   target_ci: Any = 0.04, budget_s: Any = 180.0, where: Where = cli,
-                   keys: dict[str, str] | None = None) -> dict[str, Any]:
+def alltoall_sweep(
+    *,
+    nodes: Any,
+    gpus_per_node: Any,
+    tp: Any = None,
+    ep: Any = None,
+    sizes_spec: Any = "1M:16M:2",
+    variants: Any = "legacy,deepspeed,monta",
+    chunks: Any = "2,4",
+    dtype: str = "float32",
+    experts: Any = None,
+    hidden: Any = 1024,
+    warmup: Any = 2,
+    iters: Any = 5,
+    max_iters: Any = 40,
+    target_ci: Any = 0.04,
+    budget_s: Any = 180.0,
+    where: Where = cli,
+    keys: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Every semantic check of one TP AllToAll sweep (``monta bench alltoall`` and the pipeline's
     ``alltoall`` / ablation sections). Returns the resolved values: tp, ep, sizes, variants, chunks
     ('auto' or a list), experts. ``keys`` renames a key for ``where`` (e.g. sizes -> clusters[0].sizes)."""
     from monta.parallel import ParallelLayout
 
-    k = {n: n for n in ("nodes", "gpus_per_node", "tp", "ep", "sizes", "variants", "chunks", "dtype", "experts",
-                        "hidden", "warmup", "iters", "max_iters", "target_ci", "budget_s")}
+    k = {
+        n: n
+        for n in (
+            "nodes",
+            "gpus_per_node",
+            "tp",
+            "ep",
+            "sizes",
+            "variants",
+            "chunks",
+            "dtype",
+            "experts",
+            "hidden",
+            "warmup",
+            "iters",
+            "max_iters",
+            "target_ci",
+            "budget_s",
+        )
+    }
     k.update(keys or {})
     integer(nodes, k["nodes"], 1, MAX_NODES, where)
     integer(gpus_per_node, k["gpus_per_node"], 1, MAX_GPUS_PER_NODE, where)
     if tp is None:
         tp = gpus_per_node
     elif isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= gpus_per_node:
-        raise _fail(where, k["tp"], tp, f"must be an integer from 1 to gpus_per_node={gpus_per_node} "
-                                        "(tensor parallelism stays inside a node)")
+        raise _fail(
+            where,
+            k["tp"],
+            tp,
+            f"must be an integer from 1 to gpus_per_node={gpus_per_node} (tensor parallelism stays inside a node)",
+        )
     if gpus_per_node % tp:
         raise _fail(where, k["tp"], tp, f"must divide gpus_per_node={gpus_per_node} (TP stays inside a node)")
     dp = nodes * gpus_per_node // tp
@@ -241,8 +307,9 @@ def alltoall_sweep(*, nodes: Any, gpus_per_node: Any, tp: Any = None, ep: Any = 
     hidden = integer(hidden, k["hidden"], 1, MAX_HIDDEN, where)
     experts = ep if experts is None else integer(experts, k["experts"], 1, MAX_EXPERTS, where)
     if experts % ep:
-        raise _fail(where, k["experts"], experts, f"must be a multiple of EP={ep} (each EP rank holds "
-                                                  "experts/EP experts)")
+        raise _fail(
+            where, k["experts"], experts, f"must be a multiple of EP={ep} (each EP rank holds experts/EP experts)"
+        )
     from monta import variants as registry  # torch-free; the core's exchanges and the plugins'
 
     vs = names(variants, k["variants"], list(registry.exchanges()), where)
@@ -250,9 +317,13 @@ def alltoall_sweep(*, nodes: Any, gpus_per_node: Any, tp: Any = None, ep: Any = 
     row = experts * hidden * DTYPE_BYTES[dtype]
     for s in sz:
         if s % row or (s // row) % tp:
-            raise _fail(where, k["sizes"], sizes_spec,
-                        f"{s} B is not a whole [E={experts}, C, M={hidden}] {dtype} buffer with C divisible by "
-                        f"TP={tp}; use multiples of {row * tp} B or change hidden")
+            raise _fail(
+                where,
+                k["sizes"],
+                sizes_spec,
+                f"{s} B is not a whole [E={experts}, C, M={hidden}] {dtype} buffer with C divisible by "
+                f"TP={tp}; use multiples of {row * tp} B or change hidden",
+            )
     if str(chunks).strip() == "auto":
         ch: Any = "auto"
     else:
@@ -261,9 +332,13 @@ def alltoall_sweep(*, nodes: Any, gpus_per_node: Any, tp: Any = None, ep: Any = 
             smallest = min(sz)
             slice_ = smallest // row // tp
             if max(ch) > slice_:
-                raise _fail(where, k["chunks"], chunks if isinstance(chunks, str) else ",".join(map(str, ch)),
-                            f"{max(ch)} chunks exceed the capacity slice {slice_} (C/TP) of the smallest size "
-                            f"{smallest} B; use at most {slice_} chunks, larger sizes or a smaller hidden")
+                raise _fail(
+                    where,
+                    k["chunks"],
+                    chunks if isinstance(chunks, str) else ",".join(map(str, ch)),
+                    f"{max(ch)} chunks exceed the capacity slice {slice_} (C/TP) of the smallest size "
+                    f"{smallest} B; use at most {slice_} chunks, larger sizes or a smaller hidden",
+                )
     integer(warmup, k["warmup"], 0, MAX_ITERS, where)
     integer(iters, k["iters"], 1, MAX_ITERS, where)
     integer(max_iters, k["max_iters"], 0, MAX_ITERS, where)

@@ -169,7 +169,9 @@ def add_exchange(name: str, **kw: Any) -> Exchange:
     if model_as is not None and model_as not in EXCHANGES:
         raise ValueError(f"exchange {name!r}: model_as={model_as!r} must be one of {', '.join(EXCHANGES)}")
     if _CURRENT_ORIGIN[0] != "monta" and not callable(kw.get("run_pass")):
-        raise ValueError(f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase)")
+        raise ValueError(
+            f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase)"
+        )
     e = Exchange(name, origin=_CURRENT_ORIGIN[0], **kw)
     _R.exchanges[name] = e
     return e
@@ -189,14 +191,27 @@ def add_sync(name: str, **kw: Any) -> Sync:
     return s
 
 
-def add_variant(name: str, *, exchange: str = "deepspeed", schedule: str = "deepspeed",
-                sync: str = "after-backward", chunks: int | None = None, about: str = "") -> None:
+def add_variant(
+    name: str,
+    *,
+    exchange: str = "deepspeed",
+    schedule: str = "deepspeed",
+    sync: str = "after-backward",
+    chunks: int | None = None,
+    about: str = "",
+) -> None:
     """Register a name for a composition (its parts are checked when it is looked up, so a plugin may
     name a schedule that another plugin registers)."""
     if not name or any(c in name for c in ",=/ \t") or name != name.strip():
         raise ValueError(f"variant name {name!r}: no ',', '=', '/' or blanks (those belong to compositions)")
-    _R.variants[name] = {"exchange": exchange, "schedule": schedule, "sync": sync, "chunks": chunks,
-                         "about": about, "origin": _CURRENT_ORIGIN[0]}
+    _R.variants[name] = {
+        "exchange": exchange,
+        "schedule": schedule,
+        "sync": sync,
+        "chunks": chunks,
+        "about": about,
+        "origin": _CURRENT_ORIGIN[0],
+    }
 
 
 def _check_part_name(name: str, what: str) -> None:
@@ -207,16 +222,28 @@ def _check_part_name(name: str, what: str) -> None:
 # The core's parts and today's names (their meaning unchanged).
 add_exchange("legacy", model_as="legacy", about="every TP rank AllToAlls its full buffer (DeepSpeed < 0.14.5)")
 add_exchange("deepspeed", model_as="deepspeed", about="drop to the capacity slice, AllToAll, AllGather over TP")
-add_exchange("monta", chunked=True, model_as="monta",
-             about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i")
+add_exchange(
+    "monta",
+    chunked=True,
+    model_as="monta",
+    about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i",
+)
 add_schedule("deepspeed", about="DeepSpeed's MoE forward; the exchange runs whole")
 add_sync("after-backward", about="DeepSpeed's gradient reduction after backward")
-add_sync("priority", priority=True, chunk_bytes=None,
-         about="gradient AllReduce on a background thread, yielding to any AllToAll (MoNTA's conflict handling)")
+add_sync(
+    "priority",
+    priority=True,
+    chunk_bytes=None,
+    about="gradient AllReduce on a background thread, yielding to any AllToAll (MoNTA's conflict handling)",
+)
 add_variant("deepspeed", exchange="deepspeed", about="stock DeepSpeed: drop -> AllToAll(EP) -> AllGather(TP)")
 add_variant("legacy", exchange="legacy", about="DeepSpeed < 0.14.5: every TP rank AllToAlls its full buffer")
-add_variant("monta", exchange="monta", about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i")
-add_variant("monta+priority", exchange="monta", sync="priority", about="monta with AllToAll priority over gradient sync")
+add_variant(
+    "monta", exchange="monta", about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i"
+)
+add_variant(
+    "monta+priority", exchange="monta", sync="priority", about="monta with AllToAll priority over gradient sync"
+)
 
 
 def load_plugins(force: bool = False) -> None:
@@ -276,8 +303,9 @@ def syncs() -> dict[str, Sync]:
     return dict(_R.syncs)
 
 
-def compose(exchange: str = "deepspeed", schedule: str = "deepspeed", sync: str = "after-backward",
-            chunks: int | None = None) -> str:
+def compose(
+    exchange: str = "deepspeed", schedule: str = "deepspeed", sync: str = "after-backward", chunks: int | None = None
+) -> str:
     """The canonical composed name (keys in a fixed order)."""
     s = f"exchange={exchange},schedule={schedule},sync={sync}"
     return s + (f",chunks={chunks}" if chunks is not None else "")
@@ -314,15 +342,22 @@ def _parse_parts(name: str) -> dict[str, Any]:
 def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "monta") -> Variant:
     p = {**DEFAULT_PARTS, **{k: v for k, v in parts.items() if v is not None}}
     if p["exchange"] not in _R.exchanges:
-        raise ValueError(f"variant {name!r}: unknown exchange {p['exchange']!r}; choose from "
-                         f"{', '.join(_R.exchanges)}{_failed_note()}")
+        raise ValueError(
+            f"variant {name!r}: unknown exchange {p['exchange']!r}; choose from "
+            f"{', '.join(_R.exchanges)}{_failed_note()}"
+        )
     if p["schedule"] not in _R.schedules:
-        raise ValueError(f"variant {name!r}: unknown schedule {p['schedule']!r}; choose from "
-                         f"{', '.join(_R.schedules)}{_failed_note()}")
+        raise ValueError(
+            f"variant {name!r}: unknown schedule {p['schedule']!r}; choose from "
+            f"{', '.join(_R.schedules)}{_failed_note()}"
+        )
     if p["sync"] not in _R.syncs:
-        raise ValueError(f"variant {name!r}: unknown sync {p['sync']!r}; choose from {', '.join(_R.syncs)}{_failed_note()}")
-    return Variant(name, p["exchange"], _R.schedules[p["schedule"]], _R.syncs[p["sync"]], p.get("chunks"),
-                   about, origin)
+        raise ValueError(
+            f"variant {name!r}: unknown sync {p['sync']!r}; choose from {', '.join(_R.syncs)}{_failed_note()}"
+        )
+    return Variant(
+        name, p["exchange"], _R.schedules[p["schedule"]], _R.syncs[p["sync"]], p.get("chunks"), about, origin
+    )
 
 
 def get(name: str) -> Variant:
@@ -334,9 +369,11 @@ def get(name: str) -> Variant:
         return _build(name, {k: meta[k] for k in KEYS}, meta["about"], meta["origin"])
     if is_composed(name):
         return _build(name, _parse_parts(name), origin="composed")
-    raise ValueError(f"unknown variant {name!r}; choose from {', '.join(_R.variants)}, or compose one as "
-                     f"exchange={'|'.join(_R.exchanges)},schedule={'|'.join(_R.schedules)},"
-                     f"sync={'|'.join(_R.syncs)}{_failed_note()}")
+    raise ValueError(
+        f"unknown variant {name!r}; choose from {', '.join(_R.variants)}, or compose one as "
+        f"exchange={'|'.join(_R.exchanges)},schedule={'|'.join(_R.schedules)},"
+        f"sync={'|'.join(_R.syncs)}{_failed_note()}"
+    )
 
 
 def check(name: str) -> str:
@@ -393,9 +430,14 @@ def parse_list(spec: str | list[str]) -> list[str]:
 def describe(name: str) -> dict[str, Any]:
     """What a variant is, for the resolved configs and the analysis: its parts and where they come from."""
     v = get(name)
-    return {"variant": name, **v.parts, "schedule_about": v.schedule.about, "sync_about": v.sync.about,
-            "about": v.about or f"{v.exchange} exchange, {v.schedule.name} schedule, {v.sync.name} gradient sync",
-            "origin": v.origin}
+    return {
+        "variant": name,
+        **v.parts,
+        "schedule_about": v.schedule.about,
+        "sync_about": v.sync.about,
+        "about": v.about or f"{v.exchange} exchange, {v.schedule.name} schedule, {v.sync.name} gradient sync",
+        "origin": v.origin,
+    }
 
 
 def label(name: str) -> str:
@@ -408,7 +450,10 @@ def label(name: str) -> str:
     if not is_composed(name):
         return name
     for n, meta in _R.variants.items():
-        if all(meta.get(k) == v.parts.get(k) for k in ("exchange", "schedule", "sync")) and meta.get("chunks") == v.chunks:
+        if (
+            all(meta.get(k) == v.parts.get(k) for k in ("exchange", "schedule", "sync"))
+            and meta.get("chunks") == v.chunks
+        ):
             return n
     bits = [v.exchange] + [x for x, d in ((v.schedule.name, "deepspeed"), (v.sync.name, "after-backward")) if x != d]
     return "+".join(bits) + (f" x{v.chunks}" if v.chunks is not None else "")

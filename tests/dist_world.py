@@ -28,8 +28,15 @@ class RankError(RuntimeError):
 
 
 def _worker(rank: int, world_size: int, port: int, conn, collective_timeout_s: float) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size), DS_ACCELERATOR="cpu")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        DS_ACCELERATOR="cpu",
+    )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         import torch
@@ -37,8 +44,9 @@ def _worker(rank: int, world_size: int, port: int, conn, collective_timeout_s: f
         torch.set_num_threads(1)
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend="gloo", verbose=False,
-                                   timeout=datetime.timedelta(seconds=collective_timeout_s))
+        deepspeed.init_distributed(
+            dist_backend="gloo", verbose=False, timeout=datetime.timedelta(seconds=collective_timeout_s)
+        )
         conn.send(("ready", None))
     except BaseException:  # noqa: BLE001 - report anything to the parent
         conn.send(("error", traceback.format_exc()))
@@ -73,8 +81,12 @@ class DistWorld:
         port = free_port()
         for rank in range(self.world_size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(rank, self.world_size, port, child, self.collective_timeout_s),
-                            daemon=True, name=f"rank{rank}")
+            p = ctx.Process(
+                target=_worker,
+                args=(rank, self.world_size, port, child, self.collective_timeout_s),
+                daemon=True,
+                name=f"rank{rank}",
+            )
             p.start()
             self.procs.append(p)
             self.conns.append(parent)

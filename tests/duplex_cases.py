@@ -44,14 +44,21 @@ def collectives_case(*, pattern, dtype: str, rows: int) -> dict[str, Any]:
     dist.all_gather_into_tensor(want_g.view(-1), piece.view(-1), group=native)  # gloo: flat (see collectives)
     all_gather(got_g, piece, duplex).wait()
     errors = []
-    for bad in (lambda: duplex.all_to_all(x.new_empty(x.numel() + 1), torch.zeros(n * 2 + 1)),
-                lambda: duplex.all_gather(x.new_empty(3), piece)):
+    for bad in (
+        lambda: duplex.all_to_all(x.new_empty(x.numel() + 1), torch.zeros(n * 2 + 1)),
+        lambda: duplex.all_gather(x.new_empty(3), piece),
+    ):
         try:
             bad()
         except ValueError as e:
             errors.append(str(e))
-    return {"a2a_equal": a2a_equal, "ag_equal": bool(torch.equal(want_g, got_g)), "errors": errors,
-            "ranks": list(duplex.ranks), "dtype": str(got.dtype)}
+    return {
+        "a2a_equal": a2a_equal,
+        "ag_equal": bool(torch.equal(want_g, got_g)),
+        "errors": errors,
+        "ranks": list(duplex.ranks),
+        "dtype": str(got.dtype),
+    }
 
 
 def transport_case(*, nodes, gpn, tp, ep, transport: str) -> dict[str, Any]:
@@ -77,5 +84,9 @@ def transport_case(*, nodes, gpn, tp, ep, transport: str) -> dict[str, Any]:
             os.environ["MONTA_GLOO_TRANSPORT"] = old
     x = torch.arange(4 * 8 * 3, dtype=torch.float32).view(4, 8, 3) + 1000 * (pgs.rank // tp)
     out = ex.run_pass(x, ex.PassSpec(True, True), g, 2)
-    return {"error": None, "ep_duplex": isinstance(g.ep, DuplexGroup), "tp_duplex": isinstance(g.tp, DuplexGroup),
-            "out": out.tolist()}
+    return {
+        "error": None,
+        "ep_duplex": isinstance(g.ep, DuplexGroup),
+        "tp_duplex": isinstance(g.tp, DuplexGroup),
+        "out": out.tolist(),
+    }

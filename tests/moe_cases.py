@@ -34,7 +34,9 @@ def setup_layout(nodes: int, gpn: int, tp: int, ep: int, expert_tp: bool):
 
 
 def _expert(hidden: int) -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Linear(hidden, 2 * hidden), torch.nn.GELU(), torch.nn.Linear(2 * hidden, hidden))
+    return torch.nn.Sequential(
+        torch.nn.Linear(hidden, 2 * hidden), torch.nn.GELU(), torch.nn.Linear(2 * hidden, hidden)
+    )
 
 
 def _inputs(pgs, tokens: int, hidden: int, dtype: torch.dtype):
@@ -60,8 +62,15 @@ def _run_layer(layer: torch.nn.Module, x: torch.Tensor, w: torch.Tensor, seed: i
 
 
 def _ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity):
-    return dict(hidden_size=hidden, num_experts=experts, ep_size=ep, k=k, capacity_factor=capacity_factor,
-                min_capacity=min_capacity, enable_expert_tensor_parallelism=expert_tp)
+    return dict(
+        hidden_size=hidden,
+        num_experts=experts,
+        ep_size=ep,
+        k=k,
+        capacity_factor=capacity_factor,
+        min_capacity=min_capacity,
+        enable_expert_tensor_parallelism=expert_tp,
+    )
 
 
 def reference(pgs, *, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed):
@@ -73,8 +82,10 @@ def reference(pgs, *, k, expert_tp, tokens, hidden, experts, dtype, capacity_fac
     key = (pgs.layout, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed)
     if key not in _state["refs"]:
         torch.manual_seed(seed)
-        layer = DSMoE(expert=_expert(hidden), **_ds_kwargs(hidden, experts, pgs.layout.ep, k, expert_tp,
-                                                          capacity_factor, min_capacity)).to(DTYPES[dtype])
+        layer = DSMoE(
+            expert=_expert(hidden),
+            **_ds_kwargs(hidden, experts, pgs.layout.ep, k, expert_tp, capacity_factor, min_capacity),
+        ).to(DTYPES[dtype])
         layer.set_deepspeed_parallelism()
         x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
         with gloo_safe_deepspeed_gather():
@@ -85,17 +96,47 @@ def reference(pgs, *, k, expert_tp, tokens, hidden, experts, dtype, capacity_fac
     return _state["refs"][key]
 
 
-def compare_case(*, nodes, gpn, tp, ep, k, expert_tp, exchange, chunks, dtype="float32", tokens=64, hidden=8,
-                 experts=4, capacity_factor=1.0, min_capacity=4, seed=7) -> dict[str, Any]:
+def compare_case(
+    *,
+    nodes,
+    gpn,
+    tp,
+    ep,
+    k,
+    expert_tp,
+    exchange,
+    chunks,
+    dtype="float32",
+    tokens=64,
+    hidden=8,
+    experts=4,
+    capacity_factor=1.0,
+    min_capacity=4,
+    seed=7,
+) -> dict[str, Any]:
     """monta.moe.MoE with ``exchange``/``chunks`` vs stock DeepSpeed: max abs differences and traffic."""
     from monta.moe import MoE
 
     pgs = setup_layout(nodes, gpn, tp, ep, expert_tp)
-    common = dict(k=k, expert_tp=expert_tp, tokens=tokens, hidden=hidden, experts=experts, dtype=dtype,
-                  capacity_factor=capacity_factor, min_capacity=min_capacity, seed=seed)
+    common = dict(
+        k=k,
+        expert_tp=expert_tp,
+        tokens=tokens,
+        hidden=hidden,
+        experts=experts,
+        dtype=dtype,
+        capacity_factor=capacity_factor,
+        min_capacity=min_capacity,
+        seed=seed,
+    )
     ref = reference(pgs, **common)
-    layer = MoE(expert=_expert(hidden), exchange=exchange, chunks=chunks, groups=pgs,
-                **_ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity)).to(DTYPES[dtype])
+    layer = MoE(
+        expert=_expert(hidden),
+        exchange=exchange,
+        chunks=chunks,
+        groups=pgs,
+        **_ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity),
+    ).to(DTYPES[dtype])
     layer.load_state_dict(ref["state"])
     x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
     res = _run_layer(layer, x, w, seed)
@@ -112,19 +153,24 @@ def compare_case(*, nodes, gpn, tp, ep, k, expert_tp, exchange, chunks, dtype="f
         "x_grad_diff": diff(res["x_grad"], ref["x_grad"]),
         "grad_diffs": grad_diffs,
         "missing_grads": missing,
-        "bitwise": bool(torch.equal(res["out"], ref["out"]) and torch.equal(res["x_grad"], ref["x_grad"])
-                        and all(torch.equal(g, ref["grads"][n]) for n, g in res["grads"].items())),
+        "bitwise": bool(
+            torch.equal(res["out"], ref["out"])
+            and torch.equal(res["x_grad"], ref["x_grad"])
+            and all(torch.equal(g, ref["grads"][n]) for n, g in res["grads"].items())
+        ),
         "capacity": int(layer.deepspeed_moe.expected_capacity(tokens)),
         "chunks_used": layer.exchange.chunks,
         "inter_bytes": layer.traffic.inter,
         "intra_bytes": layer.traffic.intra,
-        "phases": {ph: layer.traffic.bytes(phase=ph) for ph in ("dispatch/fwd", "dispatch/bwd",
-                                                                "combine/fwd", "combine/bwd")},
+        "phases": {
+            ph: layer.traffic.bytes(phase=ph) for ph in ("dispatch/fwd", "dispatch/bwd", "combine/fwd", "combine/bwd")
+        },
     }
 
 
-def bad_input_case(*, nodes, gpn, tp, ep, expert_tp, exchange, chunks, tokens=64, hidden=8, experts=4,
-                   layout_ep=None) -> dict[str, Any]:
+def bad_input_case(
+    *, nodes, gpn, tp, ep, expert_tp, exchange, chunks, tokens=64, hidden=8, experts=4, layout_ep=None
+) -> dict[str, Any]:
     """Build/run a layer with bad settings; report the error and that no collective traffic happened."""
     from monta.comm import activity
     from monta.moe import MoE
@@ -132,8 +178,13 @@ def bad_input_case(*, nodes, gpn, tp, ep, expert_tp, exchange, chunks, tokens=64
     pgs = setup_layout(nodes, gpn, tp, ep, expert_tp)
     err, layer = None, None
     try:
-        layer = MoE(expert=_expert(hidden), exchange=exchange, chunks=chunks, groups=pgs,
-                    **_ds_kwargs(hidden, experts, layout_ep or ep, 1, expert_tp, 1.0, 4))
+        layer = MoE(
+            expert=_expert(hidden),
+            exchange=exchange,
+            chunks=chunks,
+            groups=pgs,
+            **_ds_kwargs(hidden, experts, layout_ep or ep, 1, expert_tp, 1.0, 4),
+        )
         x, _ = _inputs(pgs, tokens, hidden, torch.float32)
         layer(x)
     except ValueError as e:
@@ -168,12 +219,12 @@ def exchange_dtype_case(*, nodes, gpn, tp, ep, dtype, chunks) -> dict[str, Any]:
     spec = PassSpec(True, True)
     ref = run_pass(x, spec, g, 1)
     got = run_pass(x.to(DTYPES[dtype]), spec, g, chunks)
-    return {"dtype": str(got.dtype), "equal": bool(torch.equal(got, ref.to(DTYPES[dtype]))),
-            "shape": list(got.shape)}
+    return {"dtype": str(got.dtype), "equal": bool(torch.equal(got, ref.to(DTYPES[dtype]))), "shape": list(got.shape)}
 
 
-def shrinking_capacity_case(*, nodes, gpn, tp, ep, chunks, eval_capacity_factor, tokens=64, short_tokens=32,
-                            hidden=8, experts=4, seed=7) -> dict[str, Any]:
+def shrinking_capacity_case(
+    *, nodes, gpn, tp, ep, chunks, eval_capacity_factor, tokens=64, short_tokens=32, hidden=8, experts=4, seed=7
+) -> dict[str, Any]:
     """One monta.moe.MoE built with ``chunks``, called as a training run meets it: a full batch, a short
     last batch, an eval pass at ``eval_capacity_factor``, a full batch again; each call against stock
     DeepSpeed (bitwise), with the chunks it used and what it logged."""
@@ -186,8 +237,16 @@ def shrinking_capacity_case(*, nodes, gpn, tp, ep, chunks, eval_capacity_factor,
     from monta.moe import layer as monta_layer
 
     pgs = setup_layout(nodes, gpn, tp, ep, True)
-    common = dict(k=1, expert_tp=True, hidden=hidden, experts=experts, dtype="float32", capacity_factor=1.0,
-                  min_capacity=4, seed=seed)
+    common = dict(
+        k=1,
+        expert_tp=True,
+        hidden=hidden,
+        experts=experts,
+        dtype="float32",
+        capacity_factor=1.0,
+        min_capacity=4,
+        seed=seed,
+    )
     kwargs = dict(_ds_kwargs(hidden, experts, ep, 1, True, 1.0, 4), eval_capacity_factor=eval_capacity_factor)
     layer = MoE(expert=_expert(hidden), exchange="monta", chunks=chunks, groups=pgs, **kwargs)
     layer.load_state_dict(reference(pgs, tokens=tokens, **common)["state"])  # same weights for any token count
@@ -215,13 +274,25 @@ def shrinking_capacity_case(*, nodes, gpn, tp, ep, chunks, eval_capacity_factor,
             torch.manual_seed(seed)
             with torch.no_grad(), gloo_safe_deepspeed_gather():
                 outs.append(m(x)[0])
-        calls.append(("eval", layer.deepspeed_moe.expected_capacity(tokens), layer.exchange.chunks,
-                      bool(torch.equal(outs[0], outs[1]))))
+        calls.append(
+            (
+                "eval",
+                layer.deepspeed_moe.expected_capacity(tokens),
+                layer.exchange.chunks,
+                bool(torch.equal(outs[0], outs[1])),
+            )
+        )
         layer.train()
         res = _run_layer(layer, *_inputs(pgs, tokens, hidden, torch.float32), seed)
         ref = reference(pgs, tokens=tokens, **common)
-        calls.append(("full again", layer.deepspeed_moe.expected_capacity(tokens), layer.exchange.chunks,
-                      bool(torch.equal(res["out"], ref["out"]))))
+        calls.append(
+            (
+                "full again",
+                layer.deepspeed_moe.expected_capacity(tokens),
+                layer.exchange.chunks,
+                bool(torch.equal(res["out"], ref["out"])),
+            )
+        )
     finally:
         monta_layer.log.removeHandler(handler)
     return {"calls": calls, "logged": logged}

@@ -23,24 +23,66 @@ ENV = {"python": "3.11", "host": "test"}
 
 
 def a2a(size, variant, chunks, time_us, source="emulated", tp=4, gpus=4, inter_gbps=2.0, inter_bytes=None):
-    params = {"size_bytes": size, "variant": variant, "chunks": chunks, "nodes": 2, "gpus_per_node": gpus,
-              "tp": tp, "ep": 2, "dtype": "float32", "iters": 10}
+    params = {
+        "size_bytes": size,
+        "variant": variant,
+        "chunks": chunks,
+        "nodes": 2,
+        "gpus_per_node": gpus,
+        "tp": tp,
+        "ep": 2,
+        "dtype": "float32",
+        "iters": 10,
+    }
     if inter_gbps is not None:
         params["inter_gbps"] = inter_gbps
-    metrics = {"time_us": time_us, "time_us_p10": time_us * 0.9, "time_us_p90": time_us * 1.1,
-               "algbw_GBps": size / time_us / 1e3, "busbw_GBps": size / time_us / 1e3 * 0.875,
-               "inter_bytes": inter_bytes if inter_bytes is not None else size, "intra_bytes": size, "wrong": 0}
+    metrics = {
+        "time_us": time_us,
+        "time_us_p10": time_us * 0.9,
+        "time_us_p90": time_us * 1.1,
+        "algbw_GBps": size / time_us / 1e3,
+        "busbw_GBps": size / time_us / 1e3 * 0.875,
+        "inter_bytes": inter_bytes if inter_bytes is not None else size,
+        "intra_bytes": size,
+        "wrong": 0,
+    }
     return make_record(kind="alltoall", source=source, experiment="t", params=params, metrics=metrics, env=ENV)
 
 
 def step(variant, step_ms, source="emulated"):
-    phases = {"attention": 2.0, "gate": 0.5, "dispatch": step_ms * 0.3, "experts": 3.0,
-              "combine": step_ms * 0.2, "grad_sync": 1.0, "optimizer": 0.5}
-    return make_record(kind="step", source=source, experiment="t",
-                       params={"variant": variant, "nodes": 2, "gpus_per_node": 4, "tp": 4, "model": "mini",
-                               "topk": 2, "capacity_factor": 1.0, "seq": 128, "layers": 2},
-                       metrics={"step_ms": step_ms, "tokens_per_s": 1e5 / step_ms, "loss": 5.0,
-                                "breakdown_ms": phases, "peak_mem_bytes": 1 << 20}, env=ENV)
+    phases = {
+        "attention": 2.0,
+        "gate": 0.5,
+        "dispatch": step_ms * 0.3,
+        "experts": 3.0,
+        "combine": step_ms * 0.2,
+        "grad_sync": 1.0,
+        "optimizer": 0.5,
+    }
+    return make_record(
+        kind="step",
+        source=source,
+        experiment="t",
+        params={
+            "variant": variant,
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "tp": 4,
+            "model": "mini",
+            "topk": 2,
+            "capacity_factor": 1.0,
+            "seq": 128,
+            "layers": 2,
+        },
+        metrics={
+            "step_ms": step_ms,
+            "tokens_per_s": 1e5 / step_ms,
+            "loss": 5.0,
+            "breakdown_ms": phases,
+            "peak_mem_bytes": 1 << 20,
+        },
+        env=ENV,
+    )
 
 
 def alltoall_records():
@@ -101,9 +143,12 @@ def test_step_breakdown_stacks_disjoint_parts_only():
 
 
 def test_predicted_vs_measured_matches_only_same_link():
-    recs = [a2a(1 << 20, "monta", 2, 1000.0), a2a(1 << 20, "monta", 2, 1100.0, source="predicted"),
-            # an A800 prediction (no emulated bandwidth) must not be scored against the emulator
-            a2a(1 << 20, "monta", 2, 50.0, source="predicted", inter_gbps=None)]
+    recs = [
+        a2a(1 << 20, "monta", 2, 1000.0),
+        a2a(1 << 20, "monta", 2, 1100.0, source="predicted"),
+        # an A800 prediction (no emulated bandwidth) must not be scored against the emulator
+        a2a(1 << 20, "monta", 2, 50.0, source="predicted", inter_gbps=None),
+    ]
     pvm = tables.predicted_vs_measured(recs)
     assert len(pvm) == 1
     assert pvm["error_pct"].iloc[0] == pytest.approx(10.0)
@@ -111,8 +156,14 @@ def test_predicted_vs_measured_matches_only_same_link():
 
 def test_paper_comparison_values_deviation_and_no_data():
     paper = yaml.safe_load((ROOT / "analysis" / "paper.yaml").read_text())
-    recs = [a2a(1 << 20, "legacy", 1, 8000.0, tp=8, gpus=8), a2a(1 << 20, "monta", 4, 2000.0, tp=8, gpus=8),
-            step("deepspeed", 20.0), step("lina", 14.0), step("legacy", 23.0), step("monta", 20.0)]
+    recs = [
+        a2a(1 << 20, "legacy", 1, 8000.0, tp=8, gpus=8),
+        a2a(1 << 20, "monta", 4, 2000.0, tp=8, gpus=8),
+        step("deepspeed", 20.0),
+        step("lina", 14.0),
+        step("legacy", 23.0),
+        step("monta", 20.0),
+    ]
     cmp = tables.paper_comparison(recs, paper).set_index("claim")
     row = cmp[cmp.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
     assert row["ours"] == "4.00x" and row["deviation_pct"] == pytest.approx(-50.0)
@@ -138,10 +189,13 @@ def test_paper_comparison_pairs_predictions_of_one_cluster_only():
     """An A800 prediction is paired with the A800 legacy prediction, never with the emulator profile's
     (ms-scale) legacy, and `predict accuracy` rows (scored against a measurement) are no claim."""
     paper = yaml.safe_load((ROOT / "analysis" / "paper.yaml").read_text())
-    recs = [_pred(1 << 24, "legacy", 1, 300.0, "a800-8nic"), _pred(1 << 24, "monta", 4, 100.0, "a800-8nic"),
-            _pred(1 << 24, "monta", 1, 50.0, "a800-4nic"),  # no legacy for this cluster: no pair
-            _pred(1 << 24, "legacy", 1, 9e6, "emulator:lp", measured_us=8e6),
-            _pred(1 << 24, "monta", 2, 2e6, "emulator:lp", measured_us=2.1e6)]
+    recs = [
+        _pred(1 << 24, "legacy", 1, 300.0, "a800-8nic"),
+        _pred(1 << 24, "monta", 4, 100.0, "a800-8nic"),
+        _pred(1 << 24, "monta", 1, 50.0, "a800-4nic"),  # no legacy for this cluster: no pair
+        _pred(1 << 24, "legacy", 1, 9e6, "emulator:lp", measured_us=8e6),
+        _pred(1 << 24, "monta", 2, 2e6, "emulator:lp", measured_us=2.1e6),
+    ]
     row = tables.paper_comparison(recs, paper).set_index("claim")
     row = row[row.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
     assert row["ours_source"] == "predicted" and row["ours"] == "3.00x" and row["points"] == 1
@@ -157,11 +211,18 @@ def test_empty_records_degrade_to_no_data(tmp_path):
 
 def test_figures_written(tmp_path):
     table = tables.alltoall_table(alltoall_records())
-    paths = [figures.alltoall_comparison(table, tmp_path), figures.chunk_ablation(tables.chunk_ablation(table), tmp_path),
-             figures.ratio_ablation(tables.ratio_ablation(tables.alltoall_summary(table)), tmp_path),
-             figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path),
-             figures.predicted_vs_measured(tables.predicted_vs_measured(
-                 [a2a(1 << 20, "monta", 2, 1000.0), a2a(1 << 20, "monta", 2, 1100.0, source="predicted")]), tmp_path)]
+    paths = [
+        figures.alltoall_comparison(table, tmp_path),
+        figures.chunk_ablation(tables.chunk_ablation(table), tmp_path),
+        figures.ratio_ablation(tables.ratio_ablation(tables.alltoall_summary(table)), tmp_path),
+        figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path),
+        figures.predicted_vs_measured(
+            tables.predicted_vs_measured(
+                [a2a(1 << 20, "monta", 2, 1000.0), a2a(1 << 20, "monta", 2, 1100.0, source="predicted")]
+            ),
+            tmp_path,
+        ),
+    ]
     for p in paths:
         assert p is not None and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
 
@@ -169,17 +230,45 @@ def test_figures_written(tmp_path):
 def test_record_shapes_of_the_real_producers():
     """Shapes the benchmarks and the performance model actually write: accuracy records carry
     their measurement, predicted steps state step_time_us, named clusters stay apart."""
-    acc = make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
-                      params={"size_bytes": 1 << 20, "variant": "monta", "chunks": 2, "nodes": 2, "gpus_per_node": 4,
-                              "tp": 4, "ep": 2},
-                      metrics={"time_us": 900.0, "measured_us": 1000.0, "error": -0.1})
+    acc = make_record(
+        kind="alltoall",
+        source="predicted",
+        experiment="accuracy",
+        env=ENV,
+        params={
+            "size_bytes": 1 << 20,
+            "variant": "monta",
+            "chunks": 2,
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "tp": 4,
+            "ep": 2,
+        },
+        metrics={"time_us": 900.0, "measured_us": 1000.0, "error": -0.1},
+    )
     pvm = tables.predicted_vs_measured([acc])
     assert pvm["error_pct"].tolist() == pytest.approx([-10.0])
-    steps = [make_record(kind="step", source="predicted", experiment="p", env=ENV,
-                         params={"variant": v, "nodes": 2, "gpus_per_node": 8, "tp": 8, "cluster": c,
-                                 "model": "moe-2x70b", "seq": 8192, "layers": 24},
-                         metrics={"step_time_us": t * (2 if c == "a800-4nic" else 1)})
-             for c in ("a800-4nic", "a800-8nic") for v, t in (("deepspeed", 2000.0), ("monta", 1600.0))]
+    steps = [
+        make_record(
+            kind="step",
+            source="predicted",
+            experiment="p",
+            env=ENV,
+            params={
+                "variant": v,
+                "nodes": 2,
+                "gpus_per_node": 8,
+                "tp": 8,
+                "cluster": c,
+                "model": "moe-2x70b",
+                "seq": 8192,
+                "layers": 24,
+            },
+            metrics={"step_time_us": t * (2 if c == "a800-4nic" else 1)},
+        )
+        for c in ("a800-4nic", "a800-8nic")
+        for v, t in (("deepspeed", 2000.0), ("monta", 1600.0))
+    ]
     t = tables.step_table(steps)
     assert sorted(set(t["cluster"])) == ["a800-4nic 2x8 TP8", "a800-8nic 2x8 TP8"]
     assert t["speedup_vs_deepspeed"].max() == pytest.approx(1.25)
@@ -190,10 +279,17 @@ def test_alltoall_comparison_data_drops_components_and_empty_panels():
     recs = alltoall_records()
     recs += [a2a(1 << 20, "a2a", 1, 500.0), a2a(1 << 20, "ag", 1, 300.0)]  # the exchange's halves alone
     # predicted records that state a time but no bandwidth (like `monta predict accuracy` writes)
-    recs += [make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
-                         params={"size_bytes": 1 << 20, "variant": v, "chunks": 1, "nodes": 2, "gpus_per_node": 4,
-                                 "tp": 4, "ep": 2},
-                         metrics={"time_us": 900.0, "measured_us": 1000.0}) for v in ("legacy", "monta")]
+    recs += [
+        make_record(
+            kind="alltoall",
+            source="predicted",
+            experiment="accuracy",
+            env=ENV,
+            params={"size_bytes": 1 << 20, "variant": v, "chunks": 1, "nodes": 2, "gpus_per_node": 4, "tp": 4, "ep": 2},
+            metrics={"time_us": 900.0, "measured_us": 1000.0},
+        )
+        for v in ("legacy", "monta")
+    ]
     table = tables.alltoall_table(recs)
     assert {"a2a", "ag"} <= set(table["variant"]) and "predicted" in set(table["source"])
     data, y = figures.alltoall_comparison_data(table)
@@ -211,11 +307,17 @@ def test_chunk_ablation_figure_plots_measured_only(tmp_path):
 
 
 def test_step_panel_titles_are_short_two_line():
-    keys = [("emulated", "2x4 TP4", "moe-2x70b-mini[capacity_factor=1.0,topk=2]"),
-            ("emulated", "2x4 TP4", "moe-2x70b-mini[capacity_factor=2.0,topk=2]")]
-    assert figures.step_panel_titles(keys) == ["emulated 2x4 TP4\ntop-k 2, capacity 1.0",
-                                               "emulated 2x4 TP4\ntop-k 2, capacity 2.0"]
-    mixed = figures.step_panel_titles([("emulated", "2x4 TP4", "mini"), ("predicted", "a800-8nic 2x8 TP8", "moe-2x70b")])
+    keys = [
+        ("emulated", "2x4 TP4", "moe-2x70b-mini[capacity_factor=1.0,topk=2]"),
+        ("emulated", "2x4 TP4", "moe-2x70b-mini[capacity_factor=2.0,topk=2]"),
+    ]
+    assert figures.step_panel_titles(keys) == [
+        "emulated 2x4 TP4\ntop-k 2, capacity 1.0",
+        "emulated 2x4 TP4\ntop-k 2, capacity 2.0",
+    ]
+    mixed = figures.step_panel_titles(
+        [("emulated", "2x4 TP4", "mini"), ("predicted", "a800-8nic 2x8 TP8", "moe-2x70b")]
+    )
     assert mixed == ["emulated 2x4 TP4\nmini", "predicted a800-8nic 2x8 TP8\nmoe-2x70b"]
 
 
@@ -223,26 +325,57 @@ def test_step_panel_titles_are_short_two_line():
 def test_sig3_plain_notation():
     from analysis.display import fmt_bytes, sig3
 
-    assert [sig3(x) for x in (306600.0, 3066.0, 44.8067, 4.5, 0.02431, 9.996, 1.0)] == \
-        ["307000", "3070", "44.8", "4.50", "0.0243", "10.0", "1.00"]
+    assert [sig3(x) for x in (306600.0, 3066.0, 44.8067, 4.5, 0.02431, 9.996, 1.0)] == [
+        "307000",
+        "3070",
+        "44.8",
+        "4.50",
+        "0.0243",
+        "10.0",
+        "1.00",
+    ]
     assert [fmt_bytes(b) for b in (65536, 1 << 20, 3 << 19, 1 << 30)] == ["64 KiB", "1 MiB", "1.50 MiB", "1 GiB"]
 
 
 def _paper_pred(size, t, legacy, deepspeed, chunks, cluster="a800-8nic"):
     """What `monta predict paper` writes: monta at the model's own chunk count, the baselines as metrics."""
-    return make_record(kind="alltoall", source="predicted", experiment="p", env=ENV,
-                       params={"size_bytes": size, "variant": "monta", "chunks": chunks, "nodes": 2, "gpus_per_node": 8,
-                               "tp": 8, "ep": 2, "cluster": cluster},
-                       metrics={"time_us": t, "legacy_us": legacy, "deepspeed_us": deepspeed,
-                                "speedup": legacy / t, "speedup_vs_deepspeed": deepspeed / t})
+    return make_record(
+        kind="alltoall",
+        source="predicted",
+        experiment="p",
+        env=ENV,
+        params={
+            "size_bytes": size,
+            "variant": "monta",
+            "chunks": chunks,
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "tp": 8,
+            "ep": 2,
+            "cluster": cluster,
+        },
+        metrics={
+            "time_us": t,
+            "legacy_us": legacy,
+            "deepspeed_us": deepspeed,
+            "speedup": legacy / t,
+            "speedup_vs_deepspeed": deepspeed / t,
+        },
+    )
 
 
 def test_summary_table_fills_what_the_model_knows_and_reads_in_human_units(tmp_path):
-    emulated = [a2a(16 << 20, "legacy", 1, 3066000.0, inter_bytes=4 << 20), a2a(16 << 20, "deepspeed", 1, 480000.0),
-                a2a(16 << 20, "monta", 4, 346000.0, inter_bytes=1 << 20)]
+    emulated = [
+        a2a(16 << 20, "legacy", 1, 3066000.0, inter_bytes=4 << 20),
+        a2a(16 << 20, "deepspeed", 1, 480000.0),
+        a2a(16 << 20, "monta", 4, 346000.0, inter_bytes=1 << 20),
+    ]
     # a800-4nic: paper predictions only (no legacy/deepspeed records); a800-8nic: the sweep's records
     # at chunk counts 1/2 plus the paper's faster 3 chunks, which states no inter-node bytes
-    pred = [_paper_pred(16 << 20, 255.06, 1148.0, 341.9, 3, "a800-4nic"), _paper_pred(16 << 20, 230.34, 592.0, 272.4, 3)]
+    pred = [
+        _paper_pred(16 << 20, 255.06, 1148.0, 341.9, 3, "a800-4nic"),
+        _paper_pred(16 << 20, 230.34, 592.0, 272.4, 3),
+    ]
     for v, c, t in (("legacy", 1, 592.0), ("deepspeed", 1, 272.4), ("monta", 2, 240.0)):
         pred.append(_pred(16 << 20, v, c, t, "a800-8nic", inter_bytes=(8 if v == "legacy" else 1) * float(1 << 20)))
         del pred[-1]["params"]["dtype"]  # as `monta predict alltoall` writes them: bytes, no dtype
@@ -264,12 +397,24 @@ def test_summary_table_fills_what_the_model_knows_and_reads_in_human_units(tmp_p
 
 
 def test_emulator_profile_is_named_by_its_links():
-    acc = make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
-                      params={"size_bytes": 1 << 20, "variant": "monta", "chunks": 2, "nodes": 2, "gpus_per_node": 4,
-                              "tp": 4, "ep": 2, "cluster": "emulator:custom"},
-                      metrics={"time_us": 900.0, "measured_us": 1000.0},
-                      config={"profile": {"name": "custom", "topology": {"name": "custom", "inter_gbps": 0.25,
-                                                                         "intra_gbps": None}}})
+    acc = make_record(
+        kind="alltoall",
+        source="predicted",
+        experiment="accuracy",
+        env=ENV,
+        params={
+            "size_bytes": 1 << 20,
+            "variant": "monta",
+            "chunks": 2,
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "tp": 4,
+            "ep": 2,
+            "cluster": "emulator:custom",
+        },
+        metrics={"time_us": 900.0, "measured_us": 1000.0},
+        config={"profile": {"name": "custom", "topology": {"name": "custom", "inter_gbps": 0.25, "intra_gbps": None}}},
+    )
     df = tables.to_frame([acc])
     assert df["cluster"].tolist() == ["emulator links (inter 0.25 Gbit/s, intra unshaped) 2x4 TP4"]
     assert df["inter_gbps"].tolist() == [0.25]
@@ -291,17 +436,35 @@ def test_tp_ablation_is_its_own_table_and_figure(tmp_path):
 
 
 def _accuracy(size, chunks, predicted, measured, gpus=4, cpu_bound=None):
-    return make_record(kind="alltoall", source="predicted", experiment="accuracy", env=ENV,
-                       params={"size_bytes": size, "variant": "monta", "chunks": chunks, "nodes": 2,
-                               "gpus_per_node": gpus, "tp": gpus, "ep": 2, "cluster": "emulator:custom"},
-                       metrics={"time_us": predicted, "measured_us": measured, "measured_cpu_bound": cpu_bound})
+    return make_record(
+        kind="alltoall",
+        source="predicted",
+        experiment="accuracy",
+        env=ENV,
+        params={
+            "size_bytes": size,
+            "variant": "monta",
+            "chunks": chunks,
+            "nodes": 2,
+            "gpus_per_node": gpus,
+            "tp": gpus,
+            "ep": 2,
+            "cluster": "emulator:custom",
+        },
+        metrics={"time_us": predicted, "measured_us": measured, "measured_cpu_bound": cpu_bound},
+    )
 
 
 def test_chunk_pick_follows_the_models_rule_on_recorded_predictions():
     from analysis import summary
 
-    recs = [_accuracy(1 << 20, 1, 100.0, 100.0), _accuracy(1 << 20, 2, 99.8, 90.0),  # 0.2% faster: a tie, keeps 1
-            _accuracy(4 << 20, 1, 400.0, 400.0), _accuracy(4 << 20, 4, 300.0, 310.0), _accuracy(4 << 20, 8, 290.0, 300.0)]
+    recs = [
+        _accuracy(1 << 20, 1, 100.0, 100.0),
+        _accuracy(1 << 20, 2, 99.8, 90.0),  # 0.2% faster: a tie, keeps 1
+        _accuracy(4 << 20, 1, 400.0, 400.0),
+        _accuracy(4 << 20, 4, 300.0, 310.0),
+        _accuracy(4 << 20, 8, 290.0, 300.0),
+    ]
     picks = {setup[0]: (best, pick, loss) for setup, best, pick, loss, _ in summary.chunk_picks(recs)}
     assert picks[1 << 20] == (2, 1, pytest.approx(100.0 / 90.0 - 1))  # a miss: 11% off the best measured
     assert picks[4 << 20] == (8, 8, 0.0)
@@ -312,8 +475,12 @@ def test_the_chunk_pick_count_names_the_sizes_whose_timings_were_cpu_bound():
     count over the sizes where neither timing was."""
     from analysis import summary
 
-    recs = [_accuracy(1 << 20, 1, 100.0, 100.0), _accuracy(1 << 20, 2, 99.8, 90.0, cpu_bound=True),  # a miss
-            _accuracy(4 << 20, 1, 400.0, 400.0, cpu_bound=False), _accuracy(4 << 20, 4, 300.0, 310.0)]
+    recs = [
+        _accuracy(1 << 20, 1, 100.0, 100.0),
+        _accuracy(1 << 20, 2, 99.8, 90.0, cpu_bound=True),  # a miss
+        _accuracy(4 << 20, 1, 400.0, 400.0, cpu_bound=False),
+        _accuracy(4 << 20, 4, 300.0, 310.0),
+    ]
     assert [bound for *_, bound in summary.chunk_picks(recs)] == [True, False]
     line = summary.model_line(recs)
     assert "at **1 of 2** buffer sizes (1 of 1 where neither timing was CPU-bound)" in line, line
@@ -324,8 +491,12 @@ def test_summary_states_the_headline_numbers_with_links(tmp_path):
     from monta.regress import compare, format_table
 
     recs = alltoall_records()
-    recs += [a2a(16 << 20, "legacy", 1, 3066000.0, tp=8, gpus=8), a2a(16 << 20, "deepspeed", 1, 480000.0, tp=8, gpus=8),
-             a2a(16 << 20, "monta", 4, 346000.0, tp=8, gpus=8), a2a(8 << 20, "monta", 4, 200000.0, tp=8, gpus=8)]
+    recs += [
+        a2a(16 << 20, "legacy", 1, 3066000.0, tp=8, gpus=8),
+        a2a(16 << 20, "deepspeed", 1, 480000.0, tp=8, gpus=8),
+        a2a(16 << 20, "monta", 4, 346000.0, tp=8, gpus=8),
+        a2a(8 << 20, "monta", 4, 200000.0, tp=8, gpus=8),
+    ]
     recs += [_paper_pred(16 << 20, 230.34, 592.0, 272.4, 3), _paper_pred(64 << 20, 748.1, 1799.7, 865.6, 3)]
     recs += [step("deepspeed", 20.0), step("monta", 16.0), step("lina", 12.5), step("legacy", 25.0)]
     recs += [_accuracy(1 << 20, 1, 110.0, 100.0), _accuracy(1 << 20, 2, 80.0, 100.0)]  # MAPE 15%, pick 2: 0% off
@@ -339,8 +510,10 @@ def test_summary_states_the_headline_numbers_with_links(tmp_path):
     lines = summary.summarize(recs, paper, regress_md, lambda target: target)
     text = "\n".join(lines)
     # the headline: the largest TP measured, its largest buffer with every variant
-    assert ("**TP AllToAll**, emulated 2x8 TP8 @ 2 Gbit/s, 16 MiB per rank: monta (4 chunks) 346 ms: **8.86x** "
-            "over legacy (3070 ms), **1.39x** over deepspeed (480 ms). [table](tables/alltoall_summary.md)") in text
+    assert (
+        "**TP AllToAll**, emulated 2x8 TP8 @ 2 Gbit/s, 16 MiB per rank: monta (4 chunks) 346 ms: **8.86x** "
+        "over legacy (3070 ms), **1.39x** over deepspeed (480 ms). [table](tables/alltoall_summary.md)"
+    ) in text
     assert "a800-8nic 2x8 TP8: up to **2.57x** over legacy at 16 MiB (1.18x over deepspeed there)" in text
     assert "mini: monta 16.0 ms, **1.25x** over deepspeed (20.0 ms); lina 1.60x, legacy 0.800x over deepspeed." in text
     assert "MAPE **15.0%** over 2 points" in text and "at **1 of 1** buffer sizes" in text
@@ -372,9 +545,15 @@ def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(t
     for r in recs:
         m, p = r["metrics"], r["params"]
         if p["variant"] == "monta" and p["chunks"] == 4 and p.get("inter_gbps") == 2.0:
-            m.update(speedup_vs_legacy=3.9, speedup_vs_legacy_ci=[3.8, 4.05], speedup_vs_deepspeed=2.1,
-                     speedup_vs_deepspeed_ci=[2.0, 2.2], overlap_efficiency=0.9, overlap_efficiency_ci=[0.8, 0.97],
-                     iters=12)
+            m.update(
+                speedup_vs_legacy=3.9,
+                speedup_vs_legacy_ci=[3.8, 4.05],
+                speedup_vs_deepspeed=2.1,
+                speedup_vs_deepspeed_ci=[2.0, 2.2],
+                overlap_efficiency=0.9,
+                overlap_efficiency_ci=[0.8, 0.97],
+                iters=12,
+            )
         m["cpu_bound"] = p["size_bytes"] == 1 << 20 and p["variant"] == "legacy"
     summary = tables.alltoall_summary(tables.alltoall_table(recs))
     shown, note = tables.with_intervals(summary)

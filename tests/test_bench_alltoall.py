@@ -14,10 +14,30 @@ pytestmark = pytest.mark.slow
 
 
 def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
-           "--sizes", "64K", "--hidden", "256", "--chunks", "2", "--iters", "1", "--warmup", "0",
-           "--no-wandb",
-           "--allow-unshaped", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monta.cli",
+        "bench",
+        "alltoall",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--sizes",
+        "64K",
+        "--hidden",
+        "256",
+        "--chunks",
+        "2",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--no-wandb",
+        "--allow-unshaped",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -55,19 +75,31 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     assert "Out of bounds values : 0 OK" not in bad.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (("--chunks", "0"), "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
-    (("--chunks", "64"), "--chunks 64: 64 chunks exceed the capacity slice 16"),
-    (("--variants", "legacy,tutel"), "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, toy-exchange"),
-    (("--tp", "3"), "--tp 3: must be an integer from 1 to gpus_per_node=2 (tensor parallelism stays inside a node)"),
-    (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
-    (("--adaptive", "--max-iters", "0"), "--max-iters 0 is below --iters 1"),
-    (("--max-iters", "8", "--budget-s", "9"), "--max-iters, --budget-s only apply with --adaptive; without it, --iters "
-                                              "is the exact number of timed iterations per size (here 1)"),
-    (("--target-ci", "-1"), "--target-ci -1.0: must be a finite number at least 0 and at most 10"),
-    (("--inject-slowdown", "monta"), "--inject-slowdown monta: use VARIANT:FRACTION"),
-    (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--chunks", "0"), "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
+        (("--chunks", "64"), "--chunks 64: 64 chunks exceed the capacity slice 16"),
+        (
+            ("--variants", "legacy,tutel"),
+            "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, toy-exchange",
+        ),
+        (
+            ("--tp", "3"),
+            "--tp 3: must be an integer from 1 to gpus_per_node=2 (tensor parallelism stays inside a node)",
+        ),
+        (("--sizes", "1000"), "is not a whole [E=2, C, M=256]"),
+        (("--adaptive", "--max-iters", "0"), "--max-iters 0 is below --iters 1"),
+        (
+            ("--max-iters", "8", "--budget-s", "9"),
+            "--max-iters, --budget-s only apply with --adaptive; without it, --iters "
+            "is the exact number of timed iterations per size (here 1)",
+        ),
+        (("--target-ci", "-1"), "--target-ci -1.0: must be a finite number at least 0 and at most 10"),
+        (("--inject-slowdown", "monta"), "--inject-slowdown monta: use VARIANT:FRACTION"),
+        (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
+    ],
+)
 def test_bad_flags_fail_fast_with_one_line(args, message):
     proc = bench(*args, timeout=60)
     assert proc.returncode == 2
@@ -81,8 +113,19 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     figures and the testbed's tuning; --inject-slowdown slows exactly the named variant by about the
     asked fraction and marks it."""
     common = ("--inter-gbps", "0.5", "--sizes", "1M", "--no-components")
-    plain = bench(*common, "--adaptive", "--iters", "4", "--max-iters", "12", "--target-ci", "0.5",
-                  "--out", str(tmp_path / "a.jsonl"), timeout=400)
+    plain = bench(
+        *common,
+        "--adaptive",
+        "--iters",
+        "4",
+        "--max-iters",
+        "12",
+        "--target-ci",
+        "0.5",
+        "--out",
+        str(tmp_path / "a.jsonl"),
+        timeout=400,
+    )
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert "vs deepspeed" in plain.stdout and "CPU" in plain.stdout and "TEST AID" not in plain.stdout
     recs = read_records(tmp_path / "a.jsonl")
@@ -101,8 +144,9 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     assert env["net_tuning"]["quickack"] is True
     assert by["legacy"]["link_delivery"]["link"] == "inter" and by["legacy"]["link_delivery"]["share"] > 0.5
 
-    slow = bench(*common, "--iters", "4", "--inject-slowdown", "deepspeed:0.5", "--out", str(tmp_path / "b.jsonl"),
-                 timeout=400)
+    slow = bench(
+        *common, "--iters", "4", "--inject-slowdown", "deepspeed:0.5", "--out", str(tmp_path / "b.jsonl"), timeout=400
+    )
     assert slow.returncode == 0, slow.stderr[-3000:]
     assert "TEST AID" in slow.stdout
     by2 = {r["params"]["variant"]: r["metrics"] for r in read_records(tmp_path / "b.jsonl")}

@@ -18,12 +18,21 @@ MINI = PRESETS["moe-2x70b-mini"]
 
 
 def _clock(topo: Topology, gpn: int, tp: int, cfg=MINI) -> Clock:
-    return Clock(topo.cluster or "a800-4nic", cfg, tp=tp, ep=2, gpus_per_node=gpn, inter_gbps=topo.inter_gbps,
-                 intra_gbps=topo.intra_gbps)
+    return Clock(
+        topo.cluster or "a800-4nic",
+        cfg,
+        tp=tp,
+        ep=2,
+        gpus_per_node=gpn,
+        inter_gbps=topo.inter_gbps,
+        intra_gbps=topo.intra_gbps,
+    )
 
 
-@pytest.mark.parametrize("preset,gpn,tp", [("a800-4nic", 4, 4), ("a800-4nic@0.0625", 8, 8), ("a800-4nic@0.25", 4, 4),
-                                           ("a800-8nic", 4, 2), ("h800", 8, 8)])
+@pytest.mark.parametrize(
+    "preset,gpn,tp",
+    [("a800-4nic", 4, 4), ("a800-4nic@0.0625", 8, 8), ("a800-4nic@0.25", 4, 4), ("a800-8nic", 4, 2), ("h800", 8, 8)],
+)
 def test_every_exchange_runs_on_the_same_dilation(preset, gpn, tp):
     """Emulated / real time at nominal rates is the same D for the inter-node AllToAll, the TP AllGather
     and the TP AllReduce, when the profile is the cluster's own (intra:inter = its per-GPU rho)."""

@@ -77,13 +77,16 @@ def _assert_nothing_left(marker: str, before: tuple[str, str, str]) -> None:
 
 
 # -- topology and shaping spec (no namespaces needed) ------------------------------------------
-@pytest.mark.parametrize("kwargs, message", [
-    ({"inter_gbps": 0}, "inter_gbps=0: must be between"),
-    ({"intra_gbps": -2.0}, "intra_gbps=-2.0: must be between"),
-    ({"inter_gbps": float("nan")}, "must be a number"),
-    ({"inter_gbps": "1"}, "must be a number"),
-    ({"latency_us": -1}, "latency_us=-1: must be between"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"inter_gbps": 0}, "inter_gbps=0: must be between"),
+        ({"intra_gbps": -2.0}, "intra_gbps=-2.0: must be between"),
+        ({"inter_gbps": float("nan")}, "must be a number"),
+        ({"inter_gbps": "1"}, "must be a number"),
+        ({"latency_us": -1}, "latency_us=-1: must be between"),
+    ],
+)
 def test_bad_topology_is_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Topology(**kwargs)
@@ -104,8 +107,10 @@ def _emulate_cli(argv: list[str]) -> int:
 def test_bad_topology_flags_give_a_clear_error():
     with pytest.raises(ValueError) as info:
         _emulate_cli(["run", "--topology", "a900", "--", "true"])
-    assert str(info.value) == ("--topology a900: unknown topology preset 'a900'; choose one of unshaped, "
-                               "a800-4nic, a800-8nic, a100, h100, h800, or PRESET@GBPS (the NIC rate per node)")
+    assert str(info.value) == (
+        "--topology a900: unknown topology preset 'a900'; choose one of unshaped, "
+        "a800-4nic, a800-8nic, a100, h100, h800, or PRESET@GBPS (the NIC rate per node)"
+    )
     with pytest.raises(ValueError, match=r"^--topology a800-4nic-dilated: .*was removed: it shaped intra:inter 7.27"):
         _emulate_cli(["run", "--topology", "a800-4nic-dilated", "--", "true"])
     with pytest.raises(ValueError, match=r"after '@' give the NIC rate in Gbit/s, e.g. a800-4nic@0.0625"):
@@ -164,10 +169,13 @@ def test_profile_from_raw_measurements():
     bw = 1e8  # bytes/s, 20 us latency
     points = [[s, 20e-6 + s / bw] for s in (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22)]
     assert fit_bandwidth(points) == pytest.approx(bw, rel=1e-6)
-    raw = {"groups": {"intra": [0, 1], "inter": [0, 2]}, "latency_s": {"intra": 1e-5, "inter": 2e-5},
-           "p2p": {"intra": points, "inter": points},
-           "alltoall": {"intra": [[4096, 1e-4]], "inter": [[4096, 2e-4]]},
-           "allgather": {"intra": [[4096, 1e-4]], "inter": [[4096, 3e-4]]}}
+    raw = {
+        "groups": {"intra": [0, 1], "inter": [0, 2]},
+        "latency_s": {"intra": 1e-5, "inter": 2e-5},
+        "p2p": {"intra": points, "inter": points},
+        "alltoall": {"intra": [[4096, 1e-4]], "inter": [[4096, 2e-4]]},
+        "allgather": {"intra": [[4096, 1e-4]], "inter": [[4096, 3e-4]]},
+    }
     prof = build_profile(raw, Topology(inter_gbps=1.0), 2, 2)
     assert prof["schema"] == "monta.linkprofile/1" and prof["source"] == "emulated"
     assert prof["links"]["inter"]["bandwidth_GBps"] == pytest.approx(0.1)
@@ -185,9 +193,26 @@ def test_inter_node_traffic_is_throttled_and_intra_node_is_not():
     from monta.emulate.probe import summarize
 
     gbps, nbytes = 1.0, 6 << 20
-    res = launch([PY, "-m", "monta.emulate.probe", "--bytes", str(nbytes), "--intra-bytes", str(4 * nbytes),
-                  "--flows", "1,4", "--reps", "2"], 2, 2, Topology(inter_gbps=gbps), timeout_s=120,
-                 stdout=open(os.devnull, "w"))
+    res = launch(
+        [
+            PY,
+            "-m",
+            "monta.emulate.probe",
+            "--bytes",
+            str(nbytes),
+            "--intra-bytes",
+            str(4 * nbytes),
+            "--flows",
+            "1,4",
+            "--reps",
+            "2",
+        ],
+        2,
+        2,
+        Topology(inter_gbps=gbps),
+        timeout_s=120,
+        stdout=open(os.devnull, "w"),
+    )
     raw = json.loads(res.stdout.strip().splitlines()[-1])
     rows = {(r["link"], r["flows"]): r for r in summarize(raw, {"inter": gbps, "intra": None})}
     print(rows)
@@ -220,15 +245,18 @@ def test_inter_node_traffic_is_throttled_and_intra_node_is_not():
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
 def test_nodes_get_reno_and_quickack_and_ranks_are_told():
-    code = ("import json, os, subprocess; t = json.loads(os.environ['MONTA_NET_TUNING']); "
-            "cc = open('/proc/sys/net/ipv4/tcp_congestion_control').read().strip(); "
-            "r = subprocess.run(['ip', 'route', 'show', '198.18.0.0/24'], capture_output=True, text=True).stdout; "
-            "print(json.dumps([t, cc, 'quickack 1' in r]))")
+    code = (
+        "import json, os, subprocess; t = json.loads(os.environ['MONTA_NET_TUNING']); "
+        "cc = open('/proc/sys/net/ipv4/tcp_congestion_control').read().strip(); "
+        "r = subprocess.run(['ip', 'route', 'show', '198.18.0.0/24'], capture_output=True, text=True).stdout; "
+        "print(json.dumps([t, cc, 'quickack 1' in r]))"
+    )
     res = launch([PY, "-c", code], 2, 1, Topology(inter_gbps=1.0), timeout_s=60, stdout=open(os.devnull, "w"))
     tuning, cc, quick = json.loads(res.stdout.strip().splitlines()[-1])
     assert tuning["tcp_cc"] == "reno" == cc and tuning["quickack"] is True and quick and tuning["notes"] == []
-    res = launch([PY, "-c", code], 2, 1, Topology(inter_gbps=1.0, tcp_cc="bbr"), timeout_s=60,
-                 stdout=open(os.devnull, "w"))
+    res = launch(
+        [PY, "-c", code], 2, 1, Topology(inter_gbps=1.0, tcp_cc="bbr"), timeout_s=60, stdout=open(os.devnull, "w")
+    )
     assert json.loads(res.stdout.strip().splitlines()[-1])[1] == "bbr"
 
 
@@ -238,8 +266,9 @@ def test_ranks_get_one_compute_thread_whatever_the_caller_inherited(monkeypatch)
     """Snakemake exports OMP/MKL/..._NUM_THREADS=<job threads>; inherited by 8-16 ranks on 2 cores,
     their extra workers slowed mid-size collectives 2-3x (torch sizes its pool from MKL_NUM_THREADS
     too). Ranks get 1 thread (or $MONTA_RANK_THREADS)."""
-    code = ("import os, torch; print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'], "
-            "torch.get_num_threads())")
+    code = (
+        "import os, torch; print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'], torch.get_num_threads())"
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setenv("MKL_NUM_THREADS", "2")
     res = launch([PY, "-c", code], 1, 2, Topology(), timeout_s=60, stdout=open(os.devnull, "w"))
@@ -272,8 +301,15 @@ GLOO_ROUTES = textwrap.dedent("""
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
 def test_gloo_intra_node_traffic_stays_off_the_shaped_nic():
-    res = launch([PY, "-c", GLOO_ROUTES], 2, 2, Topology(inter_gbps=2.0), timeout_s=90,
-                 env={"OMP_NUM_THREADS": "1"}, stdout=open(os.devnull, "w"))
+    res = launch(
+        [PY, "-c", GLOO_ROUTES],
+        2,
+        2,
+        Topology(inter_gbps=2.0),
+        timeout_s=90,
+        env={"OMP_NUM_THREADS": "1"},
+        stdout=open(os.devnull, "w"),
+    )
     assert res.stdout.split() == ["node0", "198.18.0.1", "eth0"]
     eth0_tx = res.links["0"]["eth0"]["tx_bytes"]
     # Exactly one 8 MiB payload crossed node 0's NIC (plus rendezvous and barriers): the
@@ -287,9 +323,11 @@ def test_gloo_intra_node_traffic_stays_off_the_shaped_nic():
 def test_killed_rank_is_named_and_nothing_is_left(tmp_path):
     marker = f"monta-test-{uuid.uuid4().hex[:8]}"
     before = _host_net_state()
-    code = ("import os, signal, time, sys; r = int(os.environ['RANK']); "
-            "time.sleep(0.3) if r == 1 else None; "
-            "os.kill(os.getpid(), signal.SIGKILL) if r == 1 else time.sleep(60)")
+    code = (
+        "import os, signal, time, sys; r = int(os.environ['RANK']); "
+        "time.sleep(0.3) if r == 1 else None; "
+        "os.kill(os.getpid(), signal.SIGKILL) if r == 1 else time.sleep(60)"
+    )
     t0 = time.monotonic()
     with pytest.raises(RankFailed) as info:
         launch([PY, "-c", code, marker], 2, 2, Topology(inter_gbps=1.0), timeout_s=60, log_dir=tmp_path)
@@ -336,12 +374,16 @@ def test_timeout_and_unstartable_command_are_clear_errors(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
-@pytest.mark.parametrize("sig, inherited", [
-    (signal.SIGINT, signal.SIG_DFL),
-    (signal.SIGINT, signal.SIG_IGN),  # as a background non-interactive shell starts its commands
-    (signal.SIGTERM, signal.SIG_IGN),
-    (signal.SIGKILL, signal.SIG_DFL),
-], ids=["SIGINT", "SIGINT-inherited-ignored", "SIGTERM-inherited-ignored", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig, inherited",
+    [
+        (signal.SIGINT, signal.SIG_DFL),
+        (signal.SIGINT, signal.SIG_IGN),  # as a background non-interactive shell starts its commands
+        (signal.SIGTERM, signal.SIG_IGN),
+        (signal.SIGKILL, signal.SIG_DFL),
+    ],
+    ids=["SIGINT", "SIGINT-inherited-ignored", "SIGTERM-inherited-ignored", "SIGKILL"],
+)
 def test_signal_to_the_launcher_tears_everything_down(sig, inherited, tmp_path):
     """Whatever disposition the driver inherits (set here explicitly, so the test does not depend on
     how pytest itself was started), a signal to it takes down every rank and namespace."""
@@ -349,8 +391,10 @@ def test_signal_to_the_launcher_tears_everything_down(sig, inherited, tmp_path):
     before = _host_net_state()
     started = tmp_path / "started"
     rank = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
-    driver = (f"from monta.emulate import launch, Topology; import sys; "
-              f"launch([sys.executable, '-c', {rank!r}, {marker!r}], 2, 1, Topology(inter_gbps=1.0))")
+    driver = (
+        f"from monta.emulate import launch, Topology; import sys; "
+        f"launch([sys.executable, '-c', {rank!r}, {marker!r}], 2, 1, Topology(inter_gbps=1.0))"
+    )
 
     def inherit():  # in the child before exec: dispositions other than handlers survive exec
         signal.signal(signal.SIGINT, inherited if sig == signal.SIGINT else signal.SIG_DFL)
@@ -360,7 +404,9 @@ def test_signal_to_the_launcher_tears_everything_down(sig, inherited, tmp_path):
     try:
         deadline = time.monotonic() + 30
         while not started.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no start"
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stderr.read() if proc.poll() else "no start"
+            )
             time.sleep(0.05)
         assert _processes_with(marker)
         proc.send_signal(sig)
@@ -378,9 +424,11 @@ def test_signal_to_the_launcher_tears_everything_down(sig, inherited, tmp_path):
 def test_unavailable_namespaces_name_the_sysctl_or_fall_back(monkeypatch, capsys):
     from monta.emulate import launcher
 
-    monkeypatch.setattr(launcher, "namespace_problem",
-                        lambda: "user namespaces are unavailable; enable them with sysctl "
-                                "kernel.unprivileged_userns_clone=1")
+    monkeypatch.setattr(
+        launcher,
+        "namespace_problem",
+        lambda: "user namespaces are unavailable; enable them with sysctl kernel.unprivileged_userns_clone=1",
+    )
     with pytest.raises(NamespaceUnavailable, match="kernel.unprivileged_userns_clone"):
         launch([PY, "-c", "pass"], 2, 1, Topology(inter_gbps=1.0))
     code = "import os; print(os.environ['RANK'], os.environ['MONTA_BIND_ADDR'], os.environ['MONTA_EMULATED'])"
@@ -395,11 +443,26 @@ def test_unavailable_namespaces_name_the_sysctl_or_fall_back(monkeypatch, capsys
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
 def test_calibrate_writes_a_link_profile(tmp_path):
     out = tmp_path / "linkprofile.json"
-    assert _emulate_cli(["calibrate", "--nodes", "2", "--gpus-per-node", "2", "--inter-gbps", "1",
-                         "--max-bytes", "1M", "--out", str(out)]) == 0
+    assert (
+        _emulate_cli(
+            [
+                "calibrate",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "2",
+                "--inter-gbps",
+                "1",
+                "--max-bytes",
+                "1M",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     prof = json.loads(out.read_text())
-    assert set(prof) == {"schema", "name", "source", "topology", "links", "collectives", "compute", "host",
-                         "transport"}
+    assert set(prof) == {"schema", "name", "source", "topology", "links", "collectives", "compute", "host", "transport"}
     assert prof["schema"] == "monta.linkprofile/1" and prof["source"] == "emulated"
     assert prof["transport"] == "duplex"  # measured through the exchanges' own transport
     for link in ("intra", "inter"):
@@ -447,8 +510,15 @@ PINGPONG = textwrap.dedent("""
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
 def test_latency_is_added_or_refused_clearly(tmp_path):
     try:
-        res = launch([PY, "-c", PINGPONG], 2, 1, Topology(latency_us=2000), timeout_s=60, log_dir=tmp_path,
-                     stdout=open(os.devnull, "w"))
+        res = launch(
+            [PY, "-c", PINGPONG],
+            2,
+            1,
+            Topology(latency_us=2000),
+            timeout_s=60,
+            log_dir=tmp_path,
+            stdout=open(os.devnull, "w"),
+        )
     except EmulationError as e:  # kernels without sch_netem (this CI box's among them)
         assert "--latency-us needs the netem qdisc (kernel module sch_netem)" in str(e)
         return

@@ -31,8 +31,10 @@ def _age(path: Path, seconds: float) -> None:
 
 def _holder(lock: Path) -> subprocess.Popen:
     """A process that takes torch's FileBaton on ``lock`` (as cpp_extension.load does) and keeps it."""
-    code = ("import sys, time; from torch.utils.file_baton import FileBaton; "
-            "b = FileBaton(sys.argv[1]); assert b.try_acquire(); print('held', flush=True); time.sleep(600)")
+    code = (
+        "import sys, time; from torch.utils.file_baton import FileBaton; "
+        "b = FileBaton(sys.argv[1]); assert b.try_acquire(); print('held', flush=True); time.sleep(600)"
+    )
     proc = subprocess.Popen([PY, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -42,7 +44,11 @@ def test_only_old_locks_that_no_process_holds_are_stale(tmp_path):
     (tmp_path / "orphan").mkdir()
     (tmp_path / "fresh").mkdir()
     (tmp_path / "py311_cpu" / "held").mkdir(parents=True)  # torch's default layout: root/<py-accel>/<op>
-    orphan, fresh, held = tmp_path / "orphan" / "lock", tmp_path / "fresh" / "lock", tmp_path / "py311_cpu" / "held" / "lock"
+    orphan, fresh, held = (
+        tmp_path / "orphan" / "lock",
+        tmp_path / "fresh" / "lock",
+        tmp_path / "py311_cpu" / "held" / "lock",
+    )
     orphan.touch()
     fresh.touch()
     holder = _holder(held)
@@ -68,8 +74,16 @@ def test_a_run_that_times_out_names_a_lock_its_ranks_may_wait_on(tmp_path):
     (root / "op").mkdir(parents=True)
     (root / "op" / "lock").touch()  # fresh: not removed, may be a build in progress
     with pytest.raises(Exception, match=r"timed out after 1 s.*a torch-extension build lock exists.*rm "):
-        launch([PY, "-c", "import time; time.sleep(60)"], 1, 1, Topology(), env={extensions.ENV: str(root)},
-               timeout_s=1, log_dir=tmp_path / "logs", allow_unshaped=True)
+        launch(
+            [PY, "-c", "import time; time.sleep(60)"],
+            1,
+            1,
+            Topology(),
+            env={extensions.ENV: str(root)},
+            timeout_s=1,
+            log_dir=tmp_path / "logs",
+            allow_unshaped=True,
+        )
 
 
 def test_a_venv_gets_its_own_build_folder_unless_one_is_named():

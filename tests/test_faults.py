@@ -46,45 +46,55 @@ def one_line_error(capsys, argv, code=2):
 
 
 def rec(time_us=100.0, size=1 << 20, variant="monta", **metrics):
-    return make_record(kind="alltoall", source="emulated", experiment="t", env=ENV,
-                       params={"size_bytes": size, "variant": variant, "chunks": 2, "nodes": 2, "gpus_per_node": 4,
-                               "tp": 4, "ep": 2},
-                       metrics={"time_us": time_us, **metrics})
+    return make_record(
+        kind="alltoall",
+        source="emulated",
+        experiment="t",
+        env=ENV,
+        params={"size_bytes": size, "variant": variant, "chunks": 2, "nodes": 2, "gpus_per_node": 4, "tp": 4, "ep": 2},
+        metrics={"time_us": time_us, **metrics},
+    )
 
 
 # -- class 1: every flag checked before anything starts ----------------------------------------
 A2A = ["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2", "--no-wandb"]
 
 
-@pytest.mark.parametrize("args,named", [
-    (["--hidden", "0"], "--hidden 0: must be an integer from 1 to"),
-    (["--hidden", "-1"], "--hidden -1: must be an integer from 1 to"),
-    (["--experts", "-2"], "--experts -2: must be an integer from 1 to"),
-    (["--experts", "0"], "--experts 0: must be an integer from 1 to"),
-    (["--experts", "3"], "--experts 3: must be a multiple of EP=2"),
-    (["--nodes", "0"], "--nodes 0: must be an integer from 1 to 250"),
-    (["--gpus-per-node", "-4"], "--gpus-per-node -4: must be an integer"),
-    (["--tp", "3"], "--tp 3: must be an integer from 1 to gpus_per_node=2"),
-    (["--sizes", "0"], "--sizes 0: size 0 B is outside 1 B .. 1T"),
-    (["--sizes", "128K:64K:2"], "--sizes 128K:64K:2: min 128K is above max 64K"),
-    (["--sizes", "1M:16M:1"], "--sizes 1M:16M:1: the factor must be a number above 1"),
-    (["--sizes", "1M:16M:nan"], "--sizes 1M:16M:nan: the factor must be a number above 1"),
-    (["--sizes", "4Q"], "--sizes 4Q: size '4Q': expected a byte count"),
-    (["--sizes", ",".join(["1M"] * 65)], "65 sizes; at most 64"),
-    (["--variants", "legacy,tutel"], "--variants legacy,tutel: unknown 'tutel'"),
-    (["--variants", ","], "--variants ,: empty; choose from legacy, deepspeed, monta"),
-    (["--chunks", "0"], "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
-    (["--chunks", "two"], "--chunks two: expected a comma list of integers"),
-    (["--sizes", "64K", "--hidden", "256", "--chunks", "64"], "--chunks 64: 64 chunks exceed the capacity slice 16"),
-    (["--iters", "0"], "--iters 0: must be an integer from 1"),
-    (["--warmup", "-1"], "--warmup -1: must be an integer from 0"),
-    (["--target-ci", "inf"], "--target-ci inf: must be a finite number at least 0 and at most 10"),
-    (["--budget-s", "nan"], "--budget-s nan: must be a finite number"),
-    (["--timeout", "0"], "--timeout 0.0: must be a finite number at least 1"),
-    (["--timeout", "nan"], "--timeout nan: must be a finite number"),
-    (["--append"], "--append needs --out FILE"),
-    (["--sizes", "1T"], "more than this machine's"),
-])
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--hidden", "0"], "--hidden 0: must be an integer from 1 to"),
+        (["--hidden", "-1"], "--hidden -1: must be an integer from 1 to"),
+        (["--experts", "-2"], "--experts -2: must be an integer from 1 to"),
+        (["--experts", "0"], "--experts 0: must be an integer from 1 to"),
+        (["--experts", "3"], "--experts 3: must be a multiple of EP=2"),
+        (["--nodes", "0"], "--nodes 0: must be an integer from 1 to 250"),
+        (["--gpus-per-node", "-4"], "--gpus-per-node -4: must be an integer"),
+        (["--tp", "3"], "--tp 3: must be an integer from 1 to gpus_per_node=2"),
+        (["--sizes", "0"], "--sizes 0: size 0 B is outside 1 B .. 1T"),
+        (["--sizes", "128K:64K:2"], "--sizes 128K:64K:2: min 128K is above max 64K"),
+        (["--sizes", "1M:16M:1"], "--sizes 1M:16M:1: the factor must be a number above 1"),
+        (["--sizes", "1M:16M:nan"], "--sizes 1M:16M:nan: the factor must be a number above 1"),
+        (["--sizes", "4Q"], "--sizes 4Q: size '4Q': expected a byte count"),
+        (["--sizes", ",".join(["1M"] * 65)], "65 sizes; at most 64"),
+        (["--variants", "legacy,tutel"], "--variants legacy,tutel: unknown 'tutel'"),
+        (["--variants", ","], "--variants ,: empty; choose from legacy, deepspeed, monta"),
+        (["--chunks", "0"], "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
+        (["--chunks", "two"], "--chunks two: expected a comma list of integers"),
+        (
+            ["--sizes", "64K", "--hidden", "256", "--chunks", "64"],
+            "--chunks 64: 64 chunks exceed the capacity slice 16",
+        ),
+        (["--iters", "0"], "--iters 0: must be an integer from 1"),
+        (["--warmup", "-1"], "--warmup -1: must be an integer from 0"),
+        (["--target-ci", "inf"], "--target-ci inf: must be a finite number at least 0 and at most 10"),
+        (["--budget-s", "nan"], "--budget-s nan: must be a finite number"),
+        (["--timeout", "0"], "--timeout 0.0: must be a finite number at least 1"),
+        (["--timeout", "nan"], "--timeout nan: must be a finite number"),
+        (["--append"], "--append needs --out FILE"),
+        (["--sizes", "1T"], "more than this machine's"),
+    ],
+)
 def test_a_bad_flag_is_named_before_any_rank_starts(no_launch, capsys, args, named):
     err = one_line_error(capsys, A2A + args)
     assert named in err, err
@@ -116,32 +126,42 @@ def test_out_under_a_file_or_a_read_only_directory_is_refused(no_launch, capsys,
         ro.chmod(0o755)
 
 
-@pytest.mark.parametrize("args,named", [
-    (["emulate", "run", "--nodes", "0", "--", "true"], "--nodes 0: must be an integer from 1 to 250"),
-    (["emulate", "run", "--timeout", "-1", "--", "true"], "--timeout -1.0: must be a finite number above 0"),
-    (["emulate", "run", "--inter-gbps", "nan", "--", "true"], "--inter-gbps nan: must be a number of Gbit/s"),
-    (["emulate", "calibrate", "--out", "/"], "--out /: is a directory"),
-    (["emulate", "calibrate", "--out", "p.json", "--min-bytes", "16M", "--max-bytes", "1K"],
-     "--min-bytes 16M --max-bytes 1K: need 1 <= min <= max"),
-    (["emulate", "probe", "--gpus-per-node", "0"], "--gpus-per-node 0: must be an integer from 1"),
-    (["bench", "alltoall", "--topology", "a900"], "--topology a900: unknown topology preset 'a900'"),
-    (["bench", "alltoall", "--gpus-per-node", "2", "--sizes", "64K", "--hidden", "256", "--latency-us", "inf"],
-     "--latency-us inf: must be a number of microseconds"),
-])
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["emulate", "run", "--nodes", "0", "--", "true"], "--nodes 0: must be an integer from 1 to 250"),
+        (["emulate", "run", "--timeout", "-1", "--", "true"], "--timeout -1.0: must be a finite number above 0"),
+        (["emulate", "run", "--inter-gbps", "nan", "--", "true"], "--inter-gbps nan: must be a number of Gbit/s"),
+        (["emulate", "calibrate", "--out", "/"], "--out /: is a directory"),
+        (
+            ["emulate", "calibrate", "--out", "p.json", "--min-bytes", "16M", "--max-bytes", "1K"],
+            "--min-bytes 16M --max-bytes 1K: need 1 <= min <= max",
+        ),
+        (["emulate", "probe", "--gpus-per-node", "0"], "--gpus-per-node 0: must be an integer from 1"),
+        (["bench", "alltoall", "--topology", "a900"], "--topology a900: unknown topology preset 'a900'"),
+        (
+            ["bench", "alltoall", "--gpus-per-node", "2", "--sizes", "64K", "--hidden", "256", "--latency-us", "inf"],
+            "--latency-us inf: must be a number of microseconds",
+        ),
+    ],
+)
 def test_a_bad_emulate_or_network_flag_is_named_before_anything_starts(no_launch, capsys, args, named):
     err = one_line_error(capsys, args + (["--no-wandb"] if args[0] == "bench" else []))
     assert named in err, err
 
 
-@pytest.mark.parametrize("args,named", [
-    (["--steps", "0"], "--steps 0: must be an integer from 1"),
-    (["--nodes", "0"], "--nodes 0: must be an integer from 1"),
-    (["--seed", "-1"], "--seed -1: must be an integer from 0"),
-    (["--capacity-factor", "nan"], "--capacity-factor nan: must be a finite number above 0"),
-    (["--layers", "0"], "--layers 0: must be an integer from 1"),
-    (["--variants", "monta,nope"], "--variants: unknown variant 'nope'; choose from deepspeed,"),
-    (["--timeout", "-5"], "--timeout -5.0: must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--steps", "0"], "--steps 0: must be an integer from 1"),
+        (["--nodes", "0"], "--nodes 0: must be an integer from 1"),
+        (["--seed", "-1"], "--seed -1: must be an integer from 0"),
+        (["--capacity-factor", "nan"], "--capacity-factor nan: must be a finite number above 0"),
+        (["--layers", "0"], "--layers 0: must be an integer from 1"),
+        (["--variants", "monta,nope"], "--variants: unknown variant 'nope'; choose from deepspeed,"),
+        (["--timeout", "-5"], "--timeout -5.0: must be a finite number"),
+    ],
+)
 def test_a_bad_step_flag_is_named_before_any_rank_starts(no_launch, capsys, args, named):
     pytest.importorskip("deepspeed")
     err = one_line_error(capsys, ["bench", "step", "--no-wandb"] + args)
@@ -154,29 +174,39 @@ def test_step_out_being_a_directory_is_refused(no_launch, capsys, tmp_path):
     assert "--out" in err and "is a directory" in err
 
 
-@pytest.mark.parametrize("args,named", [
-    (["predict", "alltoall", "--sizes", "0"], "--sizes 0: size 0 B is outside 1 B .. 1T"),
-    (["predict", "alltoall", "--sizes", "128K:64K:2"], "min 128K is above max 64K"),
-    (["predict", "alltoall", "--sizes", "1M:1T:1.0000001"], "at most 64"),
-    (["predict", "alltoall", "--nodes", "0"], "--nodes 0: must be an integer from 1"),
-    (["predict", "alltoall", "--tp", "16"], "--tp 16: must be an integer from 1 to 8"),
-    (["predict", "alltoall", "--chunks", "0"], "--chunks 0: chunks 0: must be >= 1"),
-    (["plan", "--nodes", "2", "--seq", "0"], "--seq 0: must be an integer from 1"),
-    (["plan", "--nodes", "2", "--top", "0"], "--top 0: must be an integer from 1"),
-    (["plan", "--nodes", "-1"], "--nodes -1: must be an integer from 1"),
-])
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["predict", "alltoall", "--sizes", "0"], "--sizes 0: size 0 B is outside 1 B .. 1T"),
+        (["predict", "alltoall", "--sizes", "128K:64K:2"], "min 128K is above max 64K"),
+        (["predict", "alltoall", "--sizes", "1M:1T:1.0000001"], "at most 64"),
+        (["predict", "alltoall", "--nodes", "0"], "--nodes 0: must be an integer from 1"),
+        (["predict", "alltoall", "--tp", "16"], "--tp 16: must be an integer from 1 to 8"),
+        (["predict", "alltoall", "--chunks", "0"], "--chunks 0: chunks 0: must be >= 1"),
+        (["plan", "--nodes", "2", "--seq", "0"], "--seq 0: must be an integer from 1"),
+        (["plan", "--nodes", "2", "--top", "0"], "--top 0: must be an integer from 1"),
+        (["plan", "--nodes", "-1"], "--nodes -1: must be an integer from 1"),
+    ],
+)
 def test_a_bad_predict_or_plan_flag_is_named(capsys, args, named):
     err = one_line_error(capsys, args)
     assert named in err, err
 
 
-@pytest.mark.parametrize("flag,value,named", [
-    ("--threshold", "nan", "--threshold nan"), ("--threshold", "inf", "--threshold inf"),
-    ("--threshold", "-0.1", "--threshold -0.1"), ("--threshold", "0", "--threshold 0.0"),
-    ("--bootstrap", "0", "--bootstrap 0"), ("--bootstrap", "-5", "--bootstrap -5"),
-    ("--confidence", "nan", "--confidence nan"), ("--confidence", "1", "--confidence 1.0"),
-    ("--seed", "-1", "--seed -1"),
-])
+@pytest.mark.parametrize(
+    "flag,value,named",
+    [
+        ("--threshold", "nan", "--threshold nan"),
+        ("--threshold", "inf", "--threshold inf"),
+        ("--threshold", "-0.1", "--threshold -0.1"),
+        ("--threshold", "0", "--threshold 0.0"),
+        ("--bootstrap", "0", "--bootstrap 0"),
+        ("--bootstrap", "-5", "--bootstrap -5"),
+        ("--confidence", "nan", "--confidence nan"),
+        ("--confidence", "1", "--confidence 1.0"),
+        ("--seed", "-1", "--seed -1"),
+    ],
+)
 def test_a_bad_regress_flag_is_named(capsys, tmp_path, flag, value, named):
     f = write_records(tmp_path / "r.jsonl", [rec()])
     err = one_line_error(capsys, ["regress", "--baseline", str(f), "--current", str(f), flag, value])
@@ -200,12 +230,18 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     r = rec()
     r["metrics"] = None
     put("metrics_null", (json.dumps(r) + "\n").encode(), ":1: metrics is null, not an object")
-    put("nan", good.encode() + (json.dumps(rec(float("nan"))) + "\n").encode(),
-        ":2: metrics.time_us is NaN: a time must be a finite number above zero")
+    put(
+        "nan",
+        good.encode() + (json.dumps(rec(float("nan"))) + "\n").encode(),
+        ":2: metrics.time_us is NaN: a time must be a finite number above zero",
+    )
     put("zero", (json.dumps(rec(0.0)) + "\n").encode(), ":1: metrics.time_us is 0.0")
     put("negative", (json.dumps(rec(-3.0)) + "\n").encode(), ":1: metrics.time_us is -3.0")
-    put("samples_nan", (json.dumps(rec(samples_us=[1.0, float("nan")])) + "\n").encode(),
-        ":1: metrics.samples_us holds NaN")
+    put(
+        "samples_nan",
+        (json.dumps(rec(samples_us=[1.0, float("nan")])) + "\n").encode(),
+        ":1: metrics.samples_us holds NaN",
+    )
     put("truncated", good.encode() + good.encode()[:57], ":2: not a JSON record")
     put("empty", b"", "holds no records (empty file)")
     d = tmp_path / "adir"
@@ -317,14 +353,29 @@ def _default():
     return yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
 
 
-@pytest.mark.parametrize("section,change,named", [
-    ("alltoall", {"sizes": "128K:64K:2"}, "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
-    ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 8"),
-    ("alltoall", {"sizes": "1M:1G:1"}, "config key alltoall.sizes = '1M:1G:1': the factor must be a number above 1"),
-    ("ablation", {"buffer_sizes": "32M:256K:2"}, "config key ablation.buffer_sizes = '32M:256K:2': min 32M is above"),
-    ("ablation", {"chunks": [1, 4096]}, "config key ablation.chunks = '1,4096': 4096 chunks exceed the capacity slice"),
-    ("predict", {"sizes": "1G:1M:2"}, "config key predict.sizes = '1G:1M:2': min 1G is above max 1M"),
-])
+@pytest.mark.parametrize(
+    "section,change,named",
+    [
+        ("alltoall", {"sizes": "128K:64K:2"}, "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
+        ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 8"),
+        (
+            "alltoall",
+            {"sizes": "1M:1G:1"},
+            "config key alltoall.sizes = '1M:1G:1': the factor must be a number above 1",
+        ),
+        (
+            "ablation",
+            {"buffer_sizes": "32M:256K:2"},
+            "config key ablation.buffer_sizes = '32M:256K:2': min 32M is above",
+        ),
+        (
+            "ablation",
+            {"chunks": [1, 4096]},
+            "config key ablation.chunks = '1,4096': 4096 chunks exceed the capacity slice",
+        ),
+        ("predict", {"sizes": "1G:1M:2"}, "config key predict.sizes = '1G:1M:2': min 1G is above max 1M"),
+    ],
+)
 def test_a_config_that_cannot_run_is_refused_at_validation(section, change, named):
     from configcheck import ConfigError
 
@@ -391,8 +442,9 @@ def test_stale_work_dirs_whose_owner_is_gone_are_removed_and_only_those(tmp_path
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmpdirs.make("monta-emulate-")
-    (stale / tmpdirs.OWNER).write_text(json.dumps({**json.loads((stale / tmpdirs.OWNER).read_text()),
-                                                   "pid": dead.pid, "start": "1"}))
+    (stale / tmpdirs.OWNER).write_text(
+        json.dumps({**json.loads((stale / tmpdirs.OWNER).read_text()), "pid": dead.pid, "start": "1"})
+    )
     (stale / "rank0.log").write_text("x")
     live = tmpdirs.make("monta-emulate-")  # owned by this (running) process
     kept = tmpdirs.make("monta-emulate-")
@@ -424,8 +476,17 @@ def _supervisor(tmp_path, **spec):
     from monta.emulate.supervisor import Supervisor
     from monta.emulate.topology import Topology
 
-    s = Supervisor({"mode": "plain", "nodes": 1, "gpus_per_node": 2, "topology": Topology(name="unshaped").to_dict(),
-                    "log_dir": str(tmp_path), "argv": ["true"], **spec})
+    s = Supervisor(
+        {
+            "mode": "plain",
+            "nodes": 1,
+            "gpus_per_node": 2,
+            "topology": Topology(name="unshaped").to_dict(),
+            "log_dir": str(tmp_path),
+            "argv": ["true"],
+            **spec,
+        }
+    )
     s.progress_dir.mkdir(exist_ok=True)
     return s
 
@@ -501,9 +562,27 @@ def test_the_default_timeout_scales_with_the_expected_run_time():
     p = argparse.ArgumentParser()
     register(p.add_subparsers())
     small = build_config(p.parse_args(["bench", "alltoall", "--sizes", "64K", "--hidden", "256", "--iters", "1"]))
-    big = build_config(p.parse_args(["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "8", "--sizes", "2M:16M:2",
-                                     "--topology", "a800-4nic@0.0625", "--adaptive", "--max-iters", "40",
-                                     "--budget-s", "60"]))
+    big = build_config(
+        p.parse_args(
+            [
+                "bench",
+                "alltoall",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "8",
+                "--sizes",
+                "2M:16M:2",
+                "--topology",
+                "a800-4nic@0.0625",
+                "--adaptive",
+                "--max-iters",
+                "40",
+                "--budget-s",
+                "60",
+            ]
+        )
+    )
     assert default_timeout(small) < 600 < default_timeout(big)
 
 
@@ -522,7 +601,21 @@ def test_the_validation_knows_the_same_exchanges_as_the_library():
     from monta.validate import alltoall_sweep
 
     assert variants.EXCHANGES == EXCHANGES and set(EXCHANGES) < set(variants.exchanges())
-    ok = alltoall_sweep(nodes=2, gpus_per_node=2, tp=2, ep=None, sizes_spec="64K", variants="monta,toy-exchange",
-                        chunks="2", dtype="float32", experts=None, hidden=256, warmup=0, iters=1, max_iters=1,
-                        target_ci=0, budget_s=0)
+    ok = alltoall_sweep(
+        nodes=2,
+        gpus_per_node=2,
+        tp=2,
+        ep=None,
+        sizes_spec="64K",
+        variants="monta,toy-exchange",
+        chunks="2",
+        dtype="float32",
+        experts=None,
+        hidden=256,
+        warmup=0,
+        iters=1,
+        max_iters=1,
+        target_ci=0,
+        budget_s=0,
+    )
     assert ok["variants"] == ["monta", "toy-exchange"]

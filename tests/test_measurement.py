@@ -69,7 +69,11 @@ def test_host_load_windows_and_the_cpu_bound_verdict():
     load = hostload.HostLoad()
     load.samples = _samples([0.2] * 10 + [1.0] * 10, [0.0] * 10 + [0.5] * 10)
     quiet = load.window([(0.0, 0.2)])
-    assert quiet["busy"] == pytest.approx(0.2) and quiet["saturated"] == pytest.approx(0) and quiet["psi_some"] == pytest.approx(0)
+    assert (
+        quiet["busy"] == pytest.approx(0.2)
+        and quiet["saturated"] == pytest.approx(0)
+        and quiet["psi_some"] == pytest.approx(0)
+    )
     busy = load.window([(0.2, 0.4)])
     assert busy["saturated"] == pytest.approx(1.0) and busy["psi_some"] == pytest.approx(0.5)
     both = load.window([(0.0, 0.1), (0.3, 0.4)])  # two spans, half quiet half busy
@@ -83,7 +87,9 @@ def test_host_load_windows_and_the_cpu_bound_verdict():
     assert hostload.is_cpu_bound({**quiet, "rank_wait": 0.3}) is True
     assert hostload.is_cpu_bound(busy) is True and hostload.is_cpu_bound(quiet) is False
     assert hostload.is_cpu_bound(None) is None
-    assert hostload.verdict({**quiet, "rank_wait": 0.3}).startswith("CPU-BOUND: ranks' main threads waited for a core 30.0%")
+    assert hostload.verdict({**quiet, "rank_wait": 0.3}).startswith(
+        "CPU-BOUND: ranks' main threads waited for a core 30.0%"
+    )
     assert hostload.verdict({**quiet, "rank_wait": 0.01}).startswith("CPU: not bound")
 
 
@@ -100,8 +106,12 @@ def test_host_load_sees_a_busy_core_and_own_run_delay_is_read():
 
 
 def test_probe_summary_per_link_and_level():
-    raw = {"links": {"inter": {"1": [[30e6, 29e6], [30e6, 30e6]], "8": [[20e6, 30e6], [30e6, 30e6]]},
-                     "intra": {"4": [[100e6, 150e6], [125e6, 125e6]]}}}
+    raw = {
+        "links": {
+            "inter": {"1": [[30e6, 29e6], [30e6, 30e6]], "8": [[20e6, 30e6], [30e6, 30e6]]},
+            "intra": {"4": [[100e6, 150e6], [125e6, 125e6]]},
+        }
+    }
     rows = {(r["link"], r["flows"]): r for r in summarize(raw, {"inter": 0.25, "intra": 2.0})}
     one = rows[("inter", 1)]
     assert one["n"] == 4 and one["p50_gbps"] == pytest.approx(0.24) and one["share_p50"] == pytest.approx(0.96)

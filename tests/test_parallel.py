@@ -26,13 +26,16 @@ def test_mixed_ep_group_is_inter_node():
     assert lay2.group_of("ep", 0).ranks == (0, 2) and lay2.group_of("ep", 0).link == INTRA
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(nodes=2, gpus_per_node=8, tp=16, ep=1), "tp=16 is larger than a node"),
-    (dict(nodes=2, gpus_per_node=8, tp=3, ep=1), "tp=3 does not divide gpus_per_node=8"),
-    (dict(nodes=2, gpus_per_node=8, tp=8, ep=4), "ep=4 does not divide the data-parallel degree dp=2"),
-    (dict(nodes=0, gpus_per_node=8), "nodes=0"),
-    (dict(nodes=2, gpus_per_node=4, tp=2, ep=1, pp=3), "tp\\*pp=6 does not divide world size 8"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(nodes=2, gpus_per_node=8, tp=16, ep=1), "tp=16 is larger than a node"),
+        (dict(nodes=2, gpus_per_node=8, tp=3, ep=1), "tp=3 does not divide gpus_per_node=8"),
+        (dict(nodes=2, gpus_per_node=8, tp=8, ep=4), "ep=4 does not divide the data-parallel degree dp=2"),
+        (dict(nodes=0, gpus_per_node=8), "nodes=0"),
+        (dict(nodes=2, gpus_per_node=4, tp=2, ep=1, pp=3), "tp\\*pp=6 does not divide world size 8"),
+    ],
+)
 def test_bad_degrees_raise_value_error_naming_values(kw, match):
     with pytest.raises(ValueError, match=match):
         ParallelLayout(**kw)

@@ -31,12 +31,24 @@ LAYOUTS = [ParallelLayout(2, 8, tp=8, ep=2), ParallelLayout(2, 4, tp=4, ep=2), P
 
 def emulator_profile(tmp_path=None) -> LinkProfile:
     """A profile shaped like `monta emulate calibrate`'s output (2 nodes x 4, 1 veth NIC per node)."""
-    d = {"schema": "monta.linkprofile/1", "name": "test-emu", "source": "emulated",
-         "topology": {"nodes": 2, "gpus_per_node": 4, "intra_group": [0, 1, 2, 3], "inter_group": [0, 4]},
-         "links": {"intra": {"bandwidth_GBps": 1.0, "latency_us": 60.0,
-                             "efficiency": [[4096, 0.3], [65536, 0.7], [1048576, 0.95], [16777216, 1.0]]},
-                   "inter": {"bandwidth_GBps": 0.125, "latency_us": 120.0,
-                             "efficiency": [[4096, 0.4], [65536, 0.8], [1048576, 1.0]]}}}
+    d = {
+        "schema": "monta.linkprofile/1",
+        "name": "test-emu",
+        "source": "emulated",
+        "topology": {"nodes": 2, "gpus_per_node": 4, "intra_group": [0, 1, 2, 3], "inter_group": [0, 4]},
+        "links": {
+            "intra": {
+                "bandwidth_GBps": 1.0,
+                "latency_us": 60.0,
+                "efficiency": [[4096, 0.3], [65536, 0.7], [1048576, 0.95], [16777216, 1.0]],
+            },
+            "inter": {
+                "bandwidth_GBps": 0.125,
+                "latency_us": 120.0,
+                "efficiency": [[4096, 0.4], [65536, 0.8], [1048576, 1.0]],
+            },
+        },
+    }
     return LinkProfile.from_dict(d)
 
 
@@ -75,8 +87,11 @@ def test_legacy_sends_tp_times_the_inter_node_bytes(layout, size):
 @pytest.mark.parametrize("layout", LAYOUTS[:2], ids=["2x8", "2x4"])
 @pytest.mark.parametrize("cluster", ["a800", "a800-8nic", "h800", "emu"])
 def test_monta_one_chunk_is_deepspeed_and_pipelining_never_loses_to_its_lower_bound(layout, cluster):
-    cl = emulator_profile().cluster(layout.nodes, layout.gpus_per_node) if cluster == "emu" else \
-        get_cluster(cluster, layout.nodes, layout.gpus_per_node)
+    cl = (
+        emulator_profile().cluster(layout.nodes, layout.gpus_per_node)
+        if cluster == "emu"
+        else get_cluster(cluster, layout.nodes, layout.gpus_per_node)
+    )
     for size in (64 * 1024, MiB, 16 * MiB, 128 * MiB):
         ds = exchange_time("deepspeed", size, layout, cl)
         m1 = exchange_time("monta", size, layout, cl, chunks=1)
@@ -102,10 +117,15 @@ def test_pipelining_pays_off_for_large_buffers_and_not_for_tiny_ones():
     big_ds = exchange_time("deepspeed", 64 * MiB, layout, cl).total_us
     assert exchange_time("monta", 64 * MiB, layout, cl, chunks=4).total_us < 0.85 * big_ds
     tiny = 16 * 1024  # latency-bound: every chunk pays the latency again
-    assert exchange_time("monta", tiny, layout, cl, chunks=8).total_us > exchange_time("deepspeed", tiny, layout, cl).total_us
+    assert (
+        exchange_time("monta", tiny, layout, cl, chunks=8).total_us
+        > exchange_time("deepspeed", tiny, layout, cl).total_us
+    )
 
 
-@pytest.mark.parametrize("variant,chunks", [("legacy", 1), ("deepspeed", 1), ("monta", 1), ("monta", 4), ("monta", "auto")])
+@pytest.mark.parametrize(
+    "variant,chunks", [("legacy", 1), ("deepspeed", 1), ("monta", 1), ("monta", 4), ("monta", "auto")]
+)
 def test_time_grows_with_size(variant, chunks):
     layout = ParallelLayout(2, 8, tp=8, ep=2)
     for cluster in ("a800", "h100"):
@@ -226,8 +246,10 @@ def test_planner_answers_quickly_and_shifts_with_sequence_length(gpus):
         t0, c0 = time.perf_counter(), time.process_time()
         p = plan(m, get_cluster("a800", gpus // 8), seq)
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        print(f"plan {gpus} GPUs seq {seq}: {dt:.3f} s wall, {cpu:.3f} s CPU, {p.considered} layouts, "
-              f"best {p.choices[0].strategy.describe()}")
+        print(
+            f"plan {gpus} GPUs seq {seq}: {dt:.3f} s wall, {cpu:.3f} s CPU, {p.considered} layouts, "
+            f"best {p.choices[0].strategy.describe()}"
+        )
         # CPU time, not wall: the shared CI box is often oversubscribed. A generous sanity bound;
         # the real figure (< 1 s) is printed above and in the report.
         assert cpu < 5.0
@@ -256,8 +278,10 @@ def test_planner_says_what_would_make_it_fit():
 
 def test_pinned_paper_layout_ranks_monta_above_deepspeed_above_legacy():
     m, cl = get_model("moe-2x70b", layers=16), get_cluster("a800", 2)
-    steps = {v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
-             for v in ("legacy", "deepspeed", "monta", "monta+priority", "lina", "lancet")}
+    steps = {
+        v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
+        for v in ("legacy", "deepspeed", "monta", "monta+priority", "lina", "lancet")
+    }
     assert steps["monta"] < steps["deepspeed"] < steps["legacy"]
     assert steps["monta+priority"] <= steps["monta"]
     assert steps["lancet"] < steps["deepspeed"] and steps["lina"] < steps["deepspeed"]
@@ -283,8 +307,9 @@ def test_bad_degrees_and_presets_are_clear_errors():
 # -- link profiles -----------------------------------------------------------------------------
 def test_link_profile_round_trip(tmp_path):
     prof = emulator_profile()
-    prof.collectives = {"alltoall": {"intra": [[65536, 900.0], [1048576, 9000.0]],
-                                     "inter": [[65536, 900.0], [1048576, 9000.0]]}}
+    prof.collectives = {
+        "alltoall": {"intra": [[65536, 900.0], [1048576, 9000.0]], "inter": [[65536, 900.0], [1048576, 9000.0]]}
+    }
     prof.compute = {"gemm_tflops": 0.1}
     path = prof.save(tmp_path / "p" / "emu.json")
     again = LinkProfile.load(path)
@@ -323,10 +348,23 @@ def _measured(profile, factor_of, chunk_times=None):
                 t = exchange_time(v, size, layout, cl, k).total_us * factor_of(v, k)
                 if chunk_times and v == "monta":
                     t = chunk_times[k]
-                recs.append(make_record(kind="alltoall", source="emulated", experiment="test", env={},
-                                        params={"size_bytes": size, "variant": v, "chunks": k, "nodes": nodes,
-                                                "gpus_per_node": gpn, "tp": tp},
-                                        metrics={"time_us": t}))
+                recs.append(
+                    make_record(
+                        kind="alltoall",
+                        source="emulated",
+                        experiment="test",
+                        env={},
+                        params={
+                            "size_bytes": size,
+                            "variant": v,
+                            "chunks": k,
+                            "nodes": nodes,
+                            "gpus_per_node": gpn,
+                            "tp": tp,
+                        },
+                        metrics={"time_us": t},
+                    )
+                )
     return recs
 
 
@@ -356,12 +394,39 @@ def test_cli_commands(tmp_path, capsys):
     out = tmp_path / "a2a.jsonl"
     assert main(["predict", "alltoall", "--sizes", "1M:4M:2", "--chunks", "1,2,auto", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    for col in ("size(B)", "variant", "chunks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "inter(B)", "intra(B)", "speedup"):
+    for col in (
+        "size(B)",
+        "variant",
+        "chunks",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "inter(B)",
+        "intra(B)",
+        "speedup",
+    ):
         assert col in text
     recs = read_records(out)
     assert len(recs) == 3 * (2 + 3) and {r["source"] for r in recs} == {"predicted"}
 
-    assert main(["plan", "--nodes", "4", "--seq", "32K", "--layers", "16", "--top", "3", "--out", str(tmp_path / "plan.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--nodes",
+                "4",
+                "--seq",
+                "32K",
+                "--layers",
+                "16",
+                "--top",
+                "3",
+                "--out",
+                str(tmp_path / "plan.jsonl"),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "answered in" in text and text.count("recompute=") == 3
     assert len(read_records(tmp_path / "plan.jsonl")) == 3
@@ -381,20 +446,24 @@ def test_cli_commands(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "all 9.1% over 20 points" in text
 
-    for argv, expect in ((["plan", "--nodes", "2"], "would fit on"),
-                         (["plan", "--nodes", "2", "--cluster", "nope"], "unknown cluster preset"),
-                         (["plan", "--nodes", "2", "--model", "nope"], "unknown model preset"),
-                         (["predict", "alltoall", "--tp", "3"], "tp=3"),
-                         (["predict", "alltoall", "--chunks", "0"], "chunks 0"),
-                         (["predict", "accuracy", "--measured", str(out), "--profile", str(tmp_path / "x.json")], "not found")):
+    for argv, expect in (
+        (["plan", "--nodes", "2"], "would fit on"),
+        (["plan", "--nodes", "2", "--cluster", "nope"], "unknown cluster preset"),
+        (["plan", "--nodes", "2", "--model", "nope"], "unknown model preset"),
+        (["predict", "alltoall", "--tp", "3"], "tp=3"),
+        (["predict", "alltoall", "--chunks", "0"], "chunks 0"),
+        (["predict", "accuracy", "--measured", str(out), "--profile", str(tmp_path / "x.json")], "not found"),
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("monta: error:") and expect in err and "\n" not in err, err
 
 
 def test_import_is_torch_free():
-    code = ("import sys, monta.perfmodel, monta.perfmodel.cli, monta.perfmodel.planner, monta.perfmodel.paper, "
-            "monta.perfmodel.accuracy; assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules")
+    code = (
+        "import sys, monta.perfmodel, monta.perfmodel.cli, monta.perfmodel.planner, monta.perfmodel.paper, "
+        "monta.perfmodel.accuracy; assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -404,11 +473,19 @@ def test_profile_from_the_emulators_calibration_reproduces_its_points():
     from monta.emulate.topology import Topology
 
     sizes = [1024 * 4**i for i in range(8)]
-    raw = {"p2p": {"intra": [[s, 50e-6 + s / 1e9] for s in sizes], "inter": [[s, 100e-6 + s / 0.125e9] for s in sizes]},
-           "latency_s": {"intra": 50e-6, "inter": 100e-6},
-           "alltoall": {"intra": [[s, 200e-6 + 3 * s / 1e9] for s in sizes], "inter": [[s, 300e-6 + s / 0.25e9] for s in sizes]},
-           "allgather": {"intra": [[s, 150e-6 + 3 * s / 1e9] for s in sizes], "inter": [[s, 250e-6 + s / 0.25e9] for s in sizes]},
-           "groups": {"intra": [0, 1, 2, 3], "inter": [0, 4]}}
+    raw = {
+        "p2p": {"intra": [[s, 50e-6 + s / 1e9] for s in sizes], "inter": [[s, 100e-6 + s / 0.125e9] for s in sizes]},
+        "latency_s": {"intra": 50e-6, "inter": 100e-6},
+        "alltoall": {
+            "intra": [[s, 200e-6 + 3 * s / 1e9] for s in sizes],
+            "inter": [[s, 300e-6 + s / 0.25e9] for s in sizes],
+        },
+        "allgather": {
+            "intra": [[s, 150e-6 + 3 * s / 1e9] for s in sizes],
+            "inter": [[s, 250e-6 + s / 0.25e9] for s in sizes],
+        },
+        "groups": {"intra": [0, 1, 2, 3], "inter": [0, 4]},
+    }
     prof = LinkProfile.from_dict(calibrate.build_profile(raw, Topology(name="t", inter_gbps=1.0), 2, 4))
     cl = prof.cluster()
     one_node = prof.cluster(nodes=1)  # calibration runs the intra collectives on node 0 alone
@@ -438,7 +515,8 @@ def test_inter_alltoall_counts_each_direction_once_against_the_node_nic():
     ecl = prof.cluster()
     link = ecl.inter
     assert C.alltoall(S, GroupShape(2, 1, 4), ecl).time_us == pytest.approx(
-        link.latency_us + 4 * (S / 2) / (link.bandwidth_GBps * 1e3 * link.eff(S)))
+        link.latency_us + 4 * (S / 2) / (link.bandwidth_GBps * 1e3 * link.eff(S))
+    )
 
 
 def test_emulator_intra_collectives_share_the_machine_cores():
@@ -449,7 +527,8 @@ def test_emulator_intra_collectives_share_the_machine_cores():
     assert C.allgather(MiB, g, two).time_us == pytest.approx(2 * C.allgather(MiB, g, one).time_us)
     a800 = get_cluster("a800")  # NVLink is per node: no such sharing
     assert C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(2)).time_us == pytest.approx(
-        C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(1)).time_us)
+        C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(1)).time_us
+    )
 
 
 # -- the emulator's shared CPU (fluid timeline) ---------------------------------------------------
@@ -481,7 +560,8 @@ def test_emulator_exchange_with_a_shared_cpu_is_bounded_by_cpu_work_and_by_the_n
     cl = replace(emulator_profile().cluster(), host_cores=2, a2a_cpu_us=(500.0, 0.002))
     lay = ParallelLayout(2, 4, tp=4, ep=2)
     assert exchange_time("monta", 16 * MiB, lay, cl, 1).total_us == pytest.approx(
-        exchange_time("deepspeed", 16 * MiB, lay, cl).total_us)
+        exchange_time("deepspeed", 16 * MiB, lay, cl).total_us
+    )
     for k in (2, 4, 8):
         b = exchange_time("monta", 16 * MiB, lay, cl, k)
         assert b.total_us >= b.a2a_us * 0.999  # the whole AllToAll's NIC time cannot be hidden
@@ -498,15 +578,20 @@ def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
     from monta.emulate.topology import Topology
 
     sizes = [4096 * 4**i for i in range(6)]
-    raw = {"p2p": {"intra": [[s, 50e-6 + s / 1e9] for s in sizes], "inter": [[s, 100e-6 + s / 0.03e9] for s in sizes]},
-           "latency_s": {"intra": 50e-6, "inter": 100e-6},
-           "alltoall": {"intra": [[s, 2e-4 + s / 1e9] for s in sizes], "inter": [[s, 3e-4 + s / 0.03e9] for s in sizes]},
-           "allgather": {"intra": [[s, 2e-4 + s / 1e9] for s in sizes], "inter": [[s, 3e-4 + s / 0.03e9] for s in sizes]},
-           "groups": {"intra": [0, 1, 2, 3], "inter": [0, 4]}, "cores": 2, "copy_Bps": 8e9,
-           # a node's 4 ranks each send half of S off the node: 2 S per node at ~0.7 of 0.03 GB/s
-           "concurrent": {"alltoall.inter_all": [[s, 2e-3 + 2 * s / (0.7 * 0.03e9), 400e-6 + s / 2 * 1e-9]
-                                                 for s in sizes],
-                          "allgather.intra_all": [[s, 8e-3 + 2 * s / 1e9, 3 * 500e-6 + s * 3 / 4 * 2e-9] for s in sizes]}}
+    raw = {
+        "p2p": {"intra": [[s, 50e-6 + s / 1e9] for s in sizes], "inter": [[s, 100e-6 + s / 0.03e9] for s in sizes]},
+        "latency_s": {"intra": 50e-6, "inter": 100e-6},
+        "alltoall": {"intra": [[s, 2e-4 + s / 1e9] for s in sizes], "inter": [[s, 3e-4 + s / 0.03e9] for s in sizes]},
+        "allgather": {"intra": [[s, 2e-4 + s / 1e9] for s in sizes], "inter": [[s, 3e-4 + s / 0.03e9] for s in sizes]},
+        "groups": {"intra": [0, 1, 2, 3], "inter": [0, 4]},
+        "cores": 2,
+        "copy_Bps": 8e9,
+        # a node's 4 ranks each send half of S off the node: 2 S per node at ~0.7 of 0.03 GB/s
+        "concurrent": {
+            "alltoall.inter_all": [[s, 2e-3 + 2 * s / (0.7 * 0.03e9), 400e-6 + s / 2 * 1e-9] for s in sizes],
+            "allgather.intra_all": [[s, 8e-3 + 2 * s / 1e9, 3 * 500e-6 + s * 3 / 4 * 2e-9] for s in sizes],
+        },
+    }
     prof = LinkProfile.from_dict(calibrate.build_profile(raw, Topology(name="t", inter_gbps=0.25), 2, 4))
     cl = prof.cluster()
     assert cl.host_cores == 2 and cl.copy_GBps == pytest.approx(8.0)
@@ -522,7 +607,9 @@ def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
 def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
     from monta.comm.split import chunk_sizes, chunk_weights
 
-    assert chunk_weights(1) == [1.0] and chunk_weights(2) == [0.5, 0.5] and chunk_weights(3) == pytest.approx([1 / 3] * 3)
+    assert (
+        chunk_weights(1) == [1.0] and chunk_weights(2) == [0.5, 0.5] and chunk_weights(3) == pytest.approx([1 / 3] * 3)
+    )
     assert chunk_weights(4) == pytest.approx([1 / 7, 2 / 7, 2 / 7, 2 / 7])
     assert chunk_sizes(1000, 3) == [334, 333, 333]
     for cap, k in [(16, 8), (128, 8), (1024, 8), (3, 2), (8, 8), (9, 8), (1000, 3), (7, 1), (64, 4)]:
@@ -542,3 +629,19 @@ def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
     assert len(a2a) == 8 and (a2a[0].end_us - a2a[0].start_us) < 0.75 * (a2a[1].end_us - a2a[1].start_us)
     ds = exchange_time("deepspeed", 16 * MiB, layout, "a800-4nic")
     assert b.inter_bytes == pytest.approx(ds.inter_bytes) and b.intra_bytes == pytest.approx(ds.intra_bytes)
+
+
+def test_the_intra_node_allgather_follows_simais_nvlink_table():
+    """TP8 AllGather bus bandwidth on the A800 preset = SimAI's NVLink ratios (nvlink_ratio.csv, one node,
+    normalised to its largest size) x 160 GB/s: ~89 / 128 / 136 / 152 GB/s at 16 / 64 / 128 / 1024 MiB."""
+    from monta.perfmodel import collectives as C
+    from monta.perfmodel.collectives import GroupShape
+    from monta.perfmodel.links import PRESETS
+
+    tp8 = GroupShape.strided(8, 1, 8)
+    for name in ("a800-4nic", "a800-8nic"):
+        c = PRESETS[name]()
+        for mib, ratio in ((16, 0.45), (64, 0.65), (128, 0.69), (1024, 0.77)):
+            size = mib * 2**20
+            busbw = size / C.allgather(size / 8, tp8, c).time_us / 1e3 * 7 / 8
+            assert busbw == pytest.approx(160 * ratio / 0.81, rel=0.01), (name, mib)

@@ -24,8 +24,11 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:
-    return {str(f.relative_to(path)): (f.stat().st_size, f.stat().st_mtime_ns)
-            for f in path.rglob("*") if f.is_file()} if path.is_dir() else {}
+    return (
+        {str(f.relative_to(path)): (f.stat().st_size, f.stat().st_mtime_ns) for f in path.rglob("*") if f.is_file()}
+        if path.is_dir()
+        else {}
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -68,13 +71,31 @@ def test_dry_run_default_runs_every_experiment(work):
     assert "--inter-gbps 0.25 --intra-gbps 1.7021" in out
     assert "--adaptive --iters 5 --max-iters 40 --target-ci 0.04 --budget-s 30" in out
     assert "--launcher emulate --backend gloo --experiment default" in out
-    assert ("--emulate --topology a800-4nic@0.25 --compute modeled --experiment default --out results/step/2x4.jsonl"
-            in out)
+    assert (
+        "--emulate --topology a800-4nic@0.25 --compute modeled --experiment default --out results/step/2x4.jsonl" in out
+    )
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
     assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out
-    for rule in ("build", "build_variant", "alltoall", "step", "ablation_tp", "ablation_ratio", "ablation_topk", "ablation_capacity", "ablation_seq", "predict_paper",
-                 "predict_alltoall", "predict_plan", "calibrate", "calibrate_step", "predict_accuracy", "notebook",
-                 "report", "regress"):
+    for rule in (
+        "build",
+        "build_variant",
+        "alltoall",
+        "step",
+        "ablation_tp",
+        "ablation_ratio",
+        "ablation_topk",
+        "ablation_capacity",
+        "ablation_seq",
+        "predict_paper",
+        "predict_alltoall",
+        "predict_plan",
+        "calibrate",
+        "calibrate_step",
+        "predict_accuracy",
+        "notebook",
+        "report",
+        "regress",
+    ):
         assert f"\nrule {rule}:" in out, rule
     assert "srun" not in out  # the emulator launches its own ranks
     # The default reads the chunk and buffer ablations off the 2x4 sweep; as axes of their own they still run.
@@ -95,10 +116,14 @@ def test_dry_run_slurm_profile_a800_shows_srun_torchrun(work):
     proc = snakemake("-n", "--profile", "profiles/slurm", "--configfile", "config/a800.yaml", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert ("srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=32 --gpus-per-node=8 --kill-on-bad-exit=1 "
-            "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d") in out
+    assert (
+        "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=32 --gpus-per-node=8 --kill-on-bad-exit=1 "
+        "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d"
+    ) in out
     assert "--no-python monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 1M:1G:2" in out
-    assert "--model moe-2x70b --variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out
+    assert (
+        "--model moe-2x70b --variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out
+    )
     assert "nodes=2, tasks=2, mpi=srun, slurm_extra='--gpus-per-node=8 --exclusive'" in out
     assert "--inter-gbps" not in out and "rule calibrate:" not in out  # real fabric: nothing emulated
 
@@ -123,14 +148,17 @@ def test_dry_run_composed_and_plugin_variants_by_name(work):
     assert "results/build/variants/toy.json" in out
 
 
-@pytest.mark.parametrize("bad, named", [
-    ("step:\n  variants: [monta, bogus]\n", "step.variants.1: unknown variant 'bogus'"),
-    ("alltoall:\n  variants: [lancet]\n", "alltoall.variants.0: 'lancet' is not an exchange"),
-    ("alltoall:\n  sizez: 1M\n", "alltoall.sizez"),
-    ("colour: blue\n", "colour"),
-    ("launcher:\n  kind: slurm\n", "launcher.kind"),
-    ("alltoall:\n  clusters:\n    - {name: x, nodes: 2, gpus_per_node: 4, tp: 3}\n", "alltoall.clusters"),
-])
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        ("step:\n  variants: [monta, bogus]\n", "step.variants.1: unknown variant 'bogus'"),
+        ("alltoall:\n  variants: [lancet]\n", "alltoall.variants.0: 'lancet' is not an exchange"),
+        ("alltoall:\n  sizez: 1M\n", "alltoall.sizez"),
+        ("colour: blue\n", "colour"),
+        ("launcher:\n  kind: slurm\n", "launcher.kind"),
+        ("alltoall:\n  clusters:\n    - {name: x, nodes: 2, gpus_per_node: 4, tp: 3}\n", "alltoall.clusters"),
+    ],
+)
 def test_bad_config_stops_before_anything_with_the_key_named(work, bad, named):
     cfg = work / "bad.yaml"
     cfg.write_text(bad)
@@ -141,12 +169,21 @@ def test_bad_config_stops_before_anything_with_the_key_named(work, bad, named):
     assert "Building DAG" not in err
 
 
-@pytest.mark.parametrize("bad, named", [
-    ("alltoall:\n  sizes: '128K:64K:2'\n", "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
-    ("alltoall:\n  chunks: [64]\n", "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice"),
-    ("alltoall:\n  inject_slowdown: monta\n", "config key alltoall.inject_slowdown = 'monta': use VARIANT:FRACTION"),
-    ("alltoall:\n  inject_slowdown: 'lancet:0.1'\n", "VARIANT one of legacy, deepspeed, monta and 0 < FRACTION <= 1"),
-])
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        ("alltoall:\n  sizes: '128K:64K:2'\n", "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
+        ("alltoall:\n  chunks: [64]\n", "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice"),
+        (
+            "alltoall:\n  inject_slowdown: monta\n",
+            "config key alltoall.inject_slowdown = 'monta': use VARIANT:FRACTION",
+        ),
+        (
+            "alltoall:\n  inject_slowdown: 'lancet:0.1'\n",
+            "VARIANT one of legacy, deepspeed, monta and 0 < FRACTION <= 1",
+        ),
+    ],
+)
 def test_a_config_that_cannot_run_stops_at_validation_not_inside_a_job(work, bad, named):
     """The semantic checks `monta bench alltoall` runs on its flags run on the config too."""
     cfg = work / "bad.yaml"
@@ -175,8 +212,9 @@ def test_the_gate_check_injects_its_slowdown_into_both_sweeps_only_when_asked(wo
     to the ablations or the step; by default no command carries it."""
     plain = snakemake("-n", "-p", "--profile", "profiles/local", cwd=work)
     assert plain.returncode == 0 and "--inject-slowdown" not in plain.stdout + plain.stderr
-    proc = snakemake("-n", "-p", "--profile", "profiles/local", "--config", "alltoall={inject_slowdown: monta:0.10}",
-                     cwd=work)
+    proc = snakemake(
+        "-n", "-p", "--profile", "profiles/local", "--config", "alltoall={inject_slowdown: monta:0.10}", cwd=work
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     cmds = [line for line in out.splitlines() if "monta bench" in line]
@@ -187,19 +225,46 @@ def test_the_gate_check_injects_its_slowdown_into_both_sweeps_only_when_asked(wo
 
 def _a2a(cluster, size, variant, chunks, t, source="emulated", **extra):
     n, g = cluster
-    return make_record(kind="alltoall", source=source, experiment="test", env={"python": "3"},
-                       params={"size_bytes": size, "variant": variant, "chunks": chunks, "nodes": n,
-                               "gpus_per_node": g, "tp": g, "dtype": "float32", **extra},
-                       metrics={"time_us": t, "busbw_GBps": size / t / 1e3, "inter_bytes": size, "intra_bytes": size,
-                                "wrong": 0})
+    return make_record(
+        kind="alltoall",
+        source=source,
+        experiment="test",
+        env={"python": "3"},
+        params={
+            "size_bytes": size,
+            "variant": variant,
+            "chunks": chunks,
+            "nodes": n,
+            "gpus_per_node": g,
+            "tp": g,
+            "dtype": "float32",
+            **extra,
+        },
+        metrics={"time_us": t, "busbw_GBps": size / t / 1e3, "inter_bytes": size, "intra_bytes": size, "wrong": 0},
+    )
 
 
 def _step(variant, ms, **extra):
-    return make_record(kind="step", source="emulated", experiment="test", env={"python": "3"},
-                       params={"variant": variant, "nodes": 2, "gpus_per_node": 2, "tp": 2, "model": "mini",
-                               "topk": 1, "capacity_factor": 1.0, **extra},
-                       metrics={"step_ms": ms, "breakdown_ms": {"attention": 1.0, "dispatch": ms / 3,
-                                                                "experts": 2.0, "combine": ms / 4}})
+    return make_record(
+        kind="step",
+        source="emulated",
+        experiment="test",
+        env={"python": "3"},
+        params={
+            "variant": variant,
+            "nodes": 2,
+            "gpus_per_node": 2,
+            "tp": 2,
+            "model": "mini",
+            "topk": 1,
+            "capacity_factor": 1.0,
+            **extra,
+        },
+        metrics={
+            "step_ms": ms,
+            "breakdown_ms": {"attention": 1.0, "dispatch": ms / 3, "experts": 2.0, "combine": ms / 4},
+        },
+    )
 
 
 @pytest.mark.slow
@@ -208,8 +273,11 @@ def test_analysis_half_runs_for_real_on_synthetic_records(work):
     benchmarks would have left them): the notebooks, tables, figures and report are produced."""
     res = work / "results"
     shape = (2, 2)
-    a2a = [_a2a(shape, s, v, c, t * s / 65536, inter_gbps=1.0)
-           for s in (65536, 131072) for v, c, t in (("legacy", 1, 400.0), ("monta", 1, 250.0), ("monta", 2, 200.0))]
+    a2a = [
+        _a2a(shape, s, v, c, t * s / 65536, inter_gbps=1.0)
+        for s in (65536, 131072)
+        for v, c, t in (("legacy", 1, 400.0), ("monta", 1, 250.0), ("monta", 2, 200.0))
+    ]
     write_records(res / "alltoall/2x2.jsonl", a2a)
     write_records(res / "ablation/chunks.jsonl", a2a)
     write_records(res / "ablation/tp/2.jsonl", a2a)
@@ -217,13 +285,24 @@ def test_analysis_half_runs_for_real_on_synthetic_records(work):
     write_records(res / "step/2x2.jsonl", [_step("deepspeed", 30.0), _step("monta", 24.0)])
     write_records(res / "ablation/topk/1.jsonl", [_step("monta", 25.0)])
     pred = [_a2a(shape, 65536, "monta", 2, 190.0, source="predicted", inter_gbps=1.0)]
-    for f in ("predict/paper.jsonl", "predict/alltoall.jsonl", "predict/plan.jsonl",
-              "ablation/seq/8192.jsonl", "ablation/seq/32768.jsonl"):
+    for f in (
+        "predict/paper.jsonl",
+        "predict/alltoall.jsonl",
+        "predict/plan.jsonl",
+        "ablation/seq/8192.jsonl",
+        "ablation/seq/32768.jsonl",
+    ):
         write_records(res / f, pred)
     proc = snakemake("results/report.md", "--cores", "2", "--configfile", "config/test.yaml", cwd=work, timeout=280)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    for t in ("alltoall_summary", "chunk_ablation", "step_summary", "step_breakdown", "paper_comparison",
-              "predicted_vs_measured"):
+    for t in (
+        "alltoall_summary",
+        "chunk_ablation",
+        "step_summary",
+        "step_breakdown",
+        "paper_comparison",
+        "predicted_vs_measured",
+    ):
         for ext in ("md", "csv", "tex"):
             assert (res / "tables" / f"{t}.{ext}").exists(), t
     for f in ("alltoall_comparison", "chunk_ablation", "step_breakdown", "predicted_vs_measured"):
@@ -232,8 +311,10 @@ def test_analysis_half_runs_for_real_on_synthetic_records(work):
     assert "](figures/step_breakdown.png)" in report and "](tables/paper_comparison.csv)" in report
     # opens with the headline numbers, each linked; tables for people: units, no NaN, no 1e+03
     assert report.index("## Summary") < report.index("## Notebook")
-    assert ("- **TP AllToAll**, emulated 2x2 TP2 @ 1 Gbit/s, 128 KiB per rank: monta (2 chunks) 0.400 ms: **2.00x** "
-            "over legacy (0.800 ms). [table](tables/alltoall_summary.md)") in report
+    assert (
+        "- **TP AllToAll**, emulated 2x2 TP2 @ 1 Gbit/s, 128 KiB per rank: monta (2 chunks) 0.400 ms: **2.00x** "
+        "over legacy (0.800 ms). [table](tables/alltoall_summary.md)"
+    ) in report
     assert "monta 24.5 ms, **1.22x** over deepspeed (30.0 ms)" in report  # 24 and the top-k file's 25: median
     assert "**Regression check**: not run" in report
     assert not re.search(r"\bnan\b|\de[+-]\d", report, re.IGNORECASE)
@@ -259,8 +340,15 @@ def test_regress_rule_reports_or_fails_as_configured(work, fail):
     write_records(work / "base.jsonl", base)
     write_records(work / "results" / "alltoall" / "2x2.jsonl", cur)
     (work / "reg.yaml").write_text(f"regress: {{enabled: true, baseline: base.jsonl, fail: {str(fail).lower()}}}\n")
-    proc = snakemake("results/regress/alltoall.md", "--cores", "1", "--configfile", "config/test.yaml",
-                     str(work / "reg.yaml"), cwd=work)
+    proc = snakemake(
+        "results/regress/alltoall.md",
+        "--cores",
+        "1",
+        "--configfile",
+        "config/test.yaml",
+        str(work / "reg.yaml"),
+        cwd=work,
+    )
     out = proc.stdout + proc.stderr
     assert "4 point(s) regressed" in out, out[-3000:]
     if fail:
@@ -276,12 +364,20 @@ def test_regress_rule_reports_a_baseline_it_cannot_compare(work):
     write_records(work / "base.jsonl", [_a2a((2, 2), 65536, "legacy", 1, 100.0)])
     write_records(work / "results" / "alltoall" / "2x2.jsonl", [_a2a((2, 2), 131072, "legacy", 1, 100.0)])
     (work / "reg.yaml").write_text("regress: {enabled: true, baseline: base.jsonl, fail: false}\n")
-    proc = snakemake("results/regress/alltoall.md", "--cores", "1", "--configfile", "config/test.yaml",
-                     str(work / "reg.yaml"), cwd=work)
+    proc = snakemake(
+        "results/regress/alltoall.md",
+        "--cores",
+        "1",
+        "--configfile",
+        "config/test.yaml",
+        str(work / "reg.yaml"),
+        cwd=work,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     table = (work / "results/regress/alltoall.md").read_text()
     assert table.startswith("regress: no verdict: no point of --current matches --baseline"), table
     from analysis.summary import regress_line
+
     assert "no verdict" in regress_line(work / "results/regress/alltoall.md")
 
 
@@ -292,7 +388,9 @@ def test_tiny_pipeline_end_to_end(work):
     training step, ablations, predictions, notebooks, tables, figures and the report."""
     # the test plugin's variant and exchange (tests/plugins/monta_toy_variant) run by name like any other
     extra = work / "toy.yaml"
-    extra.write_text("step:\n  variants: [deepspeed, monta, toy]\nalltoall:\n  variants: [legacy, monta, toy-exchange]\n")
+    extra.write_text(
+        "step:\n  variants: [deepspeed, monta, toy]\nalltoall:\n  variants: [legacy, monta, toy-exchange]\n"
+    )
     proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", str(extra), cwd=work, timeout=1400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     from monta.results import read_records
@@ -315,7 +413,7 @@ def test_tiny_pipeline_end_to_end(work):
     assert (res / "figures" / "alltoall_comparison.png").stat().st_size > 5000
     report = (res / "report.md").read_text()
     assert "figures/alltoall_comparison.png" in report
-    summary = report[report.index("## Summary"):report.index("## Notebook")]
-    assert "- **TP AllToAll**, emulated 2x2 TP2 @ 0.25 Gbit/s, 128 KiB per rank: monta" in summary
+    summary = report[report.index("## Summary") : report.index("## Notebook")]
+    assert "- **TP AllToAll**, emulated 2x2 TP2 @ 0.125 Gbit/s, 128 KiB per rank: monta" in summary
     assert "- **Training step**, emulated 2x2 TP2, moe-2x70b-mini" in summary and "- **Paper**" in summary
     assert not re.search(r"\bnan\b|\de[+-]\d", report, re.IGNORECASE)

@@ -22,14 +22,25 @@ def recs(scale=1.0, seed=0, with_samples=True, variants=("legacy", "monta"), run
         for v in variants:
             base = size / 500.0 * (2.0 if v == "legacy" else 1.0) * scale
             s = (base * (1 + 0.03 * rng.standard_normal(20))).tolist()
-            metrics = {"time_us": float(np.median(s)), "time_us_p10": float(np.quantile(s, 0.1)),
-                       "time_us_p90": float(np.quantile(s, 0.9)), "busbw_GBps": size / float(np.median(s)) / 1e3}
+            metrics = {
+                "time_us": float(np.median(s)),
+                "time_us_p10": float(np.quantile(s, 0.1)),
+                "time_us_p90": float(np.quantile(s, 0.9)),
+                "busbw_GBps": size / float(np.median(s)) / 1e3,
+            }
             if with_samples:
                 metrics["samples_us"] = s
-            out.append(make_record(kind="alltoall", source="emulated", experiment="t", env=ENV, run_id=run_id,
-                                   params={"size_bytes": size, "variant": v, "chunks": 2, "tp": 4, "iters": 20,
-                                           "host": f"h{seed}"},
-                                   metrics=metrics))
+            out.append(
+                make_record(
+                    kind="alltoall",
+                    source="emulated",
+                    experiment="t",
+                    env=ENV,
+                    run_id=run_id,
+                    params={"size_bytes": size, "variant": v, "chunks": 2, "tp": 4, "iters": 20, "host": f"h{seed}"},
+                    metrics=metrics,
+                )
+            )
     return out
 
 
@@ -129,9 +140,14 @@ def test_an_injected_slowdown_is_flagged_and_named(tmp_path, capsys):
     assert all(r["without_injection"] is None for r in rows if not r["injected"])
 
 
-@pytest.mark.parametrize("flag,value,message", [("--threshold", "nan", "--threshold nan"),
-                                                ("--threshold", "0", "--threshold 0.0"),
-                                                ("--bootstrap", "0", "--bootstrap 0")])
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--threshold", "nan", "--threshold nan"),
+        ("--threshold", "0", "--threshold 0.0"),
+        ("--bootstrap", "0", "--bootstrap 0"),
+    ],
+)
 def test_bad_gate_settings_are_refused(tmp_path, capsys, flag, value, message):
     b = write_records(tmp_path / "b.jsonl", recs(seed=1))
     assert main(["regress", "--baseline", str(b), "--current", str(b), flag, value]) == 2
@@ -140,6 +156,7 @@ def test_bad_gate_settings_are_refused(tmp_path, capsys, flag, value, message):
 
 def test_the_table_prints_times_in_human_units_never_scientific():
     from monta.regress import _human
+
     assert _human(306600.0, "time_us") == "307 ms"
     assert _human(2_500_000.0, "time_us") == "2.50 s"
     assert _human(42.0, "time_us") == "42.0 us"
@@ -184,9 +201,17 @@ def _paired_run(run_id, drift, monta_scale, seed):
     out = []
     for v, c, base in (("deepspeed", 1, 1000.0), ("monta", 8, 700.0 * monta_scale)):
         s = (base * shared * (1 + 0.01 * rng.standard_normal(20))).tolist()
-        out.append(make_record(kind="alltoall", source="emulated", experiment="t", env=ENV, run_id=run_id,
-                               params={"size_bytes": 1 << 20, "variant": v, "chunks": c, "tp": 4},
-                               metrics={"time_us": float(np.median(s)), "samples_us": s}))
+        out.append(
+            make_record(
+                kind="alltoall",
+                source="emulated",
+                experiment="t",
+                env=ENV,
+                run_id=run_id,
+                params={"size_bytes": 1 << 20, "variant": v, "chunks": c, "tp": 4},
+                metrics={"time_us": float(np.median(s)), "samples_us": s},
+            )
+        )
     return out
 
 
@@ -201,13 +226,39 @@ def test_paired_with_a_reference_cancels_a_drift_of_the_whole_run(tmp_path, caps
     assert paired["deepspeed"]["from"] == "samples" and paired["deepspeed"]["status"] != "REGRESSED"  # absolute
     write_records(tmp_path / "b.jsonl", base)
     write_records(tmp_path / "c.jsonl", cur)
-    assert main(["regress", "--baseline", str(tmp_path / "b.jsonl"), "--current", str(tmp_path / "c.jsonl"),
-                 "--paired-with", "deepspeed"]) == 1
+    assert (
+        main(
+            [
+                "regress",
+                "--baseline",
+                str(tmp_path / "b.jsonl"),
+                "--current",
+                str(tmp_path / "c.jsonl"),
+                "--paired-with",
+                "deepspeed",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "relative to deepspeed in the same run" in out and re.search(r"\| 0\.[67]\d\dx \|", out), out
-    assert main(["regress", "--baseline", str(tmp_path / "b.jsonl"), "--current", str(tmp_path / "c.jsonl"),
-                 "--paired-with", "lina"]) == 2
-    assert "--paired-with lina: no such variant in the records; choose one of deepspeed, monta" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "regress",
+                "--baseline",
+                str(tmp_path / "b.jsonl"),
+                "--current",
+                str(tmp_path / "c.jsonl"),
+                "--paired-with",
+                "lina",
+            ]
+        )
+        == 2
+    )
+    assert (
+        "--paired-with lina: no such variant in the records; choose one of deepspeed, monta" in capsys.readouterr().err
+    )
 
 
 def test_the_slowdown_is_the_hodges_lehmann_ratio_of_all_sample_pairs():
@@ -222,4 +273,3 @@ def test_the_slowdown_is_the_hodges_lehmann_ratio_of_all_sample_pairs():
     assert point == pytest.approx(1.1) and lo < point < hi and hi - lo < 0.05
     # non-positive pseudo-samples (a median with a wide p10/p90) do not break the logs
     assert np.isfinite(regress.bootstrap_ratio(np.array([-1.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]))).all()
-

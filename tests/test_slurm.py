@@ -31,14 +31,26 @@ TOOLS = ROOT / "tools" / "slurm"
 slurm_test = pytest.mark.slurm(pytest.mark.slow(pytest.mark.timeout(1500)))
 
 BENCH_RULES = {"alltoall", "step", "ablation_chunks", "ablation_tp", "ablation_buffer", "ablation_topk"}
-LOCAL_RULES = {"build", "build_variant", "predict_paper", "predict_alltoall", "predict_plan", "ablation_seq",
-               "notebook", "report", "regress"}
+LOCAL_RULES = {
+    "build",
+    "build_variant",
+    "predict_paper",
+    "predict_alltoall",
+    "predict_plan",
+    "ablation_seq",
+    "notebook",
+    "report",
+    "regress",
+}
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
 
 
 def _slurm_packages_missing() -> list[str]:
-    return [tool for tool in ("slurmctld", "slurmd", "slurmdbd", "sbatch", "munged", "mariadbd")
-            if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    return [
+        tool
+        for tool in ("slurmctld", "slurmd", "slurmdbd", "sbatch", "munged", "mariadbd")
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +62,10 @@ def slurm():
         pytest.skip("a local SLURM needs root (slurmd starts the jobs); run the suite as root or on a real cluster")
     missing = _slurm_packages_missing()
     if missing and os.environ.get("MONTA_SLURM_INSTALL") != "1":
-        pytest.skip(f"SLURM packages not installed ({', '.join(missing)} missing); `make slurm-up` installs them,"
-                    " or set MONTA_SLURM_INSTALL=1 to let this test do it")
+        pytest.skip(
+            f"SLURM packages not installed ({', '.join(missing)} missing); `make slurm-up` installs them,"
+            " or set MONTA_SLURM_INSTALL=1 to let this test do it"
+        )
     up = subprocess.run(["bash", str(TOOLS / "up.sh")], capture_output=True, text=True, timeout=600)
     if up.returncode == 3:  # this machine cannot host it: the script's one line says why
         pytest.skip(up.stderr.strip().splitlines()[-1])
@@ -73,21 +87,46 @@ def _workdir(path: Path) -> Path:
 def _snakemake(conf: str, cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     env = {**os.environ, "SLURM_CONF": conf, "WANDB_MODE": "disabled", "DS_ACCELERATOR": "cpu"}
     # Poll the tiny local controller often (the profile's pace is for real clusters).
-    return subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "--configfile", "config/slurm-local.yaml",
-                           "--slurm-init-seconds-before-status-checks", "2", "--slurm-keep-successful-logs", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [
+            SNAKEMAKE,
+            "--profile",
+            "profiles/slurm",
+            "--configfile",
+            "config/slurm-local.yaml",
+            "--slurm-init-seconds-before-status-checks",
+            "2",
+            "--slurm-keep-successful-logs",
+            *args,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _sacct(conf: str, jobs, *fields: str, allocations_only: bool = True) -> list[dict[str, str]]:
     cmd = ["sacct", "-j", ",".join(jobs), "--parsable2", "--noheader", "--format", ",".join(fields)]
-    out = subprocess.run(cmd + (["-X"] if allocations_only else []), capture_output=True, text=True,
-                         check=True, env={**os.environ, "SLURM_CONF": conf}).stdout
+    out = subprocess.run(
+        cmd + (["-X"] if allocations_only else []),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SLURM_CONF": conf},
+    ).stdout
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]
 
 
 def _node_addr(conf: str, node: str) -> str:
-    return subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%o"], capture_output=True, text=True, check=True,
-                          env={**os.environ, "SLURM_CONF": conf}).stdout.split()[0]
+    return subprocess.run(
+        ["sinfo", "-h", "-N", "-n", node, "-o", "%o"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SLURM_CONF": conf},
+    ).stdout.split()[0]
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +161,10 @@ def test_benchmarks_are_slurm_jobs_and_sacct_shows_them_completed(slurm, pipelin
         print(f"  {s['JobID']:<14} {rule:<18} {s['JobName']:<12} {s['State']:<10} {s['NTasks']:>3} {s['NodeList']}")
     for jobid, rule in jobs.items():
         torchrun = [s for s in steps if s["JobID"].startswith(f"{jobid}.") and s["JobName"] == "torchrun"]
-        assert [(s["State"], s["NTasks"], s["NodeList"]) for s in torchrun] == [("COMPLETED", "2", "n[1-2]")], \
-            (rule, [s for s in steps if s["JobID"].startswith(f"{jobid}.")])
+        assert [(s["State"], s["NTasks"], s["NodeList"]) for s in torchrun] == [("COMPLETED", "2", "n[1-2]")], (
+            rule,
+            [s for s in steps if s["JobID"].startswith(f"{jobid}.")],
+        )
 
 
 @slurm_test
@@ -133,9 +174,12 @@ def test_ranks_got_their_world_from_srun_and_torchrun(slurm, pipeline):
     work, out, jobs = pipeline
     first_node_addr = socket.gethostbyname(_node_addr(slurm, "n1"))
     job_of = {rule: jobid for jobid, rule in jobs.items()}
-    for path, rule, kind in (("alltoall/local-2x2.jsonl", "alltoall", "alltoall"), ("step/local-2x2.jsonl", "step", "step"),
-                             ("ablation/chunks.jsonl", "ablation_chunks", "alltoall"),
-                             ("ablation/topk/1.jsonl", "ablation_topk", "step")):
+    for path, rule, kind in (
+        ("alltoall/local-2x2.jsonl", "alltoall", "alltoall"),
+        ("step/local-2x2.jsonl", "step", "step"),
+        ("ablation/chunks.jsonl", "ablation_chunks", "alltoall"),
+        ("ablation/topk/1.jsonl", "ablation_topk", "step"),
+    ):
         records = read_records(work / "results" / path)
         assert records, path
         for r in records:
@@ -156,8 +200,10 @@ def test_ranks_got_their_world_from_srun_and_torchrun(slurm, pipeline):
     assert "--rdzv-endpoint=$MASTER_ADDR:29417" in out
     for jobid, rule in jobs.items():
         slurm_log = next((work / ".snakemake" / "slurm_logs" / f"rule_{rule}").rglob(f"{jobid}.log")).read_text()
-        assert f"master_addr.sh: job {jobid} on n[1-2]: rendezvous on n1 ({_node_addr(slurm, 'n1')})" in slurm_log, \
-            (rule, slurm_log[-2000:])
+        assert f"master_addr.sh: job {jobid} on n[1-2]: rendezvous on n1 ({_node_addr(slurm, 'n1')})" in slurm_log, (
+            rule,
+            slurm_log[-2000:],
+        )
     env = json.loads((work / "results" / "build" / "env.json").read_text())["env"]
     assert env["launcher"] == "local"  # the build rule runs on the submit host (localrules)
 
@@ -172,8 +218,10 @@ def test_analysis_and_report_ran_on_the_slurm_records(pipeline):
         table = (res / "tables" / f"{t}.md").read_text()
         assert "measured" in table, t  # the rows measured through SLURM, next to the predictions
     assert "# monta results: slurm-local" in (res / "report.md").read_text()
-    assert "stored baseline analysis/baselines/slurm-local-alltoall.jsonl is missing" in \
-        (res / "regress" / "alltoall.md").read_text()
+    assert (
+        "stored baseline analysis/baselines/slurm-local-alltoall.jsonl is missing"
+        in (res / "regress" / "alltoall.md").read_text()
+    )
 
 
 @slurm_test
@@ -181,11 +229,12 @@ def test_failing_job_shows_its_slurm_log(slurm, tmp_path):
     """A benchmark that fails inside its job (a model name the step does not know): Snakemake stops
     non-zero, sacct says FAILED, and Snakemake prints the rule's log and then the job's SLURM log."""
     work = _workdir(tmp_path)
-    proc = _snakemake(slurm, work, "--config", 'step={"model": "no-such-model"}', "--", "results/step/local-2x2.jsonl",
-                      timeout=600)
+    proc = _snakemake(
+        slurm, work, "--config", 'step={"model": "no-such-model"}', "--", "results/step/local-2x2.jsonl", timeout=600
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
-    (jobid, slurm_log), = SUBMITTED.findall(out)
+    ((jobid, slurm_log),) = SUBMITTED.findall(out)
     assert _sacct(slurm, [jobid], "State")[0]["State"] == "FAILED"
     assert Path(slurm_log).exists()  # failed jobs keep their SLURM log
     assert "Logfile results/logs/step/local-2x2.log:" in out
@@ -200,16 +249,45 @@ def test_launch_environment_names_the_launcher():
     """What records store as env.launcher / env.dist / env.slurm, from the variables each launcher sets."""
     from monta.results import launch_environment
 
-    torchrun = {"TORCHELASTIC_RUN_ID": "7", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
-                "GROUP_RANK": "1", "MASTER_ADDR": "gpu01", "MASTER_PORT": "29500"}
-    srun = {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURMD_NODENAME": "gpu02", "SLURM_PROCID": "1",
-            "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "gpu[01-02]", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    torchrun = {
+        "TORCHELASTIC_RUN_ID": "7",
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "4",
+        "GROUP_RANK": "1",
+        "MASTER_ADDR": "gpu01",
+        "MASTER_PORT": "29500",
+    }
+    srun = {
+        "SLURM_JOB_ID": "42",
+        "SLURM_STEP_ID": "0",
+        "SLURMD_NODENAME": "gpu02",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_STEP_NODELIST": "gpu[01-02]",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+    }
     env = launch_environment({**torchrun, **srun})
     assert env["launcher"] == "srun-torchrun"
-    assert env["dist"] == {"rank": "5", "world_size": "8", "local_rank": "1", "local_world_size": "4", "node_rank": "1",
-                           "master_addr": "gpu01", "master_port": "29500"}
-    assert env["slurm"] == {"job_id": "42", "step_id": "0", "node": "gpu02", "procid": "1", "ntasks": "2",
-                            "step_nodelist": "gpu[01-02]", "job_nodelist": "gpu[01-02]"}
+    assert env["dist"] == {
+        "rank": "5",
+        "world_size": "8",
+        "local_rank": "1",
+        "local_world_size": "4",
+        "node_rank": "1",
+        "master_addr": "gpu01",
+        "master_port": "29500",
+    }
+    assert env["slurm"] == {
+        "job_id": "42",
+        "step_id": "0",
+        "node": "gpu02",
+        "procid": "1",
+        "ntasks": "2",
+        "step_nodelist": "gpu[01-02]",
+        "job_nodelist": "gpu[01-02]",
+    }
     assert launch_environment(torchrun)["launcher"] == "torchrun"
     # torchrun in a batch script without srun: a SLURM job, but no step
     assert launch_environment({**torchrun, "SLURM_JOB_ID": "42"})["launcher"] == "torchrun"
@@ -221,13 +299,21 @@ def test_launch_environment_names_the_launcher():
 def test_dry_run_slurm_local_asks_no_gpus_and_finds_the_first_node():
     """gloo on CPU nodes: no GPU request anywhere; the rendezvous address comes from master_addr.sh."""
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    proc = subprocess.run([SNAKEMAKE, "-n", "--profile", "profiles/slurm", "--configfile", "config/slurm-local.yaml"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run(
+        [SNAKEMAKE, "-n", "--profile", "profiles/slurm", "--configfile", "config/slurm-local.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "--gpus-per-node=" not in out and "--gres" not in out  # (monta's own flag is `--gpus-per-node N`)
-    assert ("workflows/scripts/master_addr.sh); srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 "
-            "--kill-on-bad-exit=1 torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d "
-            "--rdzv-endpoint=$MASTER_ADDR:29417") in out
+    assert (
+        "workflows/scripts/master_addr.sh); srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 "
+        "--kill-on-bad-exit=1 torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d "
+        "--rdzv-endpoint=$MASTER_ADDR:29417"
+    ) in out
     assert "nodes=2, tasks=2, mpi=srun, slurm_extra='--exclusive', slurm_partition=debug, slurm_account=monta" in out
     assert "--launcher env --backend gloo --experiment slurm-local" in out

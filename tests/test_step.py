@@ -145,8 +145,7 @@ def test_lancet_partitioned_attention_matches_deepspeed(dist_world, variant):
     same losses and parameters as stock DeepSpeed within the stated tolerance, and a real share of
     the dispatch buffer left early."""
     batched = dict(TEST_OVERRIDES, seq=32, micro_batch=4)  # the same 128 tokens, 4 sequences
-    for losses, params, breakdown in dist_world(4).run(_job, ["deepspeed", variant], 5, False, batched,
-                                                       timeout_s=600):
+    for losses, params, breakdown in dist_world(4).run(_job, ["deepspeed", variant], 5, False, batched, timeout_s=600):
         assert losses[variant] == pytest.approx(losses["deepspeed"], rel=LOSS_RTOL)
         d = _max_param_diff(params[variant], params["deepspeed"])
         assert d < PARAM_TOL, d
@@ -212,8 +211,17 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     pgs, model_pgs = build_process_groups(layout), build_process_groups(layout)
     init_deepspeed_groups(pgs, expert_tp=True)
-    moe = MoE(hidden, SwiGLUExpert(hidden, ffn, make_tp_group(model_pgs)), num_experts=experts, ep_size=2, k=2,
-              enable_expert_tensor_parallelism=True, exchange="deepspeed", chunks=1, groups=pgs)
+    moe = MoE(
+        hidden,
+        SwiGLUExpert(hidden, ffn, make_tp_group(model_pgs)),
+        num_experts=experts,
+        ep_size=2,
+        k=2,
+        enable_expert_tensor_parallelism=True,
+        exchange="deepspeed",
+        chunks=1,
+        groups=pgs,
+    )
     layer = moe.deepspeed_moe
     local = layer.experts.deepspeed_experts
     ep_rank = torch.distributed.get_rank(pgs.ep)
@@ -231,8 +239,10 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
             p.grad = None
         BACKWARD_CLOCK.clear()
         early = []  # Lina's grad sync takes a post-accumulate hook as "final": one before the last dW is a bug
-        hooks = [p.register_post_accumulate_grad_hook(lambda p: early.append(getattr(p, "_pending_dw", 0) > 0))
-                 for p in local.parameters()]
+        hooks = [
+            p.register_post_accumulate_grad_hook(lambda p: early.append(getattr(p, "_pending_dw", 0) > 0))
+            for p in local.parameters()
+        ]
         x = x0.clone().requires_grad_()
         y = pipelined_experts(layer, x, chunks, pipeline_backward=pipelined)
         dw = DeferredDW() if defer else None
@@ -246,13 +256,25 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
             for h in hooks:
                 h.remove()
         grads = {n: p.grad.clone() for n, p in moe.named_parameters() if p.grad is not None}
-        return {"out": y.detach(), "x_grad": x.grad, "grads": grads, "bwd_s": dict(BACKWARD_CLOCK.times),
-                "deferred": dw.deferred if dw is not None else 0, "hook_before_final_dw": any(early)}
+        return {
+            "out": y.detach(),
+            "x_grad": x.grad,
+            "grads": grads,
+            "bwd_s": dict(BACKWARD_CLOCK.times),
+            "deferred": dw.deferred if dw is not None else 0,
+            "hook_before_final_dw": any(early),
+        }
 
     BACKWARD_CLOCK.enabled = True  # as a timed step: exchange backward stamped (and Lancet's listener fed)
     try:
-        return {n: {"replay": run(n, False, False), "pipelined": run(n, True, False),
-                    "pipelined+deferred_dw": run(n, True, True)} for n in chunk_counts}
+        return {
+            n: {
+                "replay": run(n, False, False),
+                "pipelined": run(n, True, False),
+                "pipelined+deferred_dw": run(n, True, True),
+            }
+            for n in chunk_counts
+        }
     finally:
         BACKWARD_CLOCK.enabled = False
         BACKWARD_CLOCK.clear()
@@ -285,8 +307,9 @@ def _args(**kw):
 
     p = argparse.ArgumentParser()
     step.add_arguments(p)
-    return p.parse_args([f"--{k.replace('_', '-')}={v}" if v is not True else f"--{k.replace('_', '-')}"
-                         for k, v in kw.items()])
+    return p.parse_args(
+        [f"--{k.replace('_', '-')}={v}" if v is not True else f"--{k.replace('_', '-')}" for k, v in kw.items()]
+    )
 
 
 def test_chunks_auto_needs_a_cluster_when_emulated(monkeypatch):
@@ -358,11 +381,42 @@ def test_plugin_variant_runs_through_bench_step_by_name(tmp_path):
     from monta.results import read_records
 
     out = tmp_path / "step.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "monta.cli", "bench", "step", "--nodes", "2", "--gpus-per-node", "2",
-                           "--variants", "deepspeed,toy,toy-exchange", "--steps", "1", "--warmup", "0", "--layers", "1",
-                           "--seq", "64", "--micro-batch", "1", "--hidden", "256", "--ffn", "896",
-                           "--no-wandb", "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monta.cli",
+            "bench",
+            "step",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--variants",
+            "deepspeed,toy,toy-exchange",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--layers",
+            "1",
+            "--seq",
+            "64",
+            "--micro-batch",
+            "1",
+            "--hidden",
+            "256",
+            "--ffn",
+            "896",
+            "--no-wandb",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "WANDB_MODE": "disabled"},
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     recs = {r["params"]["variant"]: r for r in read_records(out)}
     assert set(recs) == {"deepspeed", "toy", "toy-exchange"}
@@ -390,8 +444,9 @@ def _clocked_job(variants, steps):
     cfg = resolve_config("moe-2x70b-mini", **TEST_OVERRIDES)
     pieces = ("attention", "attention_core", "experts", "head")
     clock = ComputeClock({p: US_PER_FLOP for p in pieces}, {"optimizer": 500.0})
-    res = run_interleaved(layout, cfg, list(variants), chunks=2, steps=steps, warmup=0, seed=1234,
-                          lancet_partitions=2, clock=clock)
+    res = run_interleaved(
+        layout, cfg, list(variants), chunks=2, steps=steps, warmup=0, seed=1234, lancet_partitions=2, clock=clock
+    )
     return {v: {"loss": res[v]["loss"], "clock": res[v]["clock"]} for v in variants}
 
 
@@ -406,8 +461,10 @@ def test_compute_on_the_clock_keeps_the_math_and_prices_every_piece(runs, dist_w
     cfg = resolve_config("moe-2x70b-mini", **TEST_OVERRIDES)
     fl = piece_flops(spec_of(cfg), cfg.tokens_per_micro_batch, cfg.seq, 2)
     fl["head"] *= 2  # the run's head is replicated over TP
-    per_step = {p: 3 * US_PER_FLOP * 1e-6 * fl[p] * (1 if p == "head" else cfg.num_layers)
-                for p in ("attention", "attention_core", "experts", "head")}
+    per_step = {
+        p: 3 * US_PER_FLOP * 1e-6 * fl[p] * (1 if p == "head" else cfg.num_layers)
+        for p in ("attention", "attention_core", "experts", "head")
+    }
     per_step["optimizer"] = 500e-6
     unclocked = {v: runs[r][0][v][:2] for r in range(4) for v in CLOCKED}
     for rank, res in enumerate(dist_world(4).run(_clocked_job, CLOCKED, 2, timeout_s=600)):

@@ -12,11 +12,18 @@ from monta.results import make_record
 
 
 def records():
-    return [make_record(kind="alltoall", source="emulated", experiment="t", env={"python": "3.11"},
-                        params={"size_bytes": s, "variant": "monta", "chunks": 2},
-                        metrics={"time_us": 100.0 * s, "samples_us": [1.0, 2.0], "breakdown": {"a": 1.0}},
-                        config={"tp": 4})
-            for s in (1, 2)]
+    return [
+        make_record(
+            kind="alltoall",
+            source="emulated",
+            experiment="t",
+            env={"python": "3.11"},
+            params={"size_bytes": s, "variant": "monta", "chunks": 2},
+            metrics={"time_us": 100.0 * s, "samples_us": [1.0, 2.0], "breakdown": {"a": 1.0}},
+            config={"tp": 4},
+        )
+        for s in (1, 2)
+    ]
 
 
 @pytest.fixture(autouse=True)

@@ -56,15 +56,18 @@ def test_compositions_are_registered_and_composable_by_name():
     assert set(TODAY) | {"monta+lina", "monta+lancet"} <= set(registry.names())
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("nope", "unknown variant 'nope'; choose from deepspeed, legacy, monta"),
-    ("exchange=fast", "unknown exchange 'fast'"),
-    ("exchange=monta,schedule=nope", "unknown schedule 'nope'; choose from deepspeed, lina, lancet"),
-    ("exchange=monta,sync=never", "unknown sync 'never'"),
-    ("exchange=monta,colour=red", "unknown key 'colour'"),
-    ("exchange=monta,exchange=legacy", "exchange given twice"),
-    ("exchange=monta,chunks=0", "chunks=0 must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("nope", "unknown variant 'nope'; choose from deepspeed, legacy, monta"),
+        ("exchange=fast", "unknown exchange 'fast'"),
+        ("exchange=monta,schedule=nope", "unknown schedule 'nope'; choose from deepspeed, lina, lancet"),
+        ("exchange=monta,sync=never", "unknown sync 'never'"),
+        ("exchange=monta,colour=red", "unknown key 'colour'"),
+        ("exchange=monta,exchange=legacy", "exchange given twice"),
+        ("exchange=monta,chunks=0", "chunks=0 must be an integer >= 1"),
+    ],
+)
 def test_bad_names_say_what_to_choose(bad, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         registry.get(bad)
@@ -83,8 +86,9 @@ def test_comma_lists_keep_a_composition_together():
 def test_nothing_in_monta_imports_baselines():
     """``grep -rn "import.*baselines\\|from baselines" monta/`` is empty: the baselines register
     themselves through the entry point; the core never reaches up into them."""
-    proc = subprocess.run(["grep", "-rn", r"import.*baselines\|from baselines", "monta/"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["grep", "-rn", r"import.*baselines\|from baselines", "monta/"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
 
 
@@ -96,8 +100,11 @@ def test_no_variant_name_if_chains_outside_the_registry():
     for d in ("monta", "analysis", "workflows"):
         for f in (ROOT / d).rglob("*"):
             if f.suffix in (".py", ".smk") and f.name != "variants.py":
-                hits += [f"{f.relative_to(ROOT)}:{i}" for i, line in enumerate(f.read_text().splitlines(), 1)
-                         if pat.search(line)]
+                hits += [
+                    f"{f.relative_to(ROOT)}:{i}"
+                    for i, line in enumerate(f.read_text().splitlines(), 1)
+                    if pat.search(line)
+                ]
     assert not hits, hits
 
 
@@ -139,7 +146,9 @@ def test_the_toy_plugin_is_installed_for_the_tests():
     v = registry.get("toy")
     assert (v.exchange, v.schedule.name, v.sync.name, v.origin) == ("monta", "toy-phases", "after-backward", "toy")
     assert _parts("exchange=deepspeed,schedule=toy-phases") == ("deepspeed", "toy-phases", "after-backward")
-    out = subprocess.run([sys.executable, "-m", "monta.cli", "variants"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "monta.cli", "variants"], capture_output=True, text=True, check=True
+    ).stdout
     assert re.search(r"toy\s+monta\s+toy-phases\s+after-backward\s+toy", out), out
     e = registry.exchange("toy-exchange")  # the plugin's own exchange
     assert (e.origin, e.chunked, e.model_as) == ("toy", False, "deepspeed") and callable(e.run_pass)
@@ -159,7 +168,9 @@ def test_a_plugin_exchange_is_checked_when_it_registers(monkeypatch):
     with pytest.raises(ValueError, match="model_as='nccl' must be one of legacy, deepspeed, monta"):
         registry.add_exchange("mine", run_pass=lambda *a: None, model_as="nccl")
     assert "mine" not in registry.exchanges()
-    with pytest.raises(ValueError, match="unknown exchange 'mine'; choose one of legacy, deepspeed, monta, toy-exchange"):
+    with pytest.raises(
+        ValueError, match="unknown exchange 'mine'; choose one of legacy, deepspeed, monta, toy-exchange"
+    ):
         registry.exchange("mine")
 
 
@@ -171,7 +182,8 @@ def test_the_model_prices_a_plugin_exchange_as_it_declared(monkeypatch):
 
     layout = make_layout(2, 8, 8, None)
     assert exchange_time("toy-exchange", 2**24, layout, "a800-4nic").total_us == pytest.approx(
-        exchange_time("deepspeed", 2**24, layout, "a800-4nic").total_us)
+        exchange_time("deepspeed", 2**24, layout, "a800-4nic").total_us
+    )
     monkeypatch.setitem(registry._R.exchanges, "nomodel", registry.Exchange("nomodel", run_pass=print, origin="p"))
     with pytest.raises(ValueError, match="exchange 'nomodel' \\(plugin p\\) has no performance model"):
         exchange_time("nomodel", 2**24, layout, "a800-4nic")
@@ -190,9 +202,19 @@ def test_the_performance_model_predicts_the_compositions():
     for name in ("a800-4nic", "a800-8nic"):
         cl = get_cluster(name, 2, 8)
         m = replace(get_model("moe-2x70b"), layers=24)
-        t = {v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
-             for v in ("deepspeed", "monta", "lina", "lancet", "monta+lina", "monta+lancet", "toy",
-                       "exchange=monta,schedule=lancet,sync=priority")}
+        t = {
+            v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
+            for v in (
+                "deepspeed",
+                "monta",
+                "lina",
+                "lancet",
+                "monta+lina",
+                "monta+lancet",
+                "toy",
+                "exchange=monta,schedule=lancet,sync=priority",
+            )
+        }
         assert t["monta+lina"] < min(t["monta"], t["lina"]), (name, t)
         assert t["monta+lancet"] < min(t["monta"], t["lancet"]), (name, t)
         assert t["toy"] == pytest.approx(t["monta"])  # hides nothing, same exchange and sync
@@ -225,8 +247,19 @@ def test_config_accepts_registered_composed_and_plugin_variants():
     from configcheck import ConfigError
 
     sys.path.pop(0)
-    ok = _check_config({"step": {"variants": ["deepspeed", "monta+lina", "monta+lancet", "toy",
-                                              "exchange=monta,schedule=lancet,sync=priority"]}})
+    ok = _check_config(
+        {
+            "step": {
+                "variants": [
+                    "deepspeed",
+                    "monta+lina",
+                    "monta+lancet",
+                    "toy",
+                    "exchange=monta,schedule=lancet,sync=priority",
+                ]
+            }
+        }
+    )
     assert ok["step"]["variants"][-1] == "exchange=monta,schedule=lancet,sync=priority"
     assert "monta+lina" in _check_config({})["step"]["variants"]  # the default includes the compositions
     with pytest.raises(ConfigError, match=r"config key step\.variants\.1: unknown variant 'bogus'; choose from"):
@@ -256,11 +289,18 @@ def test_analysis_names_each_variants_parts():
     from monta.results import make_record
 
     def step(v, ms):
-        return make_record(kind="step", source="emulated", experiment="t", params={"variant": v, "model": "mini", "cluster": "2x4"},
-                           metrics={"step_ms": ms, "tokens_per_s": 1.0, "loss": 1.0})
+        return make_record(
+            kind="step",
+            source="emulated",
+            experiment="t",
+            params={"variant": v, "model": "mini", "cluster": "2x4"},
+            metrics={"step_ms": ms, "tokens_per_s": 1.0, "loss": 1.0},
+        )
 
     t = tables.step_table([step("monta+lancet", 9.0), step("deepspeed", 10.0), step("toy", 10.0)])
     assert list(t["variant"]) == ["deepspeed", "monta+lancet", "toy"]  # the registry's order
-    assert dict(zip(t["variant"], t["parts"])) == {"deepspeed": "deepspeed / deepspeed / after-backward",
-                                                   "monta+lancet": "monta / lancet / after-backward",
-                                                   "toy": "monta / toy-phases / after-backward"}
+    assert dict(zip(t["variant"], t["parts"])) == {
+        "deepspeed": "deepspeed / deepspeed / after-backward",
+        "monta+lancet": "monta / lancet / after-backward",
+        "toy": "monta / toy-phases / after-backward",
+    }

@@ -30,8 +30,23 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MONTA = [sys.executable, "-m", "monta.cli"]
 ENV = {**os.environ, "MONTA_WANDB": "0", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-SMALL = ["--nodes", "2", "--gpus-per-node", "2", "--sizes", "64K", "--hidden", "256", "--chunks", "2",
-         "--iters", "2", "--warmup", "0", "--no-wandb"]
+SMALL = [
+    "--nodes",
+    "2",
+    "--gpus-per-node",
+    "2",
+    "--sizes",
+    "64K",
+    "--hidden",
+    "256",
+    "--chunks",
+    "2",
+    "--iters",
+    "2",
+    "--warmup",
+    "0",
+    "--no-wandb",
+]
 
 CASES: list[tuple[str, str, bool, Callable[[Path], str]]] = []  # (class, name, needs emulator, check)
 
@@ -44,6 +59,7 @@ def case(klass: str, name: str, emulator: bool = False):
     def add(fn):
         CASES.append((klass, name, emulator, fn))
         return fn
+
     return add
 
 
@@ -68,10 +84,22 @@ def record(time_us: float = 100.0, variant: str = "monta", **metrics) -> dict:
     sys.path.insert(0, str(ROOT))
     from monta.results import make_record
 
-    return make_record(kind="alltoall", source="emulated", experiment="faults", env={"python": "3.11"},
-                       params={"size_bytes": 1 << 20, "variant": variant, "chunks": 2, "nodes": 2, "gpus_per_node": 4,
-                               "tp": 4, "ep": 2},
-                       metrics={"time_us": time_us, **metrics})
+    return make_record(
+        kind="alltoall",
+        source="emulated",
+        experiment="faults",
+        env={"python": "3.11"},
+        params={
+            "size_bytes": 1 << 20,
+            "variant": variant,
+            "chunks": 2,
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "tp": 4,
+            "ep": 2,
+        },
+        metrics={"time_us": time_us, **metrics},
+    )
 
 
 def records_file(path: Path, *recs: dict, tail: bytes = b"") -> Path:
@@ -95,21 +123,32 @@ _flag_case("alltoall --hidden 0", A2A + ["--hidden", "0"], "--hidden 0")
 _flag_case("alltoall --hidden -1", A2A + ["--hidden", "-1"], "--hidden -1")
 _flag_case("alltoall --experts -2", A2A + ["--experts", "-2"], "--experts -2")
 _flag_case("alltoall --experts 0", A2A + ["--experts", "0"], "--experts 0")
-_flag_case("alltoall --sizes 1M:1T:1.0000001 (10^8 sizes)", A2A + ["--sizes", "1M:1T:1.0000001"], "--sizes",
-           "at most 64", within=10)
+_flag_case(
+    "alltoall --sizes 1M:1T:1.0000001 (10^8 sizes)",
+    A2A + ["--sizes", "1M:1T:1.0000001"],
+    "--sizes",
+    "at most 64",
+    within=10,
+)
 _flag_case("alltoall --sizes 0", A2A + ["--sizes", "0", "--variants", "legacy,deepspeed"], "--sizes 0")
 _flag_case("alltoall --sizes 128K:64K:2", A2A + ["--sizes", "128K:64K:2"], "--sizes 128K:64K:2", "min 128K is above")
-_flag_case("alltoall --chunks 64 beyond the capacity slice", A2A + ["--sizes", "64K", "--hidden", "256",
-                                                                    "--chunks", "64"], "--chunks 64", "capacity slice")
+_flag_case(
+    "alltoall --chunks 64 beyond the capacity slice",
+    A2A + ["--sizes", "64K", "--hidden", "256", "--chunks", "64"],
+    "--chunks 64",
+    "capacity slice",
+)
 _flag_case("alltoall --tp 3", A2A + ["--tp", "3"], "--tp 3")
 _flag_case("alltoall --nodes 0", ["bench", "alltoall", "--nodes", "0"], "--nodes 0")
-_flag_case("alltoall --inter-gbps -1", A2A + ["--sizes", "64K", "--hidden", "256", "--inter-gbps", "-1"],
-           "--inter-gbps -1")
+_flag_case(
+    "alltoall --inter-gbps -1", A2A + ["--sizes", "64K", "--hidden", "256", "--inter-gbps", "-1"], "--inter-gbps -1"
+)
 _flag_case("alltoall --timeout nan", A2A + ["--sizes", "64K", "--hidden", "256", "--timeout", "nan"], "--timeout nan")
 _flag_case("alltoall --append without --out", A2A + ["--sizes", "64K", "--hidden", "256", "--append"], "--append")
 _flag_case("step --steps 0", ["bench", "step", "--steps", "0", "--no-wandb"], "--steps 0")
-_flag_case("step --capacity-factor nan", ["bench", "step", "--capacity-factor", "nan", "--no-wandb"],
-           "--capacity-factor nan")
+_flag_case(
+    "step --capacity-factor nan", ["bench", "step", "--capacity-factor", "nan", "--no-wandb"], "--capacity-factor nan"
+)
 _flag_case("predict alltoall --sizes 0", ["predict", "alltoall", "--sizes", "0"], "--sizes 0")
 _flag_case("plan --seq 0", ["plan", "--nodes", "2", "--seq", "0"], "--seq 0")
 _flag_case("emulate run --nodes 0", ["emulate", "run", "--nodes", "0", "--", "true"], "--nodes 0")
@@ -117,8 +156,9 @@ _flag_case("emulate run --nodes 0", ["emulate", "run", "--nodes", "0", "--", "tr
 
 @case("1 flags", "alltoall --out <an existing directory>")
 def _(tmp: Path) -> str:
-    return one_line_error(run(MONTA + A2A + ["--sizes", "64K", "--hidden", "256", "--out", str(tmp)]),
-                          f"--out {tmp}", "is a directory")
+    return one_line_error(
+        run(MONTA + A2A + ["--sizes", "64K", "--hidden", "256", "--out", str(tmp)]), f"--out {tmp}", "is a directory"
+    )
 
 
 @case("1 flags", "alltoall --out in a read-only (555) directory")
@@ -127,18 +167,30 @@ def _(tmp: Path) -> str:
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        return one_line_error(run(MONTA + A2A + ["--sizes", "64K", "--hidden", "256", "--out", str(ro / "r.jsonl")]),
-                              "cannot write in", "mode 555")
+        return one_line_error(
+            run(MONTA + A2A + ["--sizes", "64K", "--hidden", "256", "--out", str(ro / "r.jsonl")]),
+            "cannot write in",
+            "mode 555",
+        )
     finally:
         ro.chmod(0o755)
 
 
-for _flag, _value in (("--threshold", "nan"), ("--threshold", "inf"), ("--threshold", "-1"), ("--threshold", "0"),
-                      ("--bootstrap", "0"), ("--confidence", "nan")):
+for _flag, _value in (
+    ("--threshold", "nan"),
+    ("--threshold", "inf"),
+    ("--threshold", "-1"),
+    ("--threshold", "0"),
+    ("--bootstrap", "0"),
+    ("--confidence", "nan"),
+):
+
     def _regress_flag(tmp: Path, flag=_flag, value=_value) -> str:
         f = records_file(tmp / "r.jsonl", record())
-        return one_line_error(run(MONTA + ["regress", "--baseline", str(f), "--current", str(f), flag, value]),
-                              f"{flag} ")
+        return one_line_error(
+            run(MONTA + ["regress", "--baseline", str(f), "--current", str(f), flag, value]), f"{flag} "
+        )
+
     case("1 flags", f"regress {_flag} {_value}")(_regress_flag)
 
 
@@ -148,19 +200,29 @@ def _bad_input(name: str, make: Callable[[Path], Path], *needles: str):
     def check(tmp: Path) -> str:
         base = records_file(tmp / "base.jsonl", record())
         bad = make(tmp)
-        return one_line_error(run(MONTA + ["regress", "--baseline", str(base), "--current", str(bad)]),
-                              str(bad), *needles)
+        return one_line_error(
+            run(MONTA + ["regress", "--baseline", str(base), "--current", str(bad)]), str(bad), *needles
+        )
 
 
-_bad_input("non-UTF-8 bytes", lambda t: records_file(t / "c.jsonl", record(), tail=b"\xff\xfe garbage\n"),
-           ":2:", "not UTF-8")
-_bad_input("JSON that is not a record", lambda t: records_file(t / "c.jsonl", tail=b'{"a": 1}\n[1, 2]\n'), ":1:",
-           "missing")
-_bad_input("metrics: null", lambda t: records_file(t / "c.jsonl", {**record(), "metrics": None}), ":1:",
-           "metrics is null")
+_bad_input(
+    "non-UTF-8 bytes", lambda t: records_file(t / "c.jsonl", record(), tail=b"\xff\xfe garbage\n"), ":2:", "not UTF-8"
+)
+_bad_input(
+    "JSON that is not a record", lambda t: records_file(t / "c.jsonl", tail=b'{"a": 1}\n[1, 2]\n'), ":1:", "missing"
+)
+_bad_input(
+    "metrics: null", lambda t: records_file(t / "c.jsonl", {**record(), "metrics": None}), ":1:", "metrics is null"
+)
 _bad_input("a directory", lambda t: (t / "d").mkdir() or t / "d", "is a directory")
-_bad_input("all times NaN", lambda t: records_file(t / "c.jsonl", record(math.nan, samples_us=[math.nan] * 3),
-                                                   record(math.nan, variant="legacy")), ":1:", "NaN")
+_bad_input(
+    "all times NaN",
+    lambda t: records_file(
+        t / "c.jsonl", record(math.nan, samples_us=[math.nan] * 3), record(math.nan, variant="legacy")
+    ),
+    ":1:",
+    "NaN",
+)
 _bad_input("a zero time", lambda t: records_file(t / "c.jsonl", record(0.0)), ":1:", "above zero")
 _bad_input("an empty file", lambda t: records_file(t / "c.jsonl"), "holds no records")
 
@@ -170,8 +232,9 @@ def _(tmp: Path) -> str:
     bad = records_file(tmp / "m.jsonl", record(math.nan))
     prof = tmp / "p.json"
     prof.write_text("{}")
-    return one_line_error(run(MONTA + ["predict", "accuracy", "--measured", str(bad), "--profile", str(prof)]),
-                          f"{bad}:1:", "NaN")
+    return one_line_error(
+        run(MONTA + ["predict", "accuracy", "--measured", str(bad), "--profile", str(prof)]), f"{bad}:1:", "NaN"
+    )
 
 
 # -- class 3: appending never makes a file worse ----------------------------------------------------
@@ -179,8 +242,11 @@ def _(tmp: Path) -> str:
 def _(tmp: Path) -> str:
     out = records_file(tmp / "r.jsonl", record(), tail=json.dumps(record()).encode()[:60])
     before = out.read_bytes()
-    line = one_line_error(run(MONTA + A2A + ["--sizes", "64K", "--hidden", "256", "--out", str(out), "--append"]),
-                          f"{out}:2:", "refusing to append")
+    line = one_line_error(
+        run(MONTA + A2A + ["--sizes", "64K", "--hidden", "256", "--out", str(out), "--append"]),
+        f"{out}:2:",
+        "refusing to append",
+    )
     if out.read_bytes() != before:
         raise NotHandled("the file changed")
     return line
@@ -189,8 +255,10 @@ def _(tmp: Path) -> str:
 @case("3 append", "a record appended after a cut-off line (file damaged during the run)")
 def _(tmp: Path) -> str:
     out = records_file(tmp / "r.jsonl", record(1.0), tail=json.dumps(record(2.0)).encode()[:60])
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from monta.results import write_records, make_record; "
-            "import json; write_records(sys.argv[1], [json.loads(sys.argv[3])], append=True)")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from monta.results import write_records, make_record; "
+        "import json; write_records(sys.argv[1], [json.loads(sys.argv[3])], append=True)"
+    )
     proc = run([sys.executable, "-c", code, str(out), str(ROOT), json.dumps(record(3.0))])
     lines = out.read_text().splitlines()
     if proc.returncode or len(lines) != 3 or json.loads(lines[2])["metrics"]["time_us"] != 3.0:
@@ -207,8 +275,9 @@ def _snakemake(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
     for name in ("Snakefile", "config", "workflows", "analysis", "profiles"):
         if not (work / name).exists():
             (work / name).symlink_to(ROOT / name)
-    return run([str(BIN / "snakemake"), "-n", "--cores", "1", "--profile", "profiles/local", *extra], cwd=work,
-               timeout=180)
+    return run(
+        [str(BIN / "snakemake"), "-n", "--cores", "1", "--profile", "profiles/local", *extra], cwd=work, timeout=180
+    )
 
 
 def _config_case(name: str, override: str, *needles: str):
@@ -225,8 +294,9 @@ def _config_case(name: str, override: str, *needles: str):
 
 
 _config_case("alltoall.sizes min > max", "alltoall={sizes: '128K:64K:2'}", "alltoall.sizes", "min 128K is above")
-_config_case("alltoall.chunks beyond the capacity slice", "alltoall={chunks: [64]}", "alltoall.chunks",
-             "capacity slice")
+_config_case(
+    "alltoall.chunks beyond the capacity slice", "alltoall={chunks: [64]}", "alltoall.chunks", "capacity slice"
+)
 
 
 @case("4 config", "nested override --config 'alltoall={iters: 3}' is accepted")
@@ -239,9 +309,14 @@ def _(tmp: Path) -> str:
 
 # -- classes 5-7: ranks and runs on the emulated cluster --------------------------------------------
 def _bench_proc(tmp: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(MONTA + ["bench", "alltoall", *SMALL, "--iters", "1000", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, start_new_session=True)
+    return subprocess.Popen(
+        MONTA + ["bench", "alltoall", *SMALL, "--iters", "1000", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,
+    )
 
 
 def _rank_pids(parent: int) -> list[int]:
@@ -328,14 +403,33 @@ def _(tmp: Path) -> str:
     ro.chmod(0o555)
     # What rank 0 of a benchmark does with --out: write the records file atomically (a new file in
     # the folder, renamed over the old one), which the folder's 555 must forbid.
-    code = ("import os, sys, json; p = sys.argv[1]; sys.path.insert(0, sys.argv[2])\n"
-            "from monta.results import write_records\n"
-            "try:\n    write_records(os.path.join(p, 'old.jsonl'), [json.loads(sys.argv[3])]); print('WROTE')\n"
-            "except PermissionError as e:\n    print('refused', e)\n"
-            "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')]; print(caps[0].strip())")
+    code = (
+        "import os, sys, json; p = sys.argv[1]; sys.path.insert(0, sys.argv[2])\n"
+        "from monta.results import write_records\n"
+        "try:\n    write_records(os.path.join(p, 'old.jsonl'), [json.loads(sys.argv[3])]); print('WROTE')\n"
+        "except PermissionError as e:\n    print('refused', e)\n"
+        "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')]; print(caps[0].strip())"
+    )
     try:
-        proc = run(MONTA + ["emulate", "run", "--nodes", "1", "--gpus-per-node", "1", "--", sys.executable, "-c", code,
-                            str(ro), str(ROOT), json.dumps(record())], timeout=120)
+        proc = run(
+            MONTA
+            + [
+                "emulate",
+                "run",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "1",
+                "--",
+                sys.executable,
+                "-c",
+                code,
+                str(ro),
+                str(ROOT),
+                json.dumps(record()),
+            ],
+            timeout=120,
+        )
     finally:
         ro.chmod(0o755)
     if "refused" not in proc.stdout or (ro / "old.jsonl").read_text() != "older result\n":
@@ -346,8 +440,13 @@ def _(tmp: Path) -> str:
 @case("7 leftovers", "a SIGKILLed run's work directory is cleaned at the next start", emulator=True)
 def _(tmp: Path) -> str:
     tmpdir = Path(tempfile.gettempdir())
-    proc = subprocess.Popen(MONTA + ["emulate", "run", "--nodes", "1", "--gpus-per-node", "1", "--", "sleep", "60"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    proc = subprocess.Popen(
+        MONTA + ["emulate", "run", "--nodes", "1", "--gpus-per-node", "1", "--", "sleep", "60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+        start_new_session=True,
+    )
 
     def ours(d: Path) -> bool:  # this run's folder only (other runs may be going on at the same time)
         try:

@@ -24,55 +24,95 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=int, default=4, help="ranks per (emulated) node")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: a whole node)")
     p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: the DP degree)")
-    p.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes: min:max:factor or a list "
-                                                      "(K/M/G suffixes)")
-    p.add_argument("--variants", default="legacy,deepspeed,monta",
-                   help=f"comma list of exchanges: {', '.join(EXCHANGES)}, or one a plugin registered "
-                        "(`monta variants` lists them)")
+    p.add_argument(
+        "--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes: min:max:factor or a list (K/M/G suffixes)"
+    )
+    p.add_argument(
+        "--variants",
+        default="legacy,deepspeed,monta",
+        help=f"comma list of exchanges: {', '.join(EXCHANGES)}, or one a plugin registered "
+        "(`monta variants` lists them)",
+    )
     p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
-    p.add_argument("--cluster", default=None, help="performance-model cluster for --chunks auto: a preset "
-                                                   "(a800, a800-8nic, h800, ...) or a link-profile JSON "
-                                                   "(default: $MONTA_CLUSTER, else a800)")
+    p.add_argument(
+        "--cluster",
+        default=None,
+        help="performance-model cluster for --chunks auto: a preset "
+        "(a800, a800-8nic, h800, ...) or a link-profile JSON "
+        "(default: $MONTA_CLUSTER, else a800)",
+    )
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--iters", type=int, default=5,
-                   help="timed iterations per size (variants interleaved in each), exactly; with --adaptive the "
-                        "minimum (default 5)")
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=5,
+        help="timed iterations per size (variants interleaved in each), exactly; with --adaptive the "
+        "minimum (default 5)",
+    )
     # None = not given: the three knobs below belong to --adaptive (ADAPTIVE_DEFAULTS when it is on).
-    p.add_argument("--adaptive", action="store_true",
-                   help="adaptive repetition: after --iters, go on while a paired ratio's CI is wider than "
-                        "--target-ci, up to --max-iters or --budget-s")
-    p.add_argument("--max-iters", type=int, default=None,
-                   help="with --adaptive: most iterations per size (default 40)")
-    p.add_argument("--target-ci", type=float, default=None,
-                   help="with --adaptive: stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI "
-                        "narrower than this share of its value (default 0.04 = +-2%%), judged from 10 iterations "
-                        "on (fewer give too narrow a bootstrap CI); 0 = exactly --iters iterations")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="with --adaptive: time budget per size for the extra iterations, seconds (default 180; "
-                        "0 = none)")
-    p.add_argument("--transport", choices=("duplex", "native"), default=None,
-                   help="gloo transport of the exchange: duplex (default: one TCP connection per direction) or "
-                        "native (gloo's own collectives: both directions share a connection and serialize)")
-    p.add_argument("--inject-slowdown", default=None, metavar="VARIANT:FRACTION",
-                   help="TEST AID for the regression gate: slow VARIANT by FRACTION (e.g. monta:0.10) with a measured "
-                        "delay after each call; records carry injected_slowdown")
+    p.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="adaptive repetition: after --iters, go on while a paired ratio's CI is wider than "
+        "--target-ci, up to --max-iters or --budget-s",
+    )
+    p.add_argument("--max-iters", type=int, default=None, help="with --adaptive: most iterations per size (default 40)")
+    p.add_argument(
+        "--target-ci",
+        type=float,
+        default=None,
+        help="with --adaptive: stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI "
+        "narrower than this share of its value (default 0.04 = +-2%%), judged from 10 iterations "
+        "on (fewer give too narrow a bootstrap CI); 0 = exactly --iters iterations",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="with --adaptive: time budget per size for the extra iterations, seconds (default 180; 0 = none)",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("duplex", "native"),
+        default=None,
+        help="gloo transport of the exchange: duplex (default: one TCP connection per direction) or "
+        "native (gloo's own collectives: both directions share a connection and serialize)",
+    )
+    p.add_argument(
+        "--inject-slowdown",
+        default=None,
+        metavar="VARIANT:FRACTION",
+        help="TEST AID for the regression gate: slow VARIANT by FRACTION (e.g. monta:0.10) with a measured "
+        "delay after each call; records carry injected_slowdown",
+    )
     p.add_argument("--check", action="store_true", help="verify every variant on fresh data after timing")
     p.add_argument("--no-components", action="store_true", help="skip the a2a-alone / ag-alone rows")
     p.add_argument("--out", default=None, help="JSONL records file (written atomically by rank 0)")
     p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     p.add_argument("--experiment", default="alltoall", help="experiment name stored in the records")
-    p.add_argument("--launcher", choices=("emulate", "env"), default="emulate",
-                   help="emulate: start the ranks on the emulated cluster; env: this process is one rank "
-                        "started by torchrun/srun (reads RANK, WORLD_SIZE, MASTER_ADDR...)")
+    p.add_argument(
+        "--launcher",
+        choices=("emulate", "env"),
+        default="emulate",
+        help="emulate: start the ranks on the emulated cluster; env: this process is one rank "
+        "started by torchrun/srun (reads RANK, WORLD_SIZE, MASTER_ADDR...)",
+    )
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    p.add_argument("--allow-unshaped", action="store_true",
-                   help="if user namespaces are unavailable, run unshaped on 127.0.0.1 (loud warning)")
-    p.add_argument("--timeout", type=float, default=None,
-                   help="seconds before the run is abandoned (default: scaled to the expected run time, see "
-                        "expected_seconds; a rank that stops making progress ends the run much earlier, named)")
+    p.add_argument(
+        "--allow-unshaped",
+        action="store_true",
+        help="if user namespaces are unavailable, run unshaped on 127.0.0.1 (loud warning)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds before the run is abandoned (default: scaled to the expected run time, see "
+        "expected_seconds; a rank that stops making progress ends the run much earlier, named)",
+    )
     p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
     p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
     add_topology_args(p)
@@ -92,8 +132,10 @@ def _repetition(args: argparse.Namespace) -> dict:
     if not args.adaptive:
         if given:
             flags = ", ".join("--" + k.replace("_", "-") for k in given)
-            raise UsageError(f"{flags} only apply with --adaptive; without it, --iters is the exact number of "
-                             f"timed iterations per size (here {args.iters})")
+            raise UsageError(
+                f"{flags} only apply with --adaptive; without it, --iters is the exact number of "
+                f"timed iterations per size (here {args.iters})"
+            )
         return {"adaptive": False, "max_iters": args.iters, "target_ci": 0.0, "budget_s": 0.0}
     return {"adaptive": True, **ADAPTIVE_DEFAULTS, **given}
 
@@ -114,9 +156,11 @@ def _check_memory(sizes: list[int], ranks_here: int) -> None:
         from monta.units import format_size
         from monta.validate import UsageError
 
-        raise UsageError(f"--sizes: the largest size {format_size(max(sizes))}B needs about {format_size(need)}B on "
-                         f"{ranks_here} emulated ranks, more than this machine's {format_size(total)}B of memory; "
-                         "use smaller sizes")
+        raise UsageError(
+            f"--sizes: the largest size {format_size(max(sizes))}B needs about {format_size(need)}B on "
+            f"{ranks_here} emulated ranks, more than this machine's {format_size(total)}B of memory; "
+            "use smaller sizes"
+        )
 
 
 def build_config(args: argparse.Namespace) -> dict:
@@ -129,9 +173,21 @@ def build_config(args: argparse.Namespace) -> dict:
 
     # Every given value is range-checked first (alltoall_sweep), then whether it belongs to --adaptive.
     knobs = {k: ADAPTIVE_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in ADAPTIVE_DEFAULTS}
-    v = alltoall_sweep(nodes=args.nodes, gpus_per_node=args.gpus_per_node, tp=args.tp, ep=args.ep,
-                       sizes_spec=args.sizes, variants=args.variants, chunks=args.chunks, dtype=args.dtype,
-                       experts=args.experts, hidden=args.hidden, warmup=args.warmup, iters=args.iters, **knobs)
+    v = alltoall_sweep(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        tp=args.tp,
+        ep=args.ep,
+        sizes_spec=args.sizes,
+        variants=args.variants,
+        chunks=args.chunks,
+        dtype=args.dtype,
+        experts=args.experts,
+        hidden=args.hidden,
+        warmup=args.warmup,
+        iters=args.iters,
+        **knobs,
+    )
     rep = _repetition(args)
     tp, ep, sizes, variants, experts = v["tp"], v["ep"], v["sizes"], v["variants"], v["experts"]
     layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, ep)
@@ -139,8 +195,9 @@ def build_config(args: argparse.Namespace) -> dict:
     if v["chunks"] == "auto":
         from monta.comm.auto import auto_chunks
 
-        chunks = sorted({auto_chunks(s, layout, max(1, s // (experts * args.hidden * elsize * tp)), args.cluster)
-                         for s in sizes})
+        chunks = sorted(
+            {auto_chunks(s, layout, max(1, s // (experts * args.hidden * elsize * tp)), args.cluster) for s in sizes}
+        )
     else:
         chunks = v["chunks"]
     if rep["max_iters"] < args.iters:
@@ -152,14 +209,32 @@ def build_config(args: argparse.Namespace) -> dict:
     out_path(args.out, append=args.append)
     inject = slowdown(args.inject_slowdown, variants)
     topo = topology_from_args(args)
-    return {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": ep, "sizes": sizes,
-            "variants": variants, "chunks": chunks, "dtype": args.dtype, "experts": experts, "hidden": args.hidden,
-            "warmup": args.warmup, "iters": args.iters, **rep, "transport": args.transport, "inject_slowdown": inject,
-            "check": bool(args.check or args.inject_fault),
-            "components": not args.no_components, "out": str(Path(args.out).resolve()) if args.out else None,
-            "append": args.append, "experiment": args.experiment, "backend": args.backend,
-            "inject_fault": args.inject_fault,
-            "topology": {**topo.to_dict(), "description": topo.describe()}, "chunks_arg": args.chunks}
+    return {
+        "nodes": args.nodes,
+        "gpus_per_node": args.gpus_per_node,
+        "tp": tp,
+        "ep": ep,
+        "sizes": sizes,
+        "variants": variants,
+        "chunks": chunks,
+        "dtype": args.dtype,
+        "experts": experts,
+        "hidden": args.hidden,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        **rep,
+        "transport": args.transport,
+        "inject_slowdown": inject,
+        "check": bool(args.check or args.inject_fault),
+        "components": not args.no_components,
+        "out": str(Path(args.out).resolve()) if args.out else None,
+        "append": args.append,
+        "experiment": args.experiment,
+        "backend": args.backend,
+        "inject_fault": args.inject_fault,
+        "topology": {**topo.to_dict(), "description": topo.describe()},
+        "chunks_arg": args.chunks,
+    }
 
 
 # Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
@@ -197,8 +272,9 @@ def stall_seconds(cfg: dict) -> float:
     topo = cfg.get("topology") or {}
     gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
     rows = len(cfg["variants"]) * len(cfg["chunks"]) + 2
-    longest = max(max(0.01, cfg["gpus_per_node"] * s * 8 / (gbps * 1e9)) * rows * max(1, cfg["warmup"])
-                  for s in cfg["sizes"])
+    longest = max(
+        max(0.01, cfg["gpus_per_node"] * s * 8 / (gbps * 1e9)) * rows * max(1, cfg["warmup"]) for s in cfg["sizes"]
+    )
     return max(120.0, 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"], 4 * longest)
 
 
@@ -231,9 +307,16 @@ def main(args: argparse.Namespace) -> int:
         cfg_path.write_text(json.dumps(cfg))
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         try:
-            launch([sys.executable, "-m", "monta.bench.alltoall_worker", str(cfg_path)], args.nodes,
-                   args.gpus_per_node, topo, env=env, timeout_s=args.timeout, allow_unshaped=args.allow_unshaped,
-                   stall_s=stall_seconds(cfg))
+            launch(
+                [sys.executable, "-m", "monta.bench.alltoall_worker", str(cfg_path)],
+                args.nodes,
+                args.gpus_per_node,
+                topo,
+                env=env,
+                timeout_s=args.timeout,
+                allow_unshaped=args.allow_unshaped,
+                stall_s=stall_seconds(cfg),
+            )
         except EmulationError as e:
             print(f"monta: error: {e}", file=sys.stderr)
             return 1

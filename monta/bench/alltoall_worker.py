@@ -40,16 +40,22 @@ from monta.units import format_size
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Each variant: how one dispatch pass runs. a2a/ag are the two halves alone (for the overlap bound).
 # A plugin's exchange (monta.variants.add_exchange) runs its own pass with the deepspeed/monta spec.
-SPECS = {"legacy": ex.PassSpec(False, False), "deepspeed": ex.PassSpec(True, True),
-         "monta": ex.PassSpec(True, True), "a2a": ex.PassSpec(True, False)}
+SPECS = {
+    "legacy": ex.PassSpec(False, False),
+    "deepspeed": ex.PassSpec(True, True),
+    "monta": ex.PassSpec(True, True),
+    "a2a": ex.PassSpec(True, False),
+}
 PLUGIN_SPEC = ex.PassSpec(True, True)
 
 
 def buffer_shape(size_bytes: int, experts: int, hidden: int, elsize: int, tp: int) -> tuple[int, int, int]:
     per_row = experts * hidden * elsize
     if size_bytes % per_row or (size_bytes // per_row) % tp:
-        raise ValueError(f"size {size_bytes} B is not a whole [E={experts}, C, M={hidden}] buffer with C "
-                         f"divisible by TP={tp}; use sizes that are multiples of {per_row * tp} B")
+        raise ValueError(
+            f"size {size_bytes} B is not a whole [E={experts}, C, M={hidden}] buffer with C "
+            f"divisible by TP={tp}; use sizes that are multiples of {per_row * tp} B"
+        )
     return experts, size_bytes // per_row, hidden
 
 
@@ -98,7 +104,7 @@ class Runner:
         ep_ranks = self.groups.ep_ranks
         me = ep_ranks.index(self.rank)
         nle = E // len(ep_ranks)
-        blocks = [rank_input(r // tp, size_idx, shape, dtype, salt)[me * nle:(me + 1) * nle] for r in ep_ranks]
+        blocks = [rank_input(r // tp, size_idx, shape, dtype, salt)[me * nle : (me + 1) * nle] for r in ep_ranks]
         full = torch.cat(blocks, 0)
         if variant == "a2a":
             return full.view(E, tp, C // tp, M)[:, tpr].contiguous()
@@ -184,9 +190,14 @@ def main(cfg_path: str) -> int:
                 raise ValueError(f"chunks={c} exceeds the capacity slice {shape[1] // cfg['tp']} at size {s} B")
     slow_variant, slow_frac = _injected(cfg)
 
-    host_line = {"rank": rank, "host": os.environ.get("MONTA_HOST", socket.gethostname()),
-                 "addr": os.environ.get("MONTA_BIND_ADDR", os.environ.get("MASTER_ADDR", "?")),
-                 "node": r.layout.node_of(rank), "pid": os.getpid(), "device": str(device)}
+    host_line = {
+        "rank": rank,
+        "host": os.environ.get("MONTA_HOST", socket.gethostname()),
+        "addr": os.environ.get("MONTA_BIND_ADDR", os.environ.get("MASTER_ADDR", "?")),
+        "node": r.layout.node_of(rank),
+        "pid": os.getpid(),
+        "device": str(device),
+    }
     hosts: list[Any] = [None] * world
     dist.all_gather_object(hosts, host_line)
     if rank == 0:
@@ -273,22 +284,33 @@ def main(cfg_path: str) -> int:
                     stop_note[si] = f"max {max_it} iterations" + (f", widest CI {100 * width:.1f}%" if which else "")
                 elif target > 0 and pairs and (width > target or it < CI_MIN_ITERS):
                     if budget and elapsed + elapsed / it > budget:
-                        stop_note[si] = (f"time budget {budget:g} s spent, widest CI {100 * width:.1f}% "
-                                         f"({_ratio_name(variants, which)}) " +
-                                         (f"above the {100 * target:g}% target" if width > target else
-                                          f"within the {100 * target:g}% target but from {it} < {CI_MIN_ITERS} "
-                                          "iterations"))
+                        stop_note[si] = (
+                            f"time budget {budget:g} s spent, widest CI {100 * width:.1f}% "
+                            f"({_ratio_name(variants, which)}) "
+                            + (
+                                f"above the {100 * target:g}% target"
+                                if width > target
+                                else f"within the {100 * target:g}% target but from {it} < {CI_MIN_ITERS} iterations"
+                            )
+                        )
                     else:
                         go[0] = 1
                 else:
-                    stop_note[si] = (f"every paired ratio's 95% CI within {100 * target:g}%" if target > 0 and pairs
-                                     else f"{it} iterations as asked")
+                    stop_note[si] = (
+                        f"every paired ratio's 95% CI within {100 * target:g}%"
+                        if target > 0 and pairs
+                        else f"{it} iterations as asked"
+                    )
             dist.broadcast(go, 0)
             if not int(go[0]):
                 break
         if rank == 0:
-            print(f"# timed {format_size(cfg['sizes'][si])} ({si + 1}/{len(shapes)}): {it} iterations, "
-                  f"{time.perf_counter() - t_size:.1f} s ({stop_note[si]})", file=sys.stderr, flush=True)
+            print(
+                f"# timed {format_size(cfg['sizes'][si])} ({si + 1}/{len(shapes)}): {it} iterations, "
+                f"{time.perf_counter() - t_size:.1f} s ({stop_note[si]})",
+                file=sys.stderr,
+                flush=True,
+            )
     if load is not None:
         load.stop()
     measured_wait = torch.tensor([float(own_run_delay_s() is not None)], dtype=torch.float64)
@@ -315,8 +337,20 @@ def main(cfg_path: str) -> int:
                 for vi in range(len(variants)):
                     d, w = waits[si, vi].tolist()
                     host[si][vi]["rank_wait"] = d / w if w > 0 else None
-        records = _records(cfg, r.layout, variants, times, cpu, wrong, bytes_per_call, host, stop_note,
-                           r.transport, (slow_variant, slow_frac), clean)
+        records = _records(
+            cfg,
+            r.layout,
+            variants,
+            times,
+            cpu,
+            wrong,
+            bytes_per_call,
+            host,
+            stop_note,
+            r.transport,
+            (slow_variant, slow_frac),
+            clean,
+        )
         _print_table(cfg, records)
         if cfg.get("out"):
             write_records(cfg["out"], records, append=cfg.get("append", False))
@@ -347,12 +381,20 @@ def _net_tuning() -> dict[str, Any]:
         return {}
 
 
-def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, stop_note, transport,
-             injected, clean) -> list[dict]:
+def _records(
+    cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, stop_note, transport, injected, clean
+) -> list[dict]:
     run_id = cfg.get("run_id") or new_run_id()
     env = environment()
-    env.update({"backend": cfg.get("backend", "gloo"), "emulated": os.environ.get("MONTA_EMULATED") == "1",
-                "transport": transport, "net_tuning": _net_tuning(), "cores": cores()})
+    env.update(
+        {
+            "backend": cfg.get("backend", "gloo"),
+            "emulated": os.environ.get("MONTA_EMULATED") == "1",
+            "transport": transport,
+            "net_tuning": _net_tuning(),
+            "cores": cores(),
+        }
+    )
     source = "emulated" if os.environ.get("MONTA_EMULATED") == "1" else "measured"
     topo = cfg.get("topology") or {}
     idx = {vc: i for i, vc in enumerate(variants)}
@@ -364,10 +406,20 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
             algbw, busbw = alltoall_bw(size, m["time_us"], layout.ep)
             inter, intra = bytes_per_call[(si, vi)]
             load = host[si][vi]
-            m.update(samples_us=t[vi], iters=len(t[vi]), stop=stop_note[si], algbw_GBps=algbw, busbw_GBps=busbw,
-                     inter_bytes=inter, intra_bytes=intra, wrong=int(wrong[si, vi]),
-                     cpu_us=statistics.median(cpu[si][vi]) * 1e6, checked=bool(cfg["check"]),
-                     host_cpu=load, cpu_bound=is_cpu_bound(load))
+            m.update(
+                samples_us=t[vi],
+                iters=len(t[vi]),
+                stop=stop_note[si],
+                algbw_GBps=algbw,
+                busbw_GBps=busbw,
+                inter_bytes=inter,
+                intra_bytes=intra,
+                wrong=int(wrong[si, vi]),
+                cpu_us=statistics.median(cpu[si][vi]) * 1e6,
+                checked=bool(cfg["check"]),
+                host_cpu=load,
+                cpu_bound=is_cpu_bound(load),
+            )
             link = _link_delivery(layout, topo, m["time_us"], inter, intra, v)
             if link:
                 m["link_delivery"] = link
@@ -385,12 +437,16 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
                 pt, lo, hi = bootstrap(overlap_efficiency, [ds, t[vi], a, g], seed=7 + 1000 * si + vi)
                 ds_, m_, a_, g_ = _arrays(ds, t[vi], a, g)
                 ideal = bootstrap(lambda d, x, y: median_ratio(d, _np_max(x, y)), [ds, a, g], seed=si)
-                m.update(overlap_efficiency=pt, overlap_efficiency_ci=[lo, hi], ideal_vs_deepspeed=ideal[0],
-                         ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
-                         # context: deepspeed against its two halves run alone (< 1: it overlaps a little
-                         # by itself), and the efficiency by the earlier (t_a2a + t_ag) / max ideal
-                         deepspeed_vs_halves=float(median_ratio(ds_, a_ + g_)),
-                         overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)))
+                m.update(
+                    overlap_efficiency=pt,
+                    overlap_efficiency_ci=[lo, hi],
+                    ideal_vs_deepspeed=ideal[0],
+                    ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
+                    # context: deepspeed against its two halves run alone (< 1: it overlaps a little
+                    # by itself), and the efficiency by the earlier (t_a2a + t_ag) / max ideal
+                    deepspeed_vs_halves=float(median_ratio(ds_, a_ + g_)),
+                    overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)),
+                )
             if injected[0] == v:
                 m["injected_slowdown"] = injected[1]  # TEST AID: this variant was slowed on purpose
                 # ... and what it took before its delay, so a gate check can tell the injection from a
@@ -398,12 +454,33 @@ def _records(cfg, layout, variants, times, cpu, wrong, bytes_per_call, host, sto
                 own = [x * 1e6 for x in clean[si][vi]]
                 if own:
                     m["samples_clean_us"], m["time_clean_us"] = own, float(statistics.median(own))
-            params = {"size_bytes": size, "variant": v, "chunks": c, "nodes": layout.nodes,
-                      "gpus_per_node": layout.gpus_per_node, "tp": layout.tp, "ep": layout.ep, "dtype": cfg["dtype"],
-                      "experts": cfg["experts"], "hidden": cfg["hidden"], "topology": topo.get("name"),
-                      "inter_gbps": topo.get("inter_gbps"), "intra_gbps": topo.get("intra_gbps")}
-            records.append(make_record(kind="alltoall", source=source, experiment=cfg.get("experiment", "alltoall"),
-                                       params=params, metrics=m, config=cfg, env=env, run_id=run_id))
+            params = {
+                "size_bytes": size,
+                "variant": v,
+                "chunks": c,
+                "nodes": layout.nodes,
+                "gpus_per_node": layout.gpus_per_node,
+                "tp": layout.tp,
+                "ep": layout.ep,
+                "dtype": cfg["dtype"],
+                "experts": cfg["experts"],
+                "hidden": cfg["hidden"],
+                "topology": topo.get("name"),
+                "inter_gbps": topo.get("inter_gbps"),
+                "intra_gbps": topo.get("intra_gbps"),
+            }
+            records.append(
+                make_record(
+                    kind="alltoall",
+                    source=source,
+                    experiment=cfg.get("experiment", "alltoall"),
+                    params=params,
+                    metrics=m,
+                    config=cfg,
+                    env=env,
+                    run_id=run_id,
+                )
+            )
     return records
 
 
@@ -438,51 +515,83 @@ def _link_delivery(layout, topo, time_us, inter, intra, variant) -> dict[str, fl
     else:
         return None
     ideal_s = nbytes / rate
-    return {"link": link, "share": ideal_s / (time_us * 1e-6), "ideal_ms": 1e3 * ideal_s,
-            "judged": ideal_s >= LINK_JUDGED_S}
+    return {
+        "link": link,
+        "share": ideal_s / (time_us * 1e-6),
+        "ideal_ms": 1e3 * ideal_s,
+        "judged": ideal_s >= LINK_JUDGED_S,
+    }
 
 
 def _print_header(cfg, layout, hosts, transport) -> None:
     env = environment()
-    print(f"# monta bench alltoall  (monta {env['monta']}, torch {torch.__version__}, python {env['python']}, "
-          f"commit {env.get('git_commit')})")
+    print(
+        f"# monta bench alltoall  (monta {env['monta']}, torch {torch.__version__}, python {env['python']}, "
+        f"commit {env.get('git_commit')})"
+    )
     print(f"# layout: {layout.describe()}; backend {cfg.get('backend', 'gloo')}, transport {transport}")
     topo = cfg.get("topology") or {}
     tuning = _net_tuning()
-    tun = (f"; tcp {tuning.get('tcp_cc')}, quickack {'on' if tuning.get('quickack') else 'off'}" if tuning else "")
+    tun = f"; tcp {tuning.get('tcp_cc')}, quickack {'on' if tuning.get('quickack') else 'off'}" if tuning else ""
     print(f"# network: {topo.get('description', 'unshaped')}{tun}")
-    knobs = {k: cfg.get(k) for k in ("sizes", "variants", "chunks", "dtype", "experts", "hidden", "warmup", "iters",
-                                     "adaptive", "max_iters", "target_ci", "budget_s", "check")}
+    knobs = {
+        k: cfg.get(k)
+        for k in (
+            "sizes",
+            "variants",
+            "chunks",
+            "dtype",
+            "experts",
+            "hidden",
+            "warmup",
+            "iters",
+            "adaptive",
+            "max_iters",
+            "target_ci",
+            "budget_s",
+            "check",
+        )
+    }
     print("# " + " ".join(f"{k}={v}" for k, v in knobs.items()))
     if cfg.get("inject_slowdown"):
         sd = cfg["inject_slowdown"]
-        print(f"# TEST AID: --inject-slowdown slows {sd['variant']} by {100 * sd['fraction']:g}% on purpose "
-              "(a measured delay after each call); its records say injected_slowdown")
+        print(
+            f"# TEST AID: --inject-slowdown slows {sd['variant']} by {100 * sd['fraction']:g}% on purpose "
+            "(a measured delay after each call); its records say injected_slowdown"
+        )
     print("# size = bytes of one rank's [E, C, M] dispatch buffer; algbw = size / time; busbw = algbw * (EP-1)/EP;")
     print("# time = median over iterations of the slowest rank; inter/intra = bytes this rank sent per call;")
     print("# a2a / ag rows = the drop-side AllToAll and the AllGather alone (the halves monta overlaps);")
     if cfg.get("adaptive"):
-        print("# iterations (--adaptive): at least --iters, then more until every paired ratio's 95% CI is within "
-              "--target-ci (or --max-iters / --budget-s)")
+        print(
+            "# iterations (--adaptive): at least --iters, then more until every paired ratio's 95% CI is within "
+            "--target-ci (or --max-iters / --budget-s)"
+        )
     else:
         print("# iterations: exactly --iters (--adaptive repeats until the paired ratios' CIs are narrow)")
     for h in hosts:
-        print(f"#   rank {h['rank']:3d}  node {h['node']}  host {h['host']}  addr {h['addr']}  "
-              f"pid {h['pid']}  {h['device']}")
+        print(
+            f"#   rank {h['rank']:3d}  node {h['node']}  host {h['host']}  addr {h['addr']}  "
+            f"pid {h['pid']}  {h['device']}"
+        )
 
 
 def _print_table(cfg, records) -> None:
-    hdr = (f"{'size(B)':>10} {'variant':>9} {'chunks':>6} {'time(us)':>11} {'p10':>10} {'p90':>10} {'n':>3} "
-           f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'inter(B)':>10} {'intra(B)':>10} {'cpu(us)':>10} {'#wrong':>6} "
-           f"{'vs legacy [95% CI]':>20}")
+    hdr = (
+        f"{'size(B)':>10} {'variant':>9} {'chunks':>6} {'time(us)':>11} {'p10':>10} {'p90':>10} {'n':>3} "
+        f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'inter(B)':>10} {'intra(B)':>10} {'cpu(us)':>10} {'#wrong':>6} "
+        f"{'vs legacy [95% CI]':>20}"
+    )
     print(hdr)
     for rec in records:
         p, m = rec["params"], rec["metrics"]
         wrong = m["wrong"] if m["checked"] else "N/A"
         sp = _fmt_ci(m.get("speedup_vs_legacy"), m.get("speedup_vs_legacy_ci"))
-        print(f"{p['size_bytes']:>10} {p['variant']:>9} {p['chunks']:>6} {m['time_us']:>11.1f} {m['time_us_p10']:>10.1f} "
-              f"{m['time_us_p90']:>10.1f} {m['iters']:>3} {m['algbw_GBps']:>11.3f} {m['busbw_GBps']:>11.3f} "
-              f"{m['inter_bytes']:>10} {m['intra_bytes']:>10} {m['cpu_us']:>10.0f} {wrong:>6} {sp:>20}")
+        print(
+            f"{p['size_bytes']:>10} {p['variant']:>9} {p['chunks']:>6} {m['time_us']:>11.1f} {m['time_us_p10']:>10.1f} "
+            f"{m['time_us_p90']:>10.1f} {m['iters']:>3} {m['algbw_GBps']:>11.3f} {m['busbw_GBps']:>11.3f} "
+            f"{m['inter_bytes']:>10} {m['intra_bytes']:>10} {m['cpu_us']:>10.0f} {wrong:>6} {sp:>20}"
+        )
     _print_footer(records)
 
 
@@ -508,21 +617,37 @@ def summary_rows(records) -> list[dict[str, Any]]:
         best_c = min(monta, key=lambda c: monta[c]["metrics"]["time_us"])
         m = monta[best_c]["metrics"]
         p = monta[best_c]["params"]
-        row: dict[str, Any] = {"size_bytes": size, "best_chunks": best_c, "t_monta": m["time_us"], "iters": m["iters"],
-                               "stop": m.get("stop"), "tp": p["tp"]}
+        row: dict[str, Any] = {
+            "size_bytes": size,
+            "best_chunks": best_c,
+            "t_monta": m["time_us"],
+            "iters": m["iters"],
+            "stop": m.get("stop"),
+            "tp": p["tp"],
+        }
         for base in ("legacy", "deepspeed"):
             if f"speedup_vs_{base}" in m and (base, 1) in vs:
                 row[f"vs_{base}"], row[f"vs_{base}_ci"] = m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"]
         if "overlap_efficiency" in m:
-            row.update(ideal_vs_deepspeed=m["ideal_vs_deepspeed"], ideal_vs_deepspeed_ci=m["ideal_vs_deepspeed_ci"],
-                       overlap_efficiency=m["overlap_efficiency"], overlap_efficiency_ci=m["overlap_efficiency_ci"],
-                       deepspeed_vs_halves=m.get("deepspeed_vs_halves"))
+            row.update(
+                ideal_vs_deepspeed=m["ideal_vs_deepspeed"],
+                ideal_vs_deepspeed_ci=m["ideal_vs_deepspeed_ci"],
+                overlap_efficiency=m["overlap_efficiency"],
+                overlap_efficiency_ci=m["overlap_efficiency_ci"],
+                deepspeed_vs_halves=m.get("deepspeed_vs_halves"),
+            )
         # The byte bound: monta moves TP times fewer inter-node bytes than legacy, so on a link-bound
         # testbed its speedup over legacy cannot exceed TP (5% slack for measurement noise).
         if "vs_legacy" in row:
             row["byte_bound"] = p["tp"]
             lo = row["vs_legacy_ci"][0]
             row["above_bound"] = bool(lo == lo and lo > 1.05 * p["tp"])
+        if ("a2a", 1) in vs and ("ag", 1) in vs:
+            # r = AllGather alone / AllToAll alone; k pipelined chunks gain at most TP / (r + 1/k) over
+            # legacy (TP / (1 + r/k) when r <= 1): the bound of the whole exchange, not only its bytes.
+            r = vs[("ag", 1)]["metrics"]["time_us"] / vs[("a2a", 1)]["metrics"]["time_us"]
+            row["ag_over_a2a"] = r
+            row["pipeline_bound"] = p["tp"] / (r + 1 / best_c) if r >= 1 else p["tp"] / (1 + r / best_c)
         loads = [rec["metrics"].get("host_cpu") for rec in vs.values()]
         row["host_cpu"] = _merge_loads(loads)
         # The size's ratios are CPU-bound when a variant they are computed from was (legacy,
@@ -532,14 +657,20 @@ def summary_rows(records) -> list[dict[str, Any]]:
         row["cpu_bound_variants"] = [_wait_label(vc, rec) for vc, rec in bound.items() if vc in reported]
         row["cpu_bound_others"] = [_wait_label(vc, rec) for vc, rec in bound.items() if vc not in reported]
         row["cpu_bound"] = bool(row["cpu_bound_variants"])
-        shortfall = [f"{rec['params']['variant']} {100 * rec['metrics']['link_delivery']['share']:.0f}% of its "
-                     f"{rec['metrics']['link_delivery']['link']} link"
-                     for rec in vs.values() if rec["metrics"].get("link_delivery")
-                     and rec["metrics"]["link_delivery"].get("judged", True)
-                     and rec["metrics"]["link_delivery"]["share"] < LINK_SHORTFALL]
+        shortfall = [
+            f"{rec['params']['variant']} {100 * rec['metrics']['link_delivery']['share']:.0f}% of its "
+            f"{rec['metrics']['link_delivery']['link']} link"
+            for rec in vs.values()
+            if rec["metrics"].get("link_delivery")
+            and rec["metrics"]["link_delivery"].get("judged", True)
+            and rec["metrics"]["link_delivery"]["share"] < LINK_SHORTFALL
+        ]
         row["link_shortfall"] = shortfall
-        row["links"] = {rec["params"]["variant"]: rec["metrics"]["link_delivery"] for rec in vs.values()
-                        if rec["metrics"].get("link_delivery")}
+        row["links"] = {
+            rec["params"]["variant"]: rec["metrics"]["link_delivery"]
+            for rec in vs.values()
+            if rec["metrics"].get("link_delivery")
+        }
         out.append(row)
     return out
 
@@ -558,8 +689,7 @@ def _merge_loads(loads) -> dict[str, float] | None:
     w = sum(x["sampled_s"] for x in loads)
     out = {k: sum(x[k] * x["sampled_s"] for x in loads) / w for k in ("busy", "saturated")}
     waits = [x for x in loads if x.get("rank_wait") is not None]
-    out["rank_wait"] = (sum(x["rank_wait"] * x["sampled_s"] for x in waits) / w if len(waits) == len(loads)
-                        else None)
+    out["rank_wait"] = sum(x["rank_wait"] * x["sampled_s"] for x in waits) / w if len(waits) == len(loads) else None
     psi = [x for x in loads if x.get("psi_some") is not None]
     out["psi_some"] = sum(x["psi_some"] * x["sampled_s"] for x in psi) / w if len(psi) == len(loads) else None
     out["sampled_s"] = w
@@ -570,15 +700,26 @@ def _print_footer(records) -> None:
     rows = summary_rows(records)
     if not rows:
         return
-    print("# summary per size: monta (best chunks) speedup vs legacy and vs deepspeed = median of the paired "
-          "per-iteration ratios [95% bootstrap CI over iterations];")
-    print("# ideal = t_deepspeed / max(t_a2a, t_ag), the gain of a perfect overlap; overlap efficiency = (gain - 1) / "
-          "(ideal - 1), the share of it achieved; bound = TP (legacy sends TP x the inter-node bytes)")
+    print(
+        "# summary per size: monta (best chunks) speedup vs legacy and vs deepspeed = median of the paired "
+        "per-iteration ratios [95% bootstrap CI over iterations];"
+    )
+    print(
+        "# ideal = t_deepspeed / max(t_a2a, t_ag), the gain of a perfect overlap; overlap efficiency = (gain - 1) / "
+        "(ideal - 1), the share of it achieved; bound = TP (legacy sends TP x the inter-node bytes)"
+    )
     for row in rows:
         parts = [f"{format_size(row['size_bytes']):>6}", f"chunks {row['best_chunks']}", f"n={row['iters']}"]
         if "vs_legacy" in row:
             flag = "  ABOVE THE BYTE BOUND: a testbed problem" if row["above_bound"] else ""
-            parts.append(f"vs legacy {_fmt_ci(row['vs_legacy'], row['vs_legacy_ci'])} (bound {row['byte_bound']}){flag}")
+            pipe = (
+                f", pipeline {row['pipeline_bound']:.2f} at ag/a2a {row['ag_over_a2a']:.2f}"
+                if "pipeline_bound" in row
+                else ""
+            )
+            parts.append(
+                f"vs legacy {_fmt_ci(row['vs_legacy'], row['vs_legacy_ci'])} (bound {row['byte_bound']}{pipe}){flag}"
+            )
         if "vs_deepspeed" in row:
             parts.append(f"vs deepspeed {_fmt_ci(row['vs_deepspeed'], row['vs_deepspeed_ci'])}")
         if "overlap_efficiency" in row:
@@ -586,31 +727,45 @@ def _print_footer(records) -> None:
             ci = f" [{100 * lo:.0f}%, {100 * hi:.0f}%]" if lo == lo else ""
             halves = row.get("deepspeed_vs_halves")
             sums = f" (deepspeed = {halves:.2f} x (a2a + ag))" if halves is not None else ""
-            parts.append(f"ideal {row['ideal_vs_deepspeed']:.2f}x efficiency {100 * row['overlap_efficiency']:.0f}%{ci}{sums}")
+            parts.append(
+                f"ideal {row['ideal_vs_deepspeed']:.2f}x efficiency {100 * row['overlap_efficiency']:.0f}%{ci}{sums}"
+            )
         print("# " + "  ".join(parts))
-        links = ", ".join(f"{v} {100 * d['share']:.0f}% ({d['link']})" for v, d in row["links"].items()
-                          if d.get("judged", True))
+        links = ", ".join(
+            f"{v} {100 * d['share']:.0f}% ({d['link']})" for v, d in row["links"].items() if d.get("judged", True)
+        )
         if links:
             print(f"#        links delivered (of the payload rate): {links}")
         if row["link_shortfall"]:
-            print(f"#        LINK SHORTFALL: {'; '.join(row['link_shortfall'])} (below {100 * LINK_SHORTFALL:.0f}%): "
-                  "the emulator, not the method")
+            print(
+                f"#        LINK SHORTFALL: {'; '.join(row['link_shortfall'])} (below {100 * LINK_SHORTFALL:.0f}%): "
+                "the emulator, not the method"
+            )
         line = verdict(row["host_cpu"])
         if row["cpu_bound_variants"]:
-            line = (f"CPU-BOUND: {', '.join(row['cpu_bound_variants'])} over the limit; all variants: "
-                    + line.split(": ", 1)[1])
+            line = (
+                f"CPU-BOUND: {', '.join(row['cpu_bound_variants'])} over the limit; all variants: "
+                + line.split(": ", 1)[1]
+            )
         elif line.startswith("CPU-BOUND"):  # the average says bound, no reported variant does
             line = "CPU: reported variants not bound; all variants: " + line.split(": ", 1)[1]
         print(f"#        {line}")
         if row["cpu_bound_others"]:
-            print(f"#        CPU-bound (not in the ratios above): {', '.join(row['cpu_bound_others'])}: their times "
-                  "measure this machine's cores")
+            print(
+                f"#        CPU-bound (not in the ratios above): {', '.join(row['cpu_bound_others'])}: their times "
+                "measure this machine's cores"
+            )
     n_bound = sum(r["cpu_bound"] for r in rows)
     if n_bound:
-        print(f"# CPU-BOUND: {n_bound} of {len(rows)} sizes had timings limited by this machine's cores (see above); "
-              "their ratios are the emulator talking, not the method")
-    injected = {r["params"]["variant"]: r["metrics"]["injected_slowdown"] for r in records
-                if r["metrics"].get("injected_slowdown")}
+        print(
+            f"# CPU-BOUND: {n_bound} of {len(rows)} sizes had timings limited by this machine's cores (see above); "
+            "their ratios are the emulator talking, not the method"
+        )
+    injected = {
+        r["params"]["variant"]: r["metrics"]["injected_slowdown"]
+        for r in records
+        if r["metrics"].get("injected_slowdown")
+    }
     for v, f in injected.items():
         print(f"# TEST AID: {v} was slowed by {100 * f:g}% on purpose (--inject-slowdown)")
     n_wrong = sum(r["metrics"]["wrong"] for r in records)

@@ -19,8 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         step = None
         _step_error = str(e)
     if step is not None:
-        p = bsub.add_parser("step", help="MoE transformer training step per variant (`monta variants` lists "
-                                         "them; compositions exchange=E,schedule=S,sync=Y)")
+        p = bsub.add_parser(
+            "step",
+            help="MoE transformer training step per variant (`monta variants` lists "
+            "them; compositions exchange=E,schedule=S,sync=Y)",
+        )
         step.add_arguments(p)
         p.set_defaults(func=step.main)
     bench.set_defaults(func=lambda a: (bench.print_help(), 2)[1])

@@ -147,8 +147,12 @@ class HostLoad:
                 psi += min(b.psi_us - a.psi_us, dt * 1e6) * covered / dt
         if wall <= 0:
             return {"busy": None, "saturated": None, "psi_some": None, "sampled_s": 0.0}
-        return {"busy": busy / wall, "saturated": sat / wall, "psi_some": psi / 1e6 / wall if psi_ok else None,
-                "sampled_s": wall}
+        return {
+            "busy": busy / wall,
+            "saturated": sat / wall,
+            "psi_some": psi / 1e6 / wall if psi_ok else None,
+            "sampled_s": wall,
+        }
 
 
 def is_cpu_bound(load: dict | None) -> bool | None:
@@ -172,9 +176,11 @@ def describe(load: dict | None) -> str:
         parts.append(f"ranks' main threads waited for a core {100 * load['rank_wait']:.1f}% of the time")
     if load.get("busy") is not None:
         psi = load.get("psi_some")
-        parts.append(f"machine busy {100 * load['busy']:.0f}%, all {cores()} cores busy "
-                     f"{100 * load['saturated']:.0f}% of the time, PSI some "
-                     + (f"{100 * psi:.0f}%" if psi is not None else "n/a"))
+        parts.append(
+            f"machine busy {100 * load['busy']:.0f}%, all {cores()} cores busy "
+            f"{100 * load['saturated']:.0f}% of the time, PSI some "
+            + (f"{100 * psi:.0f}%" if psi is not None else "n/a")
+        )
     return "; ".join(parts)
 
 
@@ -183,8 +189,11 @@ def verdict(load: dict | None) -> str:
     bound = is_cpu_bound(load)
     if bound is None:
         return "CPU: not sampled (no /proc/stat or schedstat); cannot tell whether timings were CPU-bound"
-    limit = (f"limit {100 * RANK_WAIT_LIMIT:.0f}% rank wait" if load.get("rank_wait") is not None
-             else f"limits PSI {100 * PSI_LIMIT:.0f}%, saturated {100 * SATURATED_LIMIT:.0f}%")
+    limit = (
+        f"limit {100 * RANK_WAIT_LIMIT:.0f}% rank wait"
+        if load.get("rank_wait") is not None
+        else f"limits PSI {100 * PSI_LIMIT:.0f}%, saturated {100 * SATURATED_LIMIT:.0f}%"
+    )
     if bound:
         return f"CPU-BOUND: {describe(load)} ({limit}): these timings measure this machine's cores, not the links"
     return f"CPU: not bound ({describe(load)}; {limit})"

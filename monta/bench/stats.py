@@ -17,8 +17,12 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def summarize(samples_us: list[float]) -> dict[str, float]:
-    return {"time_us": statistics.median(samples_us), "time_us_p10": percentile(samples_us, 10),
-            "time_us_p90": percentile(samples_us, 90), "time_us_mean": statistics.fmean(samples_us)}
+    return {
+        "time_us": statistics.median(samples_us),
+        "time_us_p10": percentile(samples_us, 10),
+        "time_us_p90": percentile(samples_us, 90),
+        "time_us_mean": statistics.fmean(samples_us),
+    }
 
 
 def alltoall_bw(size_bytes: int, time_us: float, n: int) -> tuple[float, float]:
@@ -28,8 +32,9 @@ def alltoall_bw(size_bytes: int, time_us: float, n: int) -> tuple[float, float]:
 
 
 # -- paired ratios (variants interleaved per iteration) ---------------------------------------
-def bootstrap(stat, samples: list[list[float]], n_boot: int = 2000, confidence: float = 0.95,
-              seed: int = 0) -> tuple[float, float, float]:
+def bootstrap(
+    stat, samples: list[list[float]], n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """``stat(*arrays)`` on paired samples (same length, iteration i of each belongs together) and
     its percentile-bootstrap CI, resampling whole iterations. Returns (point, lo, hi); with fewer
     than 3 iterations the interval is unknown (nan, nan)."""

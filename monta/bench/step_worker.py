@@ -30,12 +30,19 @@ def init_from_env(timeout_s: float = 300.0) -> None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        deepspeed.init_distributed(dist_backend=backend, verbose=False,
-                                   timeout=datetime.timedelta(seconds=timeout_s))
+        deepspeed.init_distributed(dist_backend=backend, verbose=False, timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def build_world(layout, cfg, variants, chunks, seed: int, zero_stage: int = 1, lancet_partitions: int = 2,
-                lina_chunk_bytes: int = 30 * 2**20):
+def build_world(
+    layout,
+    cfg,
+    variants,
+    chunks,
+    seed: int,
+    zero_stage: int = 1,
+    lancet_partitions: int = 2,
+    lina_chunk_bytes: int = 30 * 2**20,
+):
     """Process groups and one engine per variant (collective; same order on every rank)."""
     from monta.groups import build_process_groups, init_deepspeed_groups
     from monta.model.engine import build_variant, make_tp_group
@@ -50,25 +57,46 @@ def build_world(layout, cfg, variants, chunks, seed: int, zero_stage: int = 1, l
     built = {}
     for name in variants:
         beat(f"building the {name} engine")
-        built[name] = build_variant(name, cfg, pgs, tp, chunks=chunks, seed=seed, zero_stage=zero_stage,
-                                    sync_pgs=sync_pgs, lancet_partitions=lancet_partitions,
-                                    lina_chunk_bytes=lina_chunk_bytes)
+        built[name] = build_variant(
+            name,
+            cfg,
+            pgs,
+            tp,
+            chunks=chunks,
+            seed=seed,
+            zero_stage=zero_stage,
+            sync_pgs=sync_pgs,
+            lancet_partitions=lancet_partitions,
+            lina_chunk_bytes=lina_chunk_bytes,
+        )
     return pgs, built
 
 
-def run_interleaved(layout, cfg, variants, *, chunks=4, steps=5, warmup=1, seed=1234, zero_stage=1,
-                    lancet_partitions=2, collect_grads=False, clock=None) -> dict[str, Any]:
+def run_interleaved(
+    layout,
+    cfg,
+    variants,
+    *,
+    chunks=4,
+    steps=5,
+    warmup=1,
+    seed=1234,
+    zero_stage=1,
+    lancet_partitions=2,
+    collect_grads=False,
+    clock=None,
+) -> dict[str, Any]:
     """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank.
     ``clock``: a ``monta.model.clock.ComputeClock`` to run the compute on (None: the CPU's own speed)."""
+    from monta.bench.hostload import HostLoad, own_run_delay_s
     from monta.model import clock as compute_clock
     from monta.model.engine import dp_rank_of, train_step
 
-    from monta.bench.hostload import HostLoad, own_run_delay_s
-
     pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
     dp_rank = dp_rank_of(pgs)
-    out: dict[str, Any] = {v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": []}
-                           for v in variants}
+    out: dict[str, Any] = {
+        v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": []} for v in variants
+    }
     compute_clock.install(clock)
     # What CPU the steps had: the machine (rank 0 samples it) and this rank's own wait for a core.
     load = HostLoad().start() if dist.get_rank() == 0 else None

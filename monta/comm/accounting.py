@@ -36,9 +36,13 @@ class TrafficMeter:
         self._add(group_ranks, input_bytes, "allgather", phase)
 
     def bytes(self, link: str | None = None, op: str | None = None, phase: str | None = None) -> int:
-        return sum(v for (lk, o, ph), v in self.counts.items()
-                   if (link is None or lk == link) and (op is None or o == op)
-                   and (phase is None or ph == phase or ph.startswith(phase + "/")))
+        return sum(
+            v
+            for (lk, o, ph), v in self.counts.items()
+            if (link is None or lk == link)
+            and (op is None or o == op)
+            and (phase is None or ph == phase or ph.startswith(phase + "/"))
+        )
 
     @property
     def inter(self) -> int:

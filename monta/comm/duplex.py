@@ -93,8 +93,9 @@ class DuplexGroup:
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
         n = self.size
         if inp.numel() % n or out.numel() != inp.numel():
-            raise ValueError(f"all_to_all: {inp.numel()} elements do not split evenly over {n} ranks "
-                             f"(output has {out.numel()})")
+            raise ValueError(
+                f"all_to_all: {inp.numel()} elements do not split evenly over {n} ranks (output has {out.numel()})"
+            )
         src, dst = inp.contiguous().view(n, -1), out.view(n, -1)
         dst[self.index].copy_(src[self.index])
         return self._exchange([src[p] for p in range(n)], [dst[p] for p in range(n)])

@@ -75,8 +75,9 @@ class _Fault:
 FAULT = _Fault()
 
 
-def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
-             meter: TrafficMeter | None = None, phase: str = "") -> torch.Tensor:
+def run_pass(
+    x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int, meter: TrafficMeter | None = None, phase: str = ""
+) -> torch.Tensor:
     """One exchange pass over ``x`` [E, Cin, M]; ``chunks`` > 1 pipelines AllToAll and AllGather.
 
     AllToAll(i+1) on the EP group (inter-node link) runs while AllGather(i) on the TP group
@@ -108,7 +109,7 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
 
     def start_a2a(i: int):
         with streams.use("a2a"):
-            send = x_local[:, offsets[i]:offsets[i] + sizes[i]].contiguous()
+            send = x_local[:, offsets[i] : offsets[i] + sizes[i]].contiguous()
             alive.append(send)
             if g.ep_size == 1:
                 return send, None
@@ -121,7 +122,7 @@ def run_pass(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
     def place(i: int, chunk: torch.Tensor, stream: str) -> None:
         # chunk is [tp or 1, E, c_i, M]; the final place is out[:, t*cl + off_i : ...].
         with streams.use(stream):
-            out_view[:, :, offsets[i]:offsets[i] + sizes[i]].copy_(chunk.transpose(0, 1))
+            out_view[:, :, offsets[i] : offsets[i] + sizes[i]].copy_(chunk.transpose(0, 1))
             streams.keep(chunk, stream)
             streams.keep(out, stream)
             if FAULT.enabled and i == 0 and g.rank == FAULT.rank:
@@ -178,8 +179,15 @@ class _PassFn(torch.autograd.Function):
         return dx, None, None, None, None, None, None
 
 
-def transpose_pass(grad: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int,
-                   meter: TrafficMeter | None = None, phase: str = "", fn=None) -> torch.Tensor:
+def transpose_pass(
+    grad: torch.Tensor,
+    spec: PassSpec,
+    g: ExchangeGroups,
+    chunks: int,
+    meter: TrafficMeter | None = None,
+    phase: str = "",
+    fn=None,
+) -> torch.Tensor:
     """The backward of pass ``spec``: the transposed pass over the output gradient (no autograd)."""
     return (fn or run_pass)(grad.contiguous(), spec.transpose(), g, chunks, meter, phase + "/bwd")
 
@@ -199,8 +207,14 @@ class TokenExchange:
     MoNTA/paper setting. Without it each TP rank's expert replica serves its own capacity slice.
     """
 
-    def __init__(self, name: str, groups: ExchangeGroups, chunks: int = 1, expert_tp: bool = True,
-                 meter: TrafficMeter | None = None):
+    def __init__(
+        self,
+        name: str,
+        groups: ExchangeGroups,
+        chunks: int = 1,
+        expert_tp: bool = True,
+        meter: TrafficMeter | None = None,
+    ):
         validate_exchange(name, chunks)
         from monta import variants
 
@@ -222,12 +236,16 @@ class TokenExchange:
         """Raise ValueError before any collective if this capacity cannot be exchanged."""
         tp = self.groups.tp_size
         if tp > 1 and capacity % tp:
-            raise ValueError(f"expert capacity {capacity} is not divisible by the tensor-parallel size {tp}; "
-                             "adjust capacity_factor/min_capacity or the token count")
+            raise ValueError(
+                f"expert capacity {capacity} is not divisible by the tensor-parallel size {tp}; "
+                "adjust capacity_factor/min_capacity or the token count"
+            )
         cl = capacity // tp
         if self.chunks > cl:
-            raise ValueError(f"chunks={self.chunks} is larger than the capacity slice {cl} "
-                             f"(capacity {capacity} / TP {tp}); use at most {cl} chunks")
+            raise ValueError(
+                f"chunks={self.chunks} is larger than the capacity slice {cl} "
+                f"(capacity {capacity} / TP {tp}); use at most {cl} chunks"
+            )
 
     def dispatch(self, x_ECM: torch.Tensor) -> torch.Tensor:
         return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch", self._fn)
@@ -254,8 +272,9 @@ def validate_exchange(name: str, chunks: Any) -> None:
         raise ValueError(f"chunks={chunks} must be >= 1")
 
 
-def exchange_groups(ep_group: Any, tp_group: Any, layout, rank: int | None = None,
-                    transport: str | None = None) -> ExchangeGroups:
+def exchange_groups(
+    ep_group: Any, tp_group: Any, layout, rank: int | None = None, transport: str | None = None
+) -> ExchangeGroups:
     """Bind the EP/TP groups, checking them against the layout before any collective runs.
 
     On gloo the exchange's collectives then run over ``DuplexGroup``s (one TCP connection per
@@ -274,8 +293,10 @@ def exchange_groups(ep_group: Any, tp_group: Any, layout, rank: int | None = Non
     want_ep = layout.group_of("ep", rank).ranks
     want_tp = layout.group_of("tp", rank).ranks
     if tuple(sorted(ep_ranks)) != tuple(sorted(want_ep)):
-        raise ValueError(f"rank {rank}: EP group {list(ep_ranks)} does not match the layout's "
-                         f"{list(want_ep)} ({layout.describe()}); build groups from the same layout")
+        raise ValueError(
+            f"rank {rank}: EP group {list(ep_ranks)} does not match the layout's "
+            f"{list(want_ep)} ({layout.describe()}); build groups from the same layout"
+        )
     if tuple(sorted(tp_ranks)) != tuple(sorted(want_tp)):
         raise ValueError(f"rank {rank}: TP group {list(tp_ranks)} does not match the layout's {list(want_tp)}")
     if transport == "duplex":

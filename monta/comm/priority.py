@@ -57,8 +57,13 @@ class PriorityGradSync:
     waiting for an AllToAll to finish before launching one.
     """
 
-    def __init__(self, items: list[GradItem], chunk_bytes: int | None = 30 * 2**20, priority: bool = True,
-                 tracker: activity.ActivityTracker = activity.ALLTOALL):
+    def __init__(
+        self,
+        items: list[GradItem],
+        chunk_bytes: int | None = 30 * 2**20,
+        priority: bool = True,
+        tracker: activity.ActivityTracker = activity.ALLTOALL,
+    ):
         self.items = list(reversed(items))  # backward produces the last parameters' grads first
         self.index = {id(it.param): i for i, it in enumerate(self.items)}
         self.chunk_bytes = chunk_bytes

@@ -14,5 +14,16 @@ from monta.emulate.launcher import (
 from monta.emulate.ranks import RankInfo
 from monta.emulate.topology import PRESETS, Topology, add_topology_args, topology_from_args
 
-__all__ = ["EmulationError", "LaunchResult", "NamespaceUnavailable", "PRESETS", "RankFailed", "RankInfo",
-           "Topology", "add_topology_args", "launch", "namespace_problem", "topology_from_args"]
+__all__ = [
+    "EmulationError",
+    "LaunchResult",
+    "NamespaceUnavailable",
+    "PRESETS",
+    "RankFailed",
+    "RankInfo",
+    "Topology",
+    "add_topology_args",
+    "launch",
+    "namespace_problem",
+    "topology_from_args",
+]

@@ -113,8 +113,10 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
     # Every rank in one group of each concurrent pattern; new_group is collective, so all create all.
     strided = [[local + k * gpn for k in range(nodes)] for local in range(gpn)]
     per_node = [list(range(k * gpn, (k + 1) * gpn)) for k in range(nodes)]
-    mine = {name: (next(r for r in pattern if rank in r), make_groups(pattern))
-            for name, pattern in (("inter_all", strided), ("intra_all", per_node))}
+    mine = {
+        name: (next(r for r in pattern if rank in r), make_groups(pattern))
+        for name, pattern in (("inter_all", strided), ("intra_all", per_node))
+    }
 
     def concurrent(op: str, name: str, nbytes: int, iters: int) -> list[float]:
         """[size, slowest rank's median time (s), mean CPU seconds per rank and call] with every
@@ -144,8 +146,16 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         dist.all_reduce(cpu)
         return [nbytes, float(times.median()), float(cpu) / iters / world]
 
-    raw: dict[str, Any] = {"groups": groups, "latency_s": {}, "p2p": {}, "alltoall": {}, "allgather": {},
-                           "concurrent": {}, "cores": len(os.sched_getaffinity(0)), "transport": transport}
+    raw: dict[str, Any] = {
+        "groups": groups,
+        "latency_s": {},
+        "p2p": {},
+        "alltoall": {},
+        "allgather": {},
+        "concurrent": {},
+        "cores": len(os.sched_getaffinity(0)),
+        "transport": transport,
+    }
     for link, (a, b) in pairs.items():
         raw["latency_s"][link] = pingpong(a, b, _LATENCY_BYTES, 50)
         raw["p2p"][link] = [[s, pingpong(a, b, s, _iters(s))] for s in sizes]
@@ -159,7 +169,8 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         # a call is short, fewer where one takes a second or more (AllToAll of 4 MiB and up).
         raw["concurrent"][f"{op}.{name}"] = [
             concurrent(op, name, s, 30 if s <= (1 << 20) or op == "allgather" else 12 if s <= (4 << 20) else 5)
-            for s in coll_sizes]
+            for s in coll_sizes
+        ]
     # Memory copy rate of one rank alone (the exchange packs its slice and copies what arrives);
     # the others wait at the barrier, blocked, so rank 0 has a core to itself.
     if rank == 0:
@@ -198,8 +209,9 @@ def fit_bandwidth(points: list[list[float]]) -> float:
     return 1.0 / slope
 
 
-def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_node: int,
-                  name: str | None = None) -> dict[str, Any]:
+def build_profile(
+    raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_node: int, name: str | None = None
+) -> dict[str, Any]:
     links = {}
     for link in ("intra", "inter"):
         points = raw["p2p"][link]
@@ -209,14 +221,21 @@ def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_
             "latency_us": round(raw["latency_s"][link] * 1e6, 3),
             "efficiency": [[int(s), round(s / t / bw, 4)] for s, t in points],
         }
-    collectives = {op: {link: [[int(s), round(t * 1e6, 3)] for s, t in raw[op][link]] for link in ("intra", "inter")}
-                   for op in ("alltoall", "allgather")}
+    collectives = {
+        op: {link: [[int(s), round(t * 1e6, 3)] for s, t in raw[op][link]] for link in ("intra", "inter")}
+        for op in ("alltoall", "allgather")
+    }
     profile = {
         "schema": SCHEMA,
         "name": name or topology.name,
         "source": "emulated",
-        "topology": {**topology.to_dict(), "nodes": nodes, "gpus_per_node": gpus_per_node,
-                     "intra_group": raw["groups"]["intra"], "inter_group": raw["groups"]["inter"]},
+        "topology": {
+            **topology.to_dict(),
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "intra_group": raw["groups"]["intra"],
+            "inter_group": raw["groups"]["inter"],
+        },
         "links": links,
         "collectives": collectives,
         "transport": raw.get("transport", "native"),
@@ -230,21 +249,33 @@ def build_profile(raw: dict[str, Any], topology: Topology, nodes: int, gpus_per_
             collectives[op][name] = [[int(s), round(t * 1e6, 3)] for s, t, _ in points]
         if raw.get("copy_Bps"):
             profile["compute"] = {"copy_GBps": round(raw["copy_Bps"] / 1e9, 3)}
-        profile["host"] = {"cores": int(raw["cores"]),
-                           "cpu_us": {key: [[int(s), round(c * 1e6, 3)] for s, _, c in points]
-                                      for key, points in conc.items()}}
+        profile["host"] = {
+            "cores": int(raw["cores"]),
+            "cpu_us": {key: [[int(s), round(c * 1e6, 3)] for s, _, c in points] for key, points in conc.items()},
+        }
     return profile
 
 
-def calibrate(nodes: int, gpus_per_node: int, topology: Topology, out: str | os.PathLike, *,
-              name: str | None = None, min_bytes: int = 1 << 10, max_bytes: int = 16 << 20,
-              allow_unshaped: bool = False, timeout_s: float = 600.0) -> dict[str, Any]:
+def calibrate(
+    nodes: int,
+    gpus_per_node: int,
+    topology: Topology,
+    out: str | os.PathLike,
+    *,
+    name: str | None = None,
+    min_bytes: int = 1 << 10,
+    max_bytes: int = 16 << 20,
+    allow_unshaped: bool = False,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
     """Run the measurement on an emulated cluster and write the profile to ``out`` atomically."""
     from monta.emulate.launcher import launch
 
     if nodes < 2 or gpus_per_node < 2:
-        raise ValueError(f"calibration needs >= 2 nodes and >= 2 ranks per node (got {nodes} x {gpus_per_node}) "
-                         "to measure both intra- and inter-node links")
+        raise ValueError(
+            f"calibration needs >= 2 nodes and >= 2 ranks per node (got {nodes} x {gpus_per_node}) "
+            "to measure both intra- and inter-node links"
+        )
     sizes = sweep_sizes(min_bytes, max_bytes)
     # Collectives at every power of two: the htb bucket lets transfers of tens of KiB pass unshaped,
     # so their time bends sharply between 64 KiB and 256 KiB, right where a chunked exchange's
@@ -254,9 +285,24 @@ def calibrate(nodes: int, gpus_per_node: int, topology: Topology, out: str | os.
     out = Path(out)
     raw_path = out.with_name(f".{out.name}.raw-{os.getpid()}")
     try:
-        launch([sys.executable, "-m", "monta.emulate.calibrate", "--raw", str(raw_path),
-                "--sizes", ",".join(map(str, sizes)), "--coll-sizes", ",".join(map(str, coll_sizes))],
-               nodes, gpus_per_node, topology, allow_unshaped=allow_unshaped, timeout_s=timeout_s)
+        launch(
+            [
+                sys.executable,
+                "-m",
+                "monta.emulate.calibrate",
+                "--raw",
+                str(raw_path),
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--coll-sizes",
+                ",".join(map(str, coll_sizes)),
+            ],
+            nodes,
+            gpus_per_node,
+            topology,
+            allow_unshaped=allow_unshaped,
+            timeout_s=timeout_s,
+        )
         profile = build_profile(json.loads(raw_path.read_text()), topology, nodes, gpus_per_node, name)
     finally:
         raw_path.unlink(missing_ok=True)

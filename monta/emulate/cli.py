@@ -26,8 +26,11 @@ def parse_bytes(text: str) -> int:
 def _common(p: argparse.ArgumentParser, gpus: int) -> None:
     p.add_argument("--nodes", type=int, default=2, help="emulated nodes (default 2)")
     p.add_argument("--gpus-per-node", type=int, default=gpus, help=f"ranks per node (default {gpus})")
-    p.add_argument("--allow-unshaped", action="store_true",
-                   help="if user namespaces are unavailable, run all ranks on 127.0.0.1 unshaped (warns)")
+    p.add_argument(
+        "--allow-unshaped",
+        action="store_true",
+        help="if user namespaces are unavailable, run all ranks on 127.0.0.1 unshaped (warns)",
+    )
     add_topology_args(p)
 
 
@@ -41,22 +44,29 @@ def _check_common(args: argparse.Namespace):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    top = subparsers.add_parser("emulate", help="emulated multi-node cluster (namespaces + tc)",
-                                description=__doc__.splitlines()[0])
+    top = subparsers.add_parser(
+        "emulate", help="emulated multi-node cluster (namespaces + tc)", description=__doc__.splitlines()[0]
+    )
     sub = top.add_subparsers(dest="emulate_command", metavar="ACTION", required=True)
 
-    run = sub.add_parser("run", help="run a command once per rank on the emulated cluster",
-                         description="Run CMD once per rank (torchrun-style environment); rank 0's stdout is "
-                                     "shown, other ranks' output goes to per-rank logs.")
+    run = sub.add_parser(
+        "run",
+        help="run a command once per rank on the emulated cluster",
+        description="Run CMD once per rank (torchrun-style environment); rank 0's stdout is "
+        "shown, other ranks' output goes to per-rank logs.",
+    )
     _common(run, 4)
     run.add_argument("--timeout", type=float, default=None, help="kill all ranks after this many seconds")
     run.add_argument("--log-dir", default=None, help="keep per-rank logs here (default: temporary, kept on failure)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and arguments")
     run.set_defaults(func=_run)
 
-    cal = sub.add_parser("calibrate", help="measure the emulated links and write a link profile",
-                         description="Point-to-point, AllToAll and AllGather sweeps over the emulated intra- and "
-                                     "inter-node links; writes monta.linkprofile/1 JSON.")
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure the emulated links and write a link profile",
+        description="Point-to-point, AllToAll and AllGather sweeps over the emulated intra- and "
+        "inter-node links; writes monta.linkprofile/1 JSON.",
+    )
     _common(cal, 4)
     cal.add_argument("--out", required=True, help="link profile JSON to write")
     cal.add_argument("--name", default=None, help="profile name (default: the topology's name)")
@@ -64,14 +74,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--max-bytes", default="16M", help="largest message (default 16M)")
     cal.set_defaults(func=_calibrate)
 
-    probe = sub.add_parser("probe", help="what the links deliver: TCP goodput per concurrency level, both directions",
-                           description="Goodput of the inter-node link (node 0 <-> node 1) and of a node's "
-                                       "intra-node link at 1..N concurrent flows per direction, both directions "
-                                       "loaded at once, repeated: p10/p50/p90 and the share of the configured rate.")
+    probe = sub.add_parser(
+        "probe",
+        help="what the links deliver: TCP goodput per concurrency level, both directions",
+        description="Goodput of the inter-node link (node 0 <-> node 1) and of a node's "
+        "intra-node link at 1..N concurrent flows per direction, both directions "
+        "loaded at once, repeated: p10/p50/p90 and the share of the configured rate.",
+    )
     _common(probe, 2)
-    probe.add_argument("--bytes", default=None,
-                       help="bytes per direction and repetition (default: 0.4 s at the configured rate, 32M unshaped)")
-    probe.add_argument("--flows", default="1,2,4,8,16", help="concurrency levels, flows per direction (default 1,2,4,8,16)")
+    probe.add_argument(
+        "--bytes",
+        default=None,
+        help="bytes per direction and repetition (default: 0.4 s at the configured rate, 32M unshaped)",
+    )
+    probe.add_argument(
+        "--flows", default="1,2,4,8,16", help="concurrency levels, flows per direction (default 1,2,4,8,16)"
+    )
     probe.add_argument("--reps", type=int, default=5, help="timed repetitions per level (default 5, plus one warm-up)")
     probe.add_argument("--json", default=None, help="also write the raw rates and the summary here")
     probe.set_defaults(func=_probe)
@@ -102,8 +120,15 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--log-dir {args.log_dir}: is a file, not a directory")
     print(f"monta emulate: {args.nodes} nodes x {args.gpus_per_node} ranks, {topo.describe()}", file=sys.stderr)
     try:
-        launch(cmd, args.nodes, args.gpus_per_node, topo, timeout_s=args.timeout, log_dir=args.log_dir,
-               allow_unshaped=args.allow_unshaped)
+        launch(
+            cmd,
+            args.nodes,
+            args.gpus_per_node,
+            topo,
+            timeout_s=args.timeout,
+            log_dir=args.log_dir,
+            allow_unshaped=args.allow_unshaped,
+        )
     except EmulationError as e:
         return _report(e)
     return 0
@@ -119,12 +144,20 @@ def _calibrate(args: argparse.Namespace) -> int:
     lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
     if not 1 <= lo <= hi <= 1 << 34:
         raise ValueError(f"--min-bytes {args.min_bytes} --max-bytes {args.max_bytes}: need 1 <= min <= max <= 16G")
-    print(f"monta emulate calibrate: {args.nodes} nodes x {args.gpus_per_node} ranks, {topo.describe()}",
-          file=sys.stderr)
+    print(
+        f"monta emulate calibrate: {args.nodes} nodes x {args.gpus_per_node} ranks, {topo.describe()}", file=sys.stderr
+    )
     try:
-        profile = calibrate(args.nodes, args.gpus_per_node, topo, args.out, name=args.name,
-                            min_bytes=parse_bytes(args.min_bytes), max_bytes=parse_bytes(args.max_bytes),
-                            allow_unshaped=args.allow_unshaped)
+        profile = calibrate(
+            args.nodes,
+            args.gpus_per_node,
+            topo,
+            args.out,
+            name=args.name,
+            min_bytes=parse_bytes(args.min_bytes),
+            max_bytes=parse_bytes(args.max_bytes),
+            allow_unshaped=args.allow_unshaped,
+        )
     except EmulationError as e:
         return _report(e)
     for link, v in profile["links"].items():
@@ -157,27 +190,53 @@ def _probe(args: argparse.Namespace) -> int:
     if args.nodes < 2 and args.gpus_per_node < 2:
         raise ValueError("--nodes 1 --gpus-per-node 1 has no link to probe; use 2 nodes or 2 ranks per node")
     inter_b, intra_b = _probe_bytes(topo.inter_gbps, args.bytes), _probe_bytes(topo.intra_gbps, args.bytes)
-    cmd = [sys.executable, "-m", "monta.emulate.probe", "--bytes", str(inter_b), "--intra-bytes", str(intra_b),
-           "--flows", ",".join(map(str, flows)), "--reps", str(args.reps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monta.emulate.probe",
+        "--bytes",
+        str(inter_b),
+        "--intra-bytes",
+        str(intra_b),
+        "--flows",
+        ",".join(map(str, flows)),
+        "--reps",
+        str(args.reps),
+    ]
     try:
-        res = launch(cmd, args.nodes, args.gpus_per_node, topo, allow_unshaped=args.allow_unshaped,
-                     stdout=_Discard(), timeout_s=1800)
+        res = launch(
+            cmd,
+            args.nodes,
+            args.gpus_per_node,
+            topo,
+            allow_unshaped=args.allow_unshaped,
+            stdout=_Discard(),
+            timeout_s=1800,
+        )
     except EmulationError as e:
         return _report(e)
     raw = json.loads(res.stdout.strip().splitlines()[-1])
     rows = summarize(raw, {"inter": topo.inter_gbps, "intra": topo.intra_gbps})
     print(f"# monta emulate probe: {topo.describe()}")
-    print(f"# {args.reps} repetitions per level after one warm-up, both directions at once, one TCP connection per "
-          f"flow and direction; bytes per direction: inter {inter_b}, intra {intra_b}")
-    print("# goodput in Gbit/s: inter = per direction (each direction of each repetition a sample), intra = "
-          "both directions together (a node's loopback is one shared queue);")
+    print(
+        f"# {args.reps} repetitions per level after one warm-up, both directions at once, one TCP connection per "
+        f"flow and direction; bytes per direction: inter {inter_b}, intra {intra_b}"
+    )
+    print(
+        "# goodput in Gbit/s: inter = per direction (each direction of each repetition a sample), intra = "
+        "both directions together (a node's loopback is one shared queue);"
+    )
     print("# share = of the configured (frame) rate, payload ceiling 95.6% on the NIC; spread = p90/p10")
-    print(f"{'link':>5} {'flows':>5} {'n':>3} {'p10':>8} {'p50':>8} {'p90':>8} {'share p10':>9} {'share p50':>9} "
-          f"{'spread':>7}")
+    print(
+        f"{'link':>5} {'flows':>5} {'n':>3} {'p10':>8} {'p50':>8} {'p90':>8} {'share p10':>9} {'share p50':>9} "
+        f"{'spread':>7}"
+    )
     for r in rows:
         share = lambda v: f"{100 * v:8.1f}%" if v is not None else f"{'-':>9}"  # noqa: E731
-        print(f"{r['link']:>5} {r['flows']:>5} {r['n']:>3} {r['p10_gbps']:>8.4g} {r['p50_gbps']:>8.4g} "
-              f"{r['p90_gbps']:>8.4g} {share(r['share_p10'])} {share(r['share_p50'])} {r['spread']:>7.3f}")
+        print(
+            f"{r['link']:>5} {r['flows']:>5} {r['n']:>3} {r['p10_gbps']:>8.4g} {r['p50_gbps']:>8.4g} "
+            f"{r['p90_gbps']:>8.4g} {share(r['share_p10'])} {share(r['share_p50'])} {r['spread']:>7.3f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"topology": topo.to_dict(), "raw": raw, "summary": rows}, indent=1))
     return 0
@@ -194,8 +253,13 @@ def _positive_list(text: str, flag: str) -> list[int]:
 
 
 def _presets(args: argparse.Namespace) -> int:
-    for topo in PRESETS.values():
-        print(topo.describe())
+    from monta.emulate.topology import Topology
+
+    for name in PRESETS:
+        topo = Topology.preset(name)
+        dil = topo.link_dilation(8)
+        print(topo.describe() + (f"; an 8-GPU node's NIC {dil:.0f}x slower than the real one" if dil else ""))
+    print("PRESET@GBPS: the same cluster with its NIC at GBPS Gbit/s per node (the loopback follows its ratio)")
     return 0
 
 

@@ -26,11 +26,26 @@ from typing import Any, TextIO
 from monta.emulate.ranks import RankInfo
 from monta.emulate.topology import Topology
 
-UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
-           "--mount", "--mount-proc"]
+UNSHARE = [
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "--net",
+    "--pid",
+    "--fork",
+    "--kill-child",
+    "--mount",
+    "--mount-proc",
+]
 RANK_THREADS_ENV = "MONTA_RANK_THREADS"  # compute threads per emulated rank (default 1)
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
-               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
 _PR_SET_PDEATHSIG = 1
 _GRACE_S = 10.0  # beyond timeout_s, before the launcher kills the whole tree itself
 _TAIL_LINES = 15
@@ -94,11 +109,14 @@ def namespace_problem() -> str | None:
     if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
         hints.append("sysctl kernel.apparmor_restrict_unprivileged_userns=0")
     if not hints:
-        hints.append("check sysctls kernel.unprivileged_userns_clone and user.max_user_namespaces, "
-                     "and seccomp/container policy")
-    return (f"user namespaces are unavailable ({' '.join(UNSHARE[:4])} failed: {proc.stderr.strip() or proc.returncode}); "
-            f"enable them with {' / '.join(hints)}, or pass allow_unshaped=True (--allow-unshaped) "
-            "to run all ranks on 127.0.0.1 without shaping")
+        hints.append(
+            "check sysctls kernel.unprivileged_userns_clone and user.max_user_namespaces, and seccomp/container policy"
+        )
+    return (
+        f"user namespaces are unavailable ({' '.join(UNSHARE[:4])} failed: {proc.stderr.strip() or proc.returncode}); "
+        f"enable them with {' / '.join(hints)}, or pass allow_unshaped=True (--allow-unshaped) "
+        "to run all ranks on 127.0.0.1 without shaping"
+    )
 
 
 # -- launching -------------------------------------------------------------------------------
@@ -123,16 +141,15 @@ def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
     crash = next((i for i, line in enumerate(text) if line.startswith("Fatal Python error:")), None)
     if crash is None:
         return "\n".join("    " + line for line in text[-lines:])
-    shown = [line for line in text[max(0, crash - 3):crash + 1] if line.strip()]
+    shown = [line for line in text[max(0, crash - 3) : crash + 1] if line.strip()]
     current = next((i for i in range(crash, len(text)) if text[i].startswith("Current thread")), None)
     if current is not None:
-        frames = itertools.takewhile(lambda line: line.startswith("  File "), text[current + 1:])
+        frames = itertools.takewhile(lambda line: line.startswith("  File "), text[current + 1 :])
         shown += [text[current], *itertools.islice(frames, _CRASH_FRAMES)]
     return "\n".join("    " + line for line in shown)
 
 
-def _validate(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topology,
-              timeout_s: float | None) -> None:
+def _validate(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topology, timeout_s: float | None) -> None:
     if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
         raise ValueError(f"argv={argv!r}: must be a non-empty list of strings (the command to run per rank)")
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
@@ -146,11 +163,21 @@ def _validate(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Top
         raise ValueError(f"timeout_s={timeout_s!r}: must be positive (or None for no limit)")
 
 
-def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topology | None = None, *,
-           env: Mapping[str, str] | None = None, timeout_s: float | None = None,
-           log_dir: str | os.PathLike | None = None, allow_unshaped: bool = False,
-           check: bool = True, stdout: TextIO | None = None, master_port: int = 29500,
-           stall_s: float | None = None) -> LaunchResult:
+def launch(
+    argv: Sequence[str],
+    nodes: int,
+    gpus_per_node: int,
+    topology: Topology | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    log_dir: str | os.PathLike | None = None,
+    allow_unshaped: bool = False,
+    check: bool = True,
+    stdout: TextIO | None = None,
+    master_port: int = 29500,
+    stall_s: float | None = None,
+) -> LaunchResult:
     """Run ``argv`` once per rank on ``nodes`` x ``gpus_per_node`` emulated ranks.
 
     Each rank gets torchrun's environment (MASTER_ADDR = node 0, RANK, WORLD_SIZE, LOCAL_RANK,
@@ -178,8 +205,10 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
         raise NamespaceUnavailable(problem)
     emulated = problem is None
     if not emulated:
-        msg = (f"WARNING: monta emulate: {problem.split(';')[0]}; running all {nodes * gpus_per_node} ranks "
-               "UNSHAPED on 127.0.0.1: inter- and intra-node links are the same, results are NOT emulated")
+        msg = (
+            f"WARNING: monta emulate: {problem.split(';')[0]}; running all {nodes * gpus_per_node} ranks "
+            "UNSHAPED on 127.0.0.1: inter- and intra-node links are the same, results are NOT emulated"
+        )
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
         print(msg, file=sys.stderr, flush=True)
 
@@ -194,9 +223,14 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     result_path.unlink(missing_ok=True)
     spec = {
         "mode": "netns" if emulated else "plain",
-        "nodes": nodes, "gpus_per_node": gpus_per_node, "topology": topology.to_dict(),
-        "argv": list(argv), "timeout_s": timeout_s, "stall_s": stall_s,
-        "log_dir": str(logs), "result_path": str(result_path),
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "topology": topology.to_dict(),
+        "argv": list(argv),
+        "timeout_s": timeout_s,
+        "stall_s": stall_s,
+        "log_dir": str(logs),
+        "result_path": str(result_path),
         # Each node has its own network stack, so a fixed port cannot clash; the fallback shares ours.
         "master_port": master_port if emulated else _free_port(),
     }
@@ -232,8 +266,14 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
     proc = None
     old_handlers = _install_handlers()  # before the tree exists: no signal can slip in between
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=sup_env,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=sup_env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         if timeout_s is not None:
             watchdog = threading.Timer(timeout_s + _GRACE_S, lambda: _kill_tree(proc, interrupted, "watchdog"))
             watchdog.daemon = True
@@ -262,15 +302,20 @@ def launch(argv: Sequence[str], nodes: int, gpus_per_node: int, topology: Topolo
         tmpdirs.keep(logs)
     if not result_path.exists():
         why = "killed by the launcher's watchdog" if interrupted else f"exit status {proc.returncode}"
-        raise EmulationError(f"the emulated cluster's supervisor died without a result ({why}); "
-                             f"logs in {logs}")
+        raise EmulationError(f"the emulated cluster's supervisor died without a result ({why}); logs in {logs}")
     res_json = json.loads(result_path.read_text())
     if res_json.get("error"):
         raise EmulationError(f"emulated run failed before its ranks ran: {res_json['error']} (logs in {logs})")
     result = LaunchResult(
-        returncodes=res_json["returncodes"], ranks=[RankInfo(**r) for r in res_json.get("ranks", [])],
-        log_dir=logs, stdout="".join(captured), emulated=emulated, failure=res_json.get("failure"),
-        links=res_json.get("links") or {}, setup_s=res_json.get("setup_s"))
+        returncodes=res_json["returncodes"],
+        ranks=[RankInfo(**r) for r in res_json.get("ranks", [])],
+        log_dir=logs,
+        stdout="".join(captured),
+        emulated=emulated,
+        failure=res_json.get("failure"),
+        links=res_json.get("links") or {},
+        setup_s=res_json.get("setup_s"),
+    )
     if result.ok and own_log_dir:
         shutil.rmtree(logs, ignore_errors=True)
     if (result.failure or {}).get("kind") in ("stalled", "timeout"):  # e.g. every rank waiting on a build lock

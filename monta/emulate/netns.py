@@ -46,8 +46,10 @@ class Node:
 
     def ns_fds(self) -> list[tuple[int, int]]:
         pid = self.holder.pid
-        return [(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY), CLONE_NEWNET),
-                (os.open(f"/proc/{pid}/ns/uts", os.O_RDONLY), CLONE_NEWUTS)]
+        return [
+            (os.open(f"/proc/{pid}/ns/net", os.O_RDONLY), CLONE_NEWNET),
+            (os.open(f"/proc/{pid}/ns/uts", os.O_RDONLY), CLONE_NEWUTS),
+        ]
 
 
 def enter(fds: list[tuple[int, int]]) -> None:
@@ -93,30 +95,69 @@ def _tune_tcp(node: Node, cc: str, notes: list[str]) -> dict[str, object]:
         applied["tcp_cc"] = cc
     except RuntimeError as e:
         current = _run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"], node).strip()
-        notes.append(f"node {node.index}: congestion control {cc} refused ({e.args[0].rsplit(': ', 1)[-1]}); "
-                     f"kept {current}")
+        notes.append(
+            f"node {node.index}: congestion control {cc} refused ({e.args[0].rsplit(': ', 1)[-1]}); kept {current}"
+        )
         applied["tcp_cc"] = current
-    routes = [["ip", "route", "replace", f"{SUBNET}.0/24", "dev", NIC, "proto", "kernel", "scope", "link",
-               "src", node.addr, "quickack", "1"],
-              ["ip", "route", "replace", "local", node.addr, "dev", "lo", "table", "local", "proto", "kernel",
-               "scope", "host", "src", node.addr, "quickack", "1"]]
+    routes = [
+        [
+            "ip",
+            "route",
+            "replace",
+            f"{SUBNET}.0/24",
+            "dev",
+            NIC,
+            "proto",
+            "kernel",
+            "scope",
+            "link",
+            "src",
+            node.addr,
+            "quickack",
+            "1",
+        ],
+        [
+            "ip",
+            "route",
+            "replace",
+            "local",
+            node.addr,
+            "dev",
+            "lo",
+            "table",
+            "local",
+            "proto",
+            "kernel",
+            "scope",
+            "host",
+            "src",
+            node.addr,
+            "quickack",
+            "1",
+        ],
+    ]
     try:
         for cmd in routes:
             _run(cmd, node)
         applied["quickack"] = True
     except RuntimeError as e:
-        notes.append(f"node {node.index}: quickack route refused ({e}); delayed ACKs stay on, small one-way "
-                     "transfers may stall up to 40 ms")
+        notes.append(
+            f"node {node.index}: quickack route refused ({e}); delayed ACKs stay on, small one-way "
+            "transfers may stall up to 40 ms"
+        )
         applied["quickack"] = False
     return applied
 
 
 def _start_holder(index: int) -> subprocess.Popen:
     # sethostname runs in the fresh UTS namespace, then the holder just sleeps until killed.
-    code = (f"import socket,signal; socket.sethostname({hostname(index)!r}); "
-            "print('ok', flush=True); signal.pause()")
-    holder = subprocess.Popen(["unshare", "--net", "--uts", "--", sys.executable, "-c", code],
-                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    code = f"import socket,signal; socket.sethostname({hostname(index)!r}); print('ok', flush=True); signal.pause()"
+    holder = subprocess.Popen(
+        ["unshare", "--net", "--uts", "--", sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     if holder.stdout.readline().strip() != "ok":
         raise RuntimeError(f"could not create the namespace of node {index} (unshare --net --uts failed)")
     return holder
@@ -151,8 +192,7 @@ def build(nodes: int, topology: Topology, scratch: str, notes: list[str] | None 
     for k in range(nodes):
         node = Node(index=k, holder=_start_holder(k), addr=node_addr(k), peer=f"veth{k}")
         out.append(node)
-        _run(["ip", "link", "add", node.peer, "type", "veth", "peer", "name", NIC,
-              "netns", str(node.holder.pid)])
+        _run(["ip", "link", "add", node.peer, "type", "veth", "peer", "name", NIC, "netns", str(node.holder.pid)])
         _run(["ip", "link", "set", node.peer, "master", BRIDGE])
         _run(["ip", "link", "set", node.peer, "up"])
         _run(["ip", "link", "set", "lo", "up"], node)
@@ -167,8 +207,10 @@ def build(nodes: int, topology: Topology, scratch: str, notes: list[str] | None 
                 _run(cmd)
         except RuntimeError as e:
             if "netem" in str(e) and "unknown" in str(e):
-                raise RuntimeError("--latency-us needs the netem qdisc (kernel module sch_netem), which this "
-                                   "kernel lacks; drop the latency or run on a kernel with sch_netem") from None
+                raise RuntimeError(
+                    "--latency-us needs the netem qdisc (kernel module sch_netem), which this "
+                    "kernel lacks; drop the latency or run on a kernel with sch_netem"
+                ) from None
             raise
         for cmd in link_commands("lo", topology.intra_gbps):
             _run(cmd, node)
@@ -182,6 +224,8 @@ def link_stats(node: Node) -> dict[str, dict[str, int]]:
     for link in links:
         if link.get("ifname") in (NIC, "lo"):
             st = link.get("stats64", {})
-            out[link["ifname"]] = {"tx_bytes": st.get("tx", {}).get("bytes", 0),
-                                   "rx_bytes": st.get("rx", {}).get("bytes", 0)}
+            out[link["ifname"]] = {
+                "tx_bytes": st.get("tx", {}).get("bytes", 0),
+                "rx_bytes": st.get("rx", {}).get("bytes", 0),
+            }
     return out

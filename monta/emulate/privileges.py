@@ -59,8 +59,15 @@ def _last_cap() -> int:
 def drop_capabilities() -> None:
     """Clear every capability of this process for good (see the module docstring). For a
     preexec_fn: raises OSError when the kernel refuses, and the rank is then not started."""
-    bits = (SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED
-            | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+    bits = (
+        SECBIT_NOROOT
+        | SECBIT_NOROOT_LOCKED
+        | SECBIT_NO_SETUID_FIXUP
+        | SECBIT_NO_SETUID_FIXUP_LOCKED
+        | SECBIT_KEEP_CAPS_LOCKED
+        | SECBIT_NO_CAP_AMBIENT_RAISE
+        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED
+    )
     _check(_libc.prctl(PR_SET_SECUREBITS, ctypes.c_ulong(bits), 0, 0, 0), "securebits")
     for cap in range(_last_cap() + 1):
         _check(_libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0), f"bounding set, capability {cap}")

@@ -213,10 +213,21 @@ def summarize(result: dict, rates_gbps: dict[str, float | None]) -> list[dict]:
                 g = [r * 8 / 1e9 for pair in rounds for r in pair]
             p10, p50, p90 = (percentile(g, q) for q in (10, 50, 90))
             conf = rates_gbps.get(link)
-            rows.append({"link": link, "flows": int(flows), "n": len(g), "p10_gbps": p10, "p50_gbps": p50,
-                         "p90_gbps": p90, "min_gbps": min(g), "configured_gbps": conf,
-                         "share_p50": p50 / conf if conf else None, "share_p10": p10 / conf if conf else None,
-                         "spread": p90 / p10 if p10 > 0 else float("inf")})
+            rows.append(
+                {
+                    "link": link,
+                    "flows": int(flows),
+                    "n": len(g),
+                    "p10_gbps": p10,
+                    "p50_gbps": p50,
+                    "p90_gbps": p90,
+                    "min_gbps": min(g),
+                    "configured_gbps": conf,
+                    "share_p50": p50 / conf if conf else None,
+                    "share_p10": p10 / conf if conf else None,
+                    "spread": p90 / p10 if p10 > 0 else float("inf"),
+                }
+            )
     return rows
 
 

@@ -22,12 +22,16 @@ class RankInfo:
 
 
 def layout(nodes: int, gpus_per_node: int, addrs: list[str], hosts: list[str], ifname: str) -> list[RankInfo]:
-    return [RankInfo(rank=n * gpus_per_node + g, node=n, local_rank=g, host=hosts[n], addr=addrs[n], ifname=ifname)
-            for n in range(nodes) for g in range(gpus_per_node)]
+    return [
+        RankInfo(rank=n * gpus_per_node + g, node=n, local_rank=g, host=hosts[n], addr=addrs[n], ifname=ifname)
+        for n in range(nodes)
+        for g in range(gpus_per_node)
+    ]
 
 
-def rank_env(info: RankInfo, nodes: int, gpus_per_node: int, node_addrs: list[str], master_port: int,
-             emulated: bool) -> dict[str, str]:
+def rank_env(
+    info: RankInfo, nodes: int, gpus_per_node: int, node_addrs: list[str], master_port: int, emulated: bool
+) -> dict[str, str]:
     env = {
         "MASTER_ADDR": node_addrs[0],
         "MASTER_PORT": str(master_port),

@@ -60,8 +60,27 @@ def link_commands(dev: str, gbps: float | None, delay_us: float = 0.0) -> list[l
     share = f"{int(gbps * 1e9 / 20)}bit"  # guaranteed to the small-packet class; it may borrow the rest
 
     def cls(parent: str, classid: str, guaranteed: str, *prio: str) -> list[str]:
-        return ["tc", "class", "add", "dev", dev, "parent", parent, "classid", classid, "htb", "rate", guaranteed,
-                "ceil", rate, "burst", burst, "cburst", burst, *prio]
+        return [
+            "tc",
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            parent,
+            "classid",
+            classid,
+            "htb",
+            "rate",
+            guaranteed,
+            "ceil",
+            rate,
+            "burst",
+            burst,
+            "cburst",
+            burst,
+            *prio,
+        ]
 
     return [
         base + ["root", "handle", "1:", "htb", "default", "20"],
@@ -70,6 +89,26 @@ def link_commands(dev: str, gbps: float | None, delay_us: float = 0.0) -> list[l
         cls("1:1", "1:20", f"{int(gbps * 1e9) - int(gbps * 1e9 / 20)}bit", "prio", "1"),
         base + ["parent", "1:10", "handle", "10:"] + (delay or ["pfifo", "limit", "1000"]),
         base + ["parent", "1:20", "handle", "20:"] + (delay or ["bfifo", "limit", str(queue_bytes(gbps, dev))]),
-        ["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-         "match", "ip", "protocol", "6", "0xff", *_SMALL_PACKET, "flowid", "1:10"],
+        [
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:",
+            "protocol",
+            "ip",
+            "prio",
+            "1",
+            "u32",
+            "match",
+            "ip",
+            "protocol",
+            "6",
+            "0xff",
+            *_SMALL_PACKET,
+            "flowid",
+            "1:10",
+        ],
     ]

@@ -93,16 +93,23 @@ class Supervisor:
     # -- phases -----------------------------------------------------------------------------
     def _setup(self) -> list[RankInfo]:
         if not self.emulated:
-            return layout(self.nodes, self.gpn, ["127.0.0.1"] * self.nodes,
-                          [f"node{n}" for n in range(self.nodes)], "lo")
+            return layout(
+                self.nodes, self.gpn, ["127.0.0.1"] * self.nodes, [f"node{n}" for n in range(self.nodes)], "lo"
+            )
         from monta.emulate import netns
+
         self.net_nodes = netns.build(self.nodes, self.topology, str(self.log_dir), self.notes)
         for note in self.notes:  # what the kernel refused, said once at start-up
             print(f"monta emulate: WARNING: {note}", file=sys.stderr, flush=True)
         tuning = self.net_nodes[0].tuning if self.net_nodes else {}
         self.tuning = {**tuning, "notes": list(self.notes)}
-        return layout(self.nodes, self.gpn, [n.addr for n in self.net_nodes],
-                      [netns.hostname(n.index) for n in self.net_nodes], netns.NIC)
+        return layout(
+            self.nodes,
+            self.gpn,
+            [n.addr for n in self.net_nodes],
+            [netns.hostname(n.index) for n in self.net_nodes],
+            netns.NIC,
+        )
 
     def _start(self, ranks: list[RankInfo]) -> None:
         base_env = dict(os.environ)
@@ -115,8 +122,10 @@ class Supervisor:
         for info in ranks:
             if self.stop_reason:
                 return
-            env = {**base_env, **rank_env(info, self.nodes, self.gpn, node_addrs,
-                                          int(self.spec["master_port"]), self.emulated)}
+            env = {
+                **base_env,
+                **rank_env(info, self.nodes, self.gpn, node_addrs, int(self.spec["master_port"]), self.emulated),
+            }
             env["MONTA_NET_TUNING"] = json.dumps(self.tuning)  # what the ranks' records say of the testbed
             log = open(self.log_dir / f"rank{info.rank}.log", "wb")
             fds = self.net_nodes[info.node].ns_fds() if self.emulated else []
@@ -125,15 +134,22 @@ class Supervisor:
                 die_with_parent()
                 if fds:
                     from monta.emulate.netns import enter
+
                     enter(fds)
                 if emulated:  # the network is set up: the rank needs no capability from here on
                     drop_capabilities()
 
             try:
                 self.procs[info.rank] = subprocess.Popen(
-                    self.spec["argv"], env=env, stdin=subprocess.DEVNULL,
-                    stdout=None if info.rank == 0 else log, stderr=log,
-                    start_new_session=True, preexec_fn=preexec, pass_fds=[fd for fd, _ in fds])
+                    self.spec["argv"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=None if info.rank == 0 else log,
+                    stderr=log,
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                    pass_fds=[fd for fd, _ in fds],
+                )
             except (OSError, subprocess.SubprocessError) as e:
                 raise RuntimeError(f"cannot start rank {info.rank}: {e}") from None
             finally:
@@ -154,10 +170,15 @@ class Supervisor:
                 rank = min(failed, key=lambda r: (self.codes[r] >= 0, r))
                 info = ranks[rank]
                 others = [f"rank {r} {describe_exit(self.codes[r])}" for r in sorted(failed) if r != rank]
-                return {"kind": "rank", "rank": rank, "node": info.node, "returncode": self.codes[rank],
-                        "message": f"rank {rank} (node {info.node}) {describe_exit(self.codes[rank])}"
-                                   + (f"; also {', '.join(others)}" if others else ""),
-                        "log": str(self.log_dir / f"rank{rank}.log")}
+                return {
+                    "kind": "rank",
+                    "rank": rank,
+                    "node": info.node,
+                    "returncode": self.codes[rank],
+                    "message": f"rank {rank} (node {info.node}) {describe_exit(self.codes[rank])}"
+                    + (f"; also {', '.join(others)}" if others else ""),
+                    "log": str(self.log_dir / f"rank{rank}.log"),
+                }
             if self.stop_reason:
                 return {"kind": "interrupted", "message": self.stop_reason}
             if time.monotonic() >= next_check:
@@ -167,8 +188,10 @@ class Supervisor:
                     return stalled
             if deadline is not None and time.monotonic() > deadline:
                 running = sorted(set(self.procs) - set(self.codes))
-                return {"kind": "timeout", "message": f"timed out after {timeout:g} s; ranks still running: "
-                                                      f"{', '.join(map(str, running))}"}
+                return {
+                    "kind": "timeout",
+                    "message": f"timed out after {timeout:g} s; ranks still running: {', '.join(map(str, running))}",
+                }
             time.sleep(_POLL_S)
         return None
 
@@ -194,11 +217,15 @@ class Supervisor:
                 since = self.stopped_since.setdefault(r, now)
                 if now - since >= STOPPED_S:
                     info = ranks[r]
-                    return {"kind": "stalled", "rank": r, "node": info.node,
-                            "message": f"rank {r} (node {info.node}) stalled: stopped by a signal (process state "
-                                       f"{state}, e.g. SIGSTOP) for {now - since:.0f} s, its peers waiting on it; "
-                                       f"{self._where(r)}",
-                            "log": str(self.log_dir / f"rank{r}.log")}
+                    return {
+                        "kind": "stalled",
+                        "rank": r,
+                        "node": info.node,
+                        "message": f"rank {r} (node {info.node}) stalled: stopped by a signal (process state "
+                        f"{state}, e.g. SIGSTOP) for {now - since:.0f} s, its peers waiting on it; "
+                        f"{self._where(r)}",
+                        "log": str(self.log_dir / f"rank{r}.log"),
+                    }
             else:
                 self.stopped_since.pop(r, None)
         # CPU the ranks used: a rank that computes (a slow start-up on a loaded machine, a long
@@ -222,10 +249,14 @@ class Supervisor:
         # The rank that is behind: fewest reports (its peers went on to the next collective), then oldest.
         r = min(reports, key=lambda k: (reports[k][0], reports[k][1]))
         info = ranks[r]
-        return {"kind": "stalled", "rank": r, "node": info.node,
-                "message": f"rank {r} (node {info.node}) stalled: no rank made progress or used CPU for "
-                           f"{self.stall_s:g} s and rank {r} is furthest behind; {self._where(r)}",
-                "log": str(self.log_dir / f"rank{r}.log")}
+        return {
+            "kind": "stalled",
+            "rank": r,
+            "node": info.node,
+            "message": f"rank {r} (node {info.node}) stalled: no rank made progress or used CPU for "
+            f"{self.stall_s:g} s and rank {r} is furthest behind; {self._where(r)}",
+            "log": str(self.log_dir / f"rank{r}.log"),
+        }
 
     def _reap(self, by_pid: dict[int, int]) -> list[int]:
         """waitpid(-1) ourselves: as PID 1 we also reap orphans, which Popen.poll would not."""
@@ -250,6 +281,7 @@ class Supervisor:
         if not self.emulated:
             return {}
         from monta.emulate import netns
+
         return {str(n.index): netns.link_stats(n) for n in self.net_nodes}
 
     def _kill_all(self) -> None:

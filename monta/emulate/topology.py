@@ -106,6 +106,7 @@ class Topology:
     def describe(self) -> str:
         def rate(v: float | None) -> str:
             return "unshaped" if v is None else f"{v:g} Gbit/s"
+
         text = f"{self.name}: inter {rate(self.inter_gbps)}, intra {rate(self.intra_gbps)}"
         if self.latency_us:
             text += f", +{self.latency_us:g} us one-way"
@@ -115,36 +116,46 @@ class Topology:
         return text
 
     @classmethod
-    def emulating(cls, cluster: str, inter_gbps: float = DEFAULT_INTER_GBPS, **overrides: Any) -> "Topology":
+    def emulating(cls, cluster: str, inter_gbps: float = DEFAULT_INTER_GBPS, **overrides: Any) -> Topology:
         """The cluster preset ``cluster`` slowed down so its NIC runs at ``inter_gbps`` per node;
         the loopback follows at ``inter_gbps x rho``. Named ``cluster@inter_gbps``."""
         if cluster not in CLUSTER_PRESETS:
             raise ValueError(f"unknown cluster preset {cluster!r}; choose one of {', '.join(CLUSTER_PRESETS)}")
         if isinstance(inter_gbps, bool) or not isinstance(inter_gbps, (int, float)) or not inter_gbps > 0:
             raise ValueError(f"inter_gbps={inter_gbps!r}: must be a positive number of Gbit/s")
-        return cls(name=f"{cluster}@{inter_gbps:g}", cluster=cluster, inter_gbps=float(inter_gbps),
-                   intra_gbps=round(inter_gbps * rho(cluster), 4), **overrides)
+        return cls(
+            name=f"{cluster}@{inter_gbps:g}",
+            cluster=cluster,
+            inter_gbps=float(inter_gbps),
+            intra_gbps=round(inter_gbps * rho(cluster), 4),
+            **overrides,
+        )
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "Topology":
+    def preset(cls, name: str, **overrides: Any) -> Topology:
         """``unshaped``, a cluster preset (``a800-4nic``: its NIC at the default emulated rate), or
         ``PRESET@GBPS`` (its NIC at GBPS Gbit/s per node, the loopback at GBPS x rho)."""
         base_name, _, at = name.partition("@")
         if base_name in RETIRED:
-            raise ValueError(f"topology preset {base_name!r} was removed: {RETIRED[base_name]}; use a800-4nic "
-                             f"(the 4-NIC A800, rho {rho('a800-4nic'):.1f}) or a800-8nic")
+            raise ValueError(
+                f"topology preset {base_name!r} was removed: {RETIRED[base_name]}; use a800-4nic "
+                f"(the 4-NIC A800, rho {rho('a800-4nic'):.1f}) or a800-8nic"
+            )
         if name == "unshaped":
             base = Topology(name="unshaped")
         elif base_name in CLUSTER_PRESETS:
             try:
                 inter = float(at) if at else DEFAULT_INTER_GBPS
             except ValueError:
-                raise ValueError(f"topology preset {name!r}: after '@' give the NIC rate in Gbit/s, e.g. "
-                                 f"{base_name}@0.0625") from None
+                raise ValueError(
+                    f"topology preset {name!r}: after '@' give the NIC rate in Gbit/s, e.g. {base_name}@0.0625"
+                ) from None
             base = cls.emulating(base_name, inter)
         else:
-            raise ValueError(f"unknown topology preset {name!r}; choose one of {', '.join(PRESETS)}, "
-                             "or PRESET@GBPS (the NIC rate per node)")
+            raise ValueError(
+                f"unknown topology preset {name!r}; choose one of {', '.join(PRESETS)}, "
+                "or PRESET@GBPS (the NIC rate per node)"
+            )
         if base.cluster and set(overrides) & {"inter_gbps", "intra_gbps"} == {"inter_gbps"}:
             # A cluster preset at another NIC rate is still that cluster: the loopback follows rho.
             base = cls.emulating(base.cluster, overrides.pop("inter_gbps"))
@@ -162,21 +173,37 @@ PRESETS: tuple[str, ...] = ("unshaped", *(n for n in CLUSTER_PRESETS if n != "a8
 def add_topology_args(parser: argparse.ArgumentParser) -> None:
     """Add --topology/--inter-gbps/--intra-gbps/--latency-us to ``parser``."""
     g = parser.add_argument_group("emulated network")
-    g.add_argument("--topology", default=None, metavar="PRESET",
-                   help=f"named preset ({', '.join(PRESETS)}); explicit flags below override it")
-    g.add_argument("--inter-gbps", type=float, default=None,
-                   help="inter-node NIC rate per node and direction, Gbit/s (default: unshaped)")
-    g.add_argument("--intra-gbps", type=float, default=None,
-                   help="intra-node (loopback) rate per node, Gbit/s (default: unshaped)")
+    g.add_argument(
+        "--topology",
+        default=None,
+        metavar="PRESET",
+        help=f"named preset ({', '.join(PRESETS)}); explicit flags below override it",
+    )
+    g.add_argument(
+        "--inter-gbps",
+        type=float,
+        default=None,
+        help="inter-node NIC rate per node and direction, Gbit/s (default: unshaped)",
+    )
+    g.add_argument(
+        "--intra-gbps", type=float, default=None, help="intra-node (loopback) rate per node, Gbit/s (default: unshaped)"
+    )
     g.add_argument("--latency-us", type=float, default=None, help="added one-way inter-node latency, us")
-    g.add_argument("--tcp-cc", default=None, choices=TCP_CCS,
-                   help="TCP congestion control inside the emulated nodes (default reno: see the README's testbed notes)")
+    g.add_argument(
+        "--tcp-cc",
+        default=None,
+        choices=TCP_CCS,
+        help="TCP congestion control inside the emulated nodes (default reno: see the README's testbed notes)",
+    )
 
 
 def topology_from_args(args: argparse.Namespace) -> Topology:
     """Build the Topology from flags added by :func:`add_topology_args` (ValueError on bad values)."""
-    overrides = {k: getattr(args, k) for k in ("inter_gbps", "intra_gbps", "latency_us", "tcp_cc")
-                 if getattr(args, k, None) is not None}
+    overrides = {
+        k: getattr(args, k)
+        for k in ("inter_gbps", "intra_gbps", "latency_us", "tcp_cc")
+        if getattr(args, k, None) is not None
+    }
     try:
         if args.topology:
             return Topology.preset(args.topology, **overrides)
@@ -185,7 +212,7 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
         text = str(e)
         for k in ("inter_gbps", "intra_gbps", "latency_us", "tcp_cc"):
             if text.startswith(f"{k}="):
-                value, _, rest = text[len(k) + 1:].partition(": ")
+                value, _, rest = text[len(k) + 1 :].partition(": ")
                 text = f"--{k.replace('_', '-')} {value}: {rest}"
         if text.startswith(("unknown topology preset", "topology preset")):
             text = f"--topology {args.topology}: {text}"

@@ -18,9 +18,24 @@ import torch.distributed as dist
 
 # The torch.distributed calls after which a thread's compute count restarts (a blocking collective,
 # an async launch, a wait: time spent there is communication, never compute).
-_DIST_CALLS = ("all_reduce", "all_to_all_single", "all_to_all", "all_gather", "all_gather_into_tensor",
-               "reduce_scatter_tensor", "broadcast", "barrier", "send", "recv", "isend", "irecv",
-               "batch_isend_irecv", "gather_object", "all_gather_object", "broadcast_object_list")
+_DIST_CALLS = (
+    "all_reduce",
+    "all_to_all_single",
+    "all_to_all",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "barrier",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+    "gather_object",
+    "all_gather_object",
+    "broadcast_object_list",
+)
 
 
 class ComputeClock:
@@ -43,8 +58,12 @@ class ComputeClock:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"calls": dict(self.calls), "target_s": dict(self.target_s), "overruns": dict(self.overruns),
-                    "overrun_s": dict(self.overrun_s)}
+            return {
+                "calls": dict(self.calls),
+                "target_s": dict(self.target_s),
+                "overruns": dict(self.overruns),
+                "overrun_s": dict(self.overrun_s),
+            }
 
     # -- the clock itself -------------------------------------------------------------------------
     def restart(self) -> None:

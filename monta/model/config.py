@@ -35,8 +35,18 @@ class ModelConfig:
     aux_loss_coef: float = 0.01
 
     def __post_init__(self) -> None:
-        for f in ("num_layers", "hidden", "num_heads", "num_kv_heads", "ffn", "vocab", "num_experts",
-                  "top_k", "seq", "micro_batch"):
+        for f in (
+            "num_layers",
+            "hidden",
+            "num_heads",
+            "num_kv_heads",
+            "ffn",
+            "vocab",
+            "num_experts",
+            "top_k",
+            "seq",
+            "micro_batch",
+        ):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{f}={v!r}: must be a positive integer")
@@ -65,8 +75,9 @@ class ModelConfig:
             if n % tp:
                 raise ValueError(f"{what}={n} is not divisible by tp={tp}; choose a TP size that divides it")
         if self.num_experts % ep:
-            raise ValueError(f"num_experts={self.num_experts} is not divisible by ep={ep}; use --experts "
-                             f"a multiple of {ep}")
+            raise ValueError(
+                f"num_experts={self.num_experts} is not divisible by ep={ep}; use --experts a multiple of {ep}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,7 +87,8 @@ class ModelConfig:
 # tokens, hidden 8192, top-2 over 2 experts, cf 1.0 has a per-rank dispatch buffer [E=2, C=8192,
 # M=8192] = 256 MiB in bf16: the MoE exchange is bandwidth-bound on the inter-node link. The mini
 # keeps the 8K tokens per micro-batch (64 x 128: short sequences, because CPU attention costs
-# grow with S per token and it was the largest single kernel of the step at 256) and the shape ratios (heads:kv 8:1, ffn/hidden 3.5, 2 experts, top-2, cf 1.0, so
+# grow with S per token and it was the largest single kernel of the step at 256) and the shape
+# ratios (heads:kv 8:1, ffn/hidden 3.5, 2 experts, top-2, cf 1.0, so
 # C = tokens) and divides the widths by 64 (hidden 128, ffn 448, 32 heads of dim 4): the buffer is
 # [2, 8192, 128] fp32 = 8 MiB per rank (2 MiB per TP4 slice), bandwidth-bound on the emulated
 # links, where the earlier 128-token mini (128 KiB) was a handful of latency-bound gloo messages in
@@ -87,19 +99,51 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     # Llama-2-70B shape, every FFN an MoE of 2 such experts, top-2, cf 1.0, 8K sequence (MoNTA, arXiv 2411.00662;
     # docs/design.md#the-2x70b-model).
-    "moe-2x70b": ModelConfig(name="moe-2x70b", num_layers=80, hidden=8192, num_heads=64, num_kv_heads=8,
-                             ffn=28672, vocab=32000, num_experts=2, top_k=2, capacity_factor=1.0, seq=8192,
-                             micro_batch=1),
+    "moe-2x70b": ModelConfig(
+        name="moe-2x70b",
+        num_layers=80,
+        hidden=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        ffn=28672,
+        vocab=32000,
+        num_experts=2,
+        top_k=2,
+        capacity_factor=1.0,
+        seq=8192,
+        micro_batch=1,
+    ),
     # Same ratios, scaled for 2 CPU cores with a multi-MiB MoE exchange (see above).
-    "moe-2x70b-mini": ModelConfig(name="moe-2x70b-mini", num_layers=1, hidden=128, num_heads=32, num_kv_heads=4,
-                                  ffn=448, vocab=512, num_experts=2, top_k=2, capacity_factor=1.0, seq=128,
-                                  micro_batch=64),
+    "moe-2x70b-mini": ModelConfig(
+        name="moe-2x70b-mini",
+        num_layers=1,
+        hidden=128,
+        num_heads=32,
+        num_kv_heads=4,
+        ffn=448,
+        vocab=512,
+        num_experts=2,
+        top_k=2,
+        capacity_factor=1.0,
+        seq=128,
+        micro_batch=64,
+    ),
 }
 
 # CLI override name -> config field.
-OVERRIDES = {"layers": "num_layers", "hidden": "hidden", "heads": "num_heads", "kv_heads": "num_kv_heads",
-             "ffn": "ffn", "experts": "num_experts", "topk": "top_k", "capacity_factor": "capacity_factor",
-             "seq": "seq", "micro_batch": "micro_batch", "vocab": "vocab"}
+OVERRIDES = {
+    "layers": "num_layers",
+    "hidden": "hidden",
+    "heads": "num_heads",
+    "kv_heads": "num_kv_heads",
+    "ffn": "ffn",
+    "experts": "num_experts",
+    "topk": "top_k",
+    "capacity_factor": "capacity_factor",
+    "seq": "seq",
+    "micro_batch": "micro_batch",
+    "vocab": "vocab",
+}
 
 
 def resolve_config(preset: str, **overrides: Any) -> ModelConfig:

@@ -10,8 +10,9 @@ import torch
 from monta.model.config import ModelConfig
 
 
-def synthetic_batch(cfg: ModelConfig, seed: int, step: int, dp_rank: int,
-                    device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def synthetic_batch(
+    cfg: ModelConfig, seed: int, step: int, dp_rank: int, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, labels) of shape [micro_batch, seq]; labels are next tokens of a seeded stream.
 
     The stream mixes a repeating pattern with noise so the loss can actually fall in a few steps.

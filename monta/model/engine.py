@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta import variants as registry
 from monta.groups import MPU, ProcessGroups
 from monta.model import clock
-from monta import variants as registry
 from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
 from monta.model.tp import TPGroup
@@ -86,9 +86,20 @@ def grad_items(model: MoETransformer, pgs: ProcessGroups, sync_pgs: ProcessGroup
     return items
 
 
-def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPGroup, *, chunks=4,
-                  seed: int = 1234, zero_stage: int = 1, lr: float = 1e-3, sync_pgs: ProcessGroups | None = None,
-                  lina_chunk_bytes: int = 30 * 2**20, lancet_partitions: int = 2) -> Variant:
+def build_variant(
+    name: str,
+    cfg: ModelConfig,
+    pgs: ProcessGroups,
+    model_tp: TPGroup,
+    *,
+    chunks=4,
+    seed: int = 1234,
+    zero_stage: int = 1,
+    lr: float = 1e-3,
+    sync_pgs: ProcessGroups | None = None,
+    lina_chunk_bytes: int = 30 * 2**20,
+    lancet_partitions: int = 2,
+) -> Variant:
     """Construct the model, its DeepSpeed engine and the variant's schedule (collective: all ranks)."""
     import deepspeed
     from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
@@ -96,16 +107,17 @@ def build_variant(name: str, cfg: ModelConfig, pgs: ProcessGroups, model_tp: TPG
     spec = registry.get(name)  # ValueError names the choices
     if spec.schedule.check_model is not None:
         spec.schedule.check_model(cfg)
-    model = MoETransformer(cfg, pgs, model_tp, exchange=spec.exchange,
-                           chunks=spec.exchange_chunks(chunks), seed=seed)
+    model = MoETransformer(cfg, pgs, model_tp, exchange=spec.exchange, chunks=spec.exchange_chunks(chunks), seed=seed)
     bf16 = torch.cuda.is_available()
     if bf16:
         model = model.cuda()
     groups = split_params_into_different_moe_groups_for_optimizer(
-        {"params": list(model.parameters()), "name": "params"})
+        {"params": list(model.parameters()), "name": "params"}
+    )
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16),
-                                           mpu=MPU(pgs))
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16), mpu=MPU(pgs)
+    )
     v = Variant(name, engine, model, spec=spec)
     if spec.sync.priority:
         from monta.comm.priority import PriorityGradSync
@@ -172,15 +184,26 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
         # waits), the backward exchanges (for a pipelined backward only its waits: the rest overlapped
         # expert backward) and what gradient synchronization left after the backward.
         pipelined_bwd = "dispatch_bwd_wait" in ph
-        bwd_exposed = (ph["dispatch_bwd_wait"] + ph["combine_bwd_wait"] if pipelined_bwd
-                       else ph.get("dispatch_bwd", 0.0) + ph.get("combine_bwd", 0.0))
+        bwd_exposed = (
+            ph["dispatch_bwd_wait"] + ph["combine_bwd_wait"]
+            if pipelined_bwd
+            else ph.get("dispatch_bwd", 0.0) + ph.get("combine_bwd", 0.0)
+        )
         exposed = ph.get("dispatch", 0.0) + ph.get("combine", 0.0) + bwd_exposed + (t3 - t2)
         out["breakdown_s"] = {
-            "attention": ph.get("attention", 0.0), "gate": ph.get("gate", 0.0),
-            "dispatch_exchange": ph.get("dispatch", 0.0), "experts": ph.get("experts", 0.0),
-            "combine_exchange": ph.get("combine", 0.0), "forward_total": t1 - t0, "backward": t2 - t1,
-            "dispatch_exchange_bwd": ph.get("dispatch_bwd", 0.0), "combine_exchange_bwd": ph.get("combine_bwd", 0.0),
-            "gradient_sync": t3 - t2, "optimizer": t4 - t3, "exposed_comm": exposed}
+            "attention": ph.get("attention", 0.0),
+            "gate": ph.get("gate", 0.0),
+            "dispatch_exchange": ph.get("dispatch", 0.0),
+            "experts": ph.get("experts", 0.0),
+            "combine_exchange": ph.get("combine", 0.0),
+            "forward_total": t1 - t0,
+            "backward": t2 - t1,
+            "dispatch_exchange_bwd": ph.get("dispatch_bwd", 0.0),
+            "combine_exchange_bwd": ph.get("combine_bwd", 0.0),
+            "gradient_sync": t3 - t2,
+            "optimizer": t4 - t3,
+            "exposed_comm": exposed,
+        }
     return out
 
 

@@ -161,7 +161,7 @@ class ColumnParallelLinear(nn.Module):
         """Take this rank's rows of the full [out, in] matrix (so init is TP-size independent)."""
         n = self.weight.shape[0]
         with torch.no_grad():
-            self.weight.copy_(full[self.tp.rank * n:(self.tp.rank + 1) * n])
+            self.weight.copy_(full[self.tp.rank * n : (self.tp.rank + 1) * n])
 
     def forward(self, x: torch.Tensor, copied: bool = False) -> torch.Tensor:
         # copied=True: the caller already entered the copy region once for several linears
@@ -183,7 +183,7 @@ class RowParallelLinear(nn.Module):
     def load_full(self, full: torch.Tensor) -> None:
         n = self.weight.shape[1]
         with torch.no_grad():
-            self.weight.copy_(full[:, self.tp.rank * n:(self.tp.rank + 1) * n])
+            self.weight.copy_(full[:, self.tp.rank * n : (self.tp.rank + 1) * n])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return reduce_from_tp(linear(x, self.weight), self.tp)

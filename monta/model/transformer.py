@@ -10,8 +10,8 @@ import itertools
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -162,10 +162,20 @@ class DecoderLayer(nn.Module):
         self.norm1 = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.attn = Attention(cfg.hidden, cfg.num_heads, cfg.num_kv_heads, tp, cfg.rope, cfg.rope_theta)
         self.norm2 = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.moe = MoE(cfg.hidden, SwiGLUExpert(cfg.hidden, cfg.ffn, tp), num_experts=cfg.num_experts,
-                       ep_size=pgs.layout.ep, k=cfg.top_k, capacity_factor=cfg.capacity_factor,
-                       eval_capacity_factor=cfg.capacity_factor, min_capacity=cfg.min_capacity,
-                       enable_expert_tensor_parallelism=True, exchange=exchange, chunks=chunks, groups=pgs)
+        self.moe = MoE(
+            cfg.hidden,
+            SwiGLUExpert(cfg.hidden, cfg.ffn, tp),
+            num_experts=cfg.num_experts,
+            ep_size=pgs.layout.ep,
+            k=cfg.top_k,
+            capacity_factor=cfg.capacity_factor,
+            eval_capacity_factor=cfg.capacity_factor,
+            min_capacity=cfg.min_capacity,
+            enable_expert_tensor_parallelism=True,
+            exchange=exchange,
+            chunks=chunks,
+            groups=pgs,
+        )
         self.schedule: MoESchedule = stock_schedule
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,15 +191,17 @@ class DecoderLayer(nn.Module):
 class MoETransformer(nn.Module):
     """Llama-shaped decoder with MoE FFNs; ``forward(tokens, labels) -> (loss, lm_loss)``."""
 
-    def __init__(self, cfg: ModelConfig, pgs: ProcessGroups, tp: TPGroup, exchange: str = "deepspeed",
-                 chunks=1, seed: int = 1234):
+    def __init__(
+        self, cfg: ModelConfig, pgs: ProcessGroups, tp: TPGroup, exchange: str = "deepspeed", chunks=1, seed: int = 1234
+    ):
         super().__init__()
         cfg.check_layout(pgs.layout.tp, pgs.layout.ep)
         self.cfg = cfg
         self.timer = PhaseTimer()
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, tp, pgs, exchange, chunks, self.timer)
-                                    for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, tp, pgs, exchange, chunks, self.timer) for _ in range(cfg.num_layers)
+        )
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.head = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))  # replicated over TP
         ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
@@ -267,5 +279,13 @@ class MoETransformer(nn.Module):
         return lm_loss + self.cfg.aux_loss_coef * l_aux_total, lm_loss.detach()
 
 
-__all__ = ["MoETransformer", "DecoderLayer", "PhaseTimer", "stock_schedule", "timed_exchange",
-           "timed_exchange_backward", "ColumnParallelLinear", "RowParallelLinear"]
+__all__ = [
+    "MoETransformer",
+    "DecoderLayer",
+    "PhaseTimer",
+    "stock_schedule",
+    "timed_exchange",
+    "timed_exchange_backward",
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+]

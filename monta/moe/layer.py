@@ -39,8 +39,7 @@ class RoutingPlan:
 class ExchangeMOELayer(MOELayer):
     """DeepSpeed's MOELayer whose forward is cut into phases around a ``TokenExchange``."""
 
-    def __init__(self, base: MOELayer, exchange: str, chunks: Any, groups: ProcessGroups | None,
-                 expert_tp: bool):
+    def __init__(self, base: MOELayer, exchange: str, chunks: Any, groups: ProcessGroups | None, expert_tp: bool):
         super().__init__(base.gate, base.experts, base.ep_group_name, base.ep_size, base.num_local_experts)
         self.exchange_name = exchange
         self.chunks_setting = chunks
@@ -88,14 +87,22 @@ class ExchangeMOELayer(MOELayer):
         self.exchange.chunks = min(self.chunks_setting, cl)
         if self.chunks_setting > cl and (self.chunks_setting, cl) not in _REDUCED:
             _REDUCED.add((self.chunks_setting, cl))
-            log.warning("monta.moe.MoE: chunks=%d is larger than this call's capacity slice %d (capacity %d / "
-                        "TP %d: an eval capacity factor or a short batch); using %d chunks for such calls",
-                        self.chunks_setting, cl, capacity, tp, cl)
+            log.warning(
+                "monta.moe.MoE: chunks=%d is larger than this call's capacity slice %d (capacity %d / "
+                "TP %d: an eval capacity factor or a short batch); using %d chunks for such calls",
+                self.chunks_setting,
+                cl,
+                capacity,
+                tp,
+                cl,
+            )
 
     def route(self, x_SM: torch.Tensor, used_token: torch.Tensor | None = None) -> RoutingPlan:
         if self.exchange is None:
-            raise ValueError("MoE layer has no expert-parallel group yet; call set_deepspeed_parallelism() "
-                             "or construct monta.moe.MoE with groups=")
+            raise ValueError(
+                "MoE layer has no expert-parallel group yet; call set_deepspeed_parallelism() "
+                "or construct monta.moe.MoE with groups="
+            )
         expected = self.expected_capacity(x_SM.shape[0])
         if expected is not None:  # fail before the gate's or the exchange's collectives
             self._resolve_chunks(expected, x_SM)
@@ -164,26 +171,59 @@ class MoE(ds_layer.MoE):
     differs, so variants compare apples to apples. ``groups`` carries the layout's process groups.
     """
 
-    def __init__(self, hidden_size: int, expert: torch.nn.Module, num_experts: int = 1, ep_size: int = 1,
-                 k: int = 1, capacity_factor: float = 1.0, eval_capacity_factor: float = 1.0,
-                 min_capacity: int = 4, use_residual: bool = False, noisy_gate_policy: str | None = None,
-                 drop_tokens: bool = True, use_rts: bool = True, use_tutel: bool = False,
-                 enable_expert_tensor_parallelism: bool = False, top2_2nd_expert_sampling: bool = True, *,
-                 exchange: str = "monta", chunks: int | str = 4, groups: ProcessGroups | None = None) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        expert: torch.nn.Module,
+        num_experts: int = 1,
+        ep_size: int = 1,
+        k: int = 1,
+        capacity_factor: float = 1.0,
+        eval_capacity_factor: float = 1.0,
+        min_capacity: int = 4,
+        use_residual: bool = False,
+        noisy_gate_policy: str | None = None,
+        drop_tokens: bool = True,
+        use_rts: bool = True,
+        use_tutel: bool = False,
+        enable_expert_tensor_parallelism: bool = False,
+        top2_2nd_expert_sampling: bool = True,
+        *,
+        exchange: str = "monta",
+        chunks: int | str = 4,
+        groups: ProcessGroups | None = None,
+    ) -> None:
         validate_exchange(exchange, 1 if chunks == "auto" else chunks)
         if use_tutel:
             raise ValueError("use_tutel=True is not supported by monta.moe.MoE; the exchange replaces Tutel's")
         if groups is not None and groups.layout.ep != ep_size:
-            raise ValueError(f"ep_size={ep_size} does not match the layout's EP degree {groups.layout.ep} "
-                             f"({groups.layout.describe()})")
+            raise ValueError(
+                f"ep_size={ep_size} does not match the layout's EP degree {groups.layout.ep} "
+                f"({groups.layout.describe()})"
+            )
         if num_experts % ep_size:
             raise ValueError(f"num_experts={num_experts} is not divisible by ep_size={ep_size}")
-        super().__init__(hidden_size, expert, num_experts, ep_size, k, capacity_factor, eval_capacity_factor,
-                         min_capacity, use_residual, noisy_gate_policy, drop_tokens, use_rts, False,
-                         enable_expert_tensor_parallelism, top2_2nd_expert_sampling)
+        super().__init__(
+            hidden_size,
+            expert,
+            num_experts,
+            ep_size,
+            k,
+            capacity_factor,
+            eval_capacity_factor,
+            min_capacity,
+            use_residual,
+            noisy_gate_policy,
+            drop_tokens,
+            use_rts,
+            False,
+            enable_expert_tensor_parallelism,
+            top2_2nd_expert_sampling,
+        )
         self.pgs = groups
-        self.deepspeed_moe = ExchangeMOELayer(self.deepspeed_moe, exchange, chunks, groups,
-                                              enable_expert_tensor_parallelism)
+        self.deepspeed_moe = ExchangeMOELayer(
+            self.deepspeed_moe, exchange, chunks, groups, enable_expert_tensor_parallelism
+        )
         if groups is not None:
             self.set_deepspeed_parallelism()
 

@@ -52,7 +52,9 @@ def _param(rec: dict, key: str, where: str) -> Any:
     try:
         return rec["params"][key]
     except KeyError:
-        raise ValueError(f"{where}: params.{key} is missing (need size_bytes, variant, chunks, nodes, gpus_per_node, tp)") from None
+        raise ValueError(
+            f"{where}: params.{key} is missing (need size_bytes, variant, chunks, nodes, gpus_per_node, tp)"
+        ) from None
 
 
 def _same_network(rec: dict, profile: LinkProfile) -> bool:
@@ -111,11 +113,25 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
         if measured <= 0:
             raise ValueError(f"{where}: metrics.time_us={measured} must be > 0")
         b = exchange_time(variant, size, layout, cluster, chunks if chunks == "auto" else int(chunks))
-        pts.append(Point(size, variant, b.chunks, nodes, gpn, tp, layout.ep, measured, b.total_us,
-                         rec["metrics"].get("cpu_bound")))
+        pts.append(
+            Point(
+                size,
+                variant,
+                b.chunks,
+                nodes,
+                gpn,
+                tp,
+                layout.ep,
+                measured,
+                b.total_us,
+                rec["metrics"].get("cpu_bound"),
+            )
+        )
     if not pts:
-        raise ValueError("no measured AllToAll records (kind 'alltoall', source measured/emulated) in the input; "
-                         "produce them with `monta bench alltoall --out FILE.jsonl`")
+        raise ValueError(
+            "no measured AllToAll records (kind 'alltoall', source measured/emulated) in the input; "
+            "produce them with `monta bench alltoall --out FILE.jsonl`"
+        )
     checks = []
     groups: dict[tuple, dict[int, float]] = defaultdict(dict)
     bound: dict[tuple, set[int]] = defaultdict(set)
@@ -130,8 +146,9 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
         size, nodes, gpn, tp, ep = setup
         chosen = choose_chunks(size, make_layout(nodes, gpn, tp, ep), profile.cluster(nodes, gpn), candidates=by_k)
         best = min(by_k, key=by_k.get)
-        checks.append(ChunkCheck(setup, best, chosen, by_k[chosen] / by_k[best] - 1,
-                                 bool(bound[setup] & {best, chosen})))
+        checks.append(
+            ChunkCheck(setup, best, chosen, by_k[chosen] / by_k[best] - 1, bool(bound[setup] & {best, chosen}))
+        )
     return pts, checks
 
 
@@ -141,8 +158,10 @@ def _judged_note(checks: list[ChunkCheck]) -> str:
     if not bound:
         return ""
     judged = [c for c in checks if not c.cpu_bound]
-    return (f"; {sum(c.ok for c in judged)}/{len(judged)} where neither the pick's nor the best count's timing was "
-            f"CPU-bound ({bound} size(s) were: the cores, not the links, ordered their counts)")
+    return (
+        f"; {sum(c.ok for c in judged)}/{len(judged)} where neither the pick's nor the best count's timing was "
+        f"CPU-bound ({bound} size(s) were: the cores, not the links, ordered their counts)"
+    )
 
 
 def mape(points: list[Point]) -> float:
@@ -150,11 +169,15 @@ def mape(points: list[Point]) -> float:
 
 
 def report(points: list[Point], checks: list[ChunkCheck]) -> str:
-    lines = [f"{'nodes':>5} {'gpn':>3} {'tp':>3} {'size(B)':>10} {'variant':>10} {'chunks':>6} {'measured(us)':>13} "
-             f"{'predicted(us)':>14} {'error':>8}"]
+    lines = [
+        f"{'nodes':>5} {'gpn':>3} {'tp':>3} {'size(B)':>10} {'variant':>10} {'chunks':>6} {'measured(us)':>13} "
+        f"{'predicted(us)':>14} {'error':>8}"
+    ]
     for p in points:
-        lines.append(f"{p.nodes:>5} {p.gpus_per_node:>3} {p.tp:>3} {p.size_bytes:>10} {p.variant:>10} {p.chunks:>6} "
-                     f"{p.measured_us:>13.1f} {p.predicted_us:>14.1f} {p.error:>+8.1%}")
+        lines.append(
+            f"{p.nodes:>5} {p.gpus_per_node:>3} {p.tp:>3} {p.size_bytes:>10} {p.variant:>10} {p.chunks:>6} "
+            f"{p.measured_us:>13.1f} {p.predicted_us:>14.1f} {p.error:>+8.1%}"
+        )
     by_v: dict[str, list[Point]] = defaultdict(list)
     for p in points:
         by_v[p.variant].append(p)
@@ -164,16 +187,25 @@ def report(points: list[Point], checks: list[ChunkCheck]) -> str:
     if len(by_shape) > 1:
         for shape, ps in by_shape.items():
             lines.append(f"MAPE {shape}: {mape(ps):.1%} over {len(ps)} points")
-    lines.append("MAPE: " + ", ".join(f"{v} {mape(ps):.1%} ({len(ps)})" for v, ps in by_v.items())
-                 + f"; all {mape(points):.1%} over {len(points)} points (target <= 10%, goal 5%)")
+    lines.append(
+        "MAPE: "
+        + ", ".join(f"{v} {mape(ps):.1%} ({len(ps)})" for v, ps in by_v.items())
+        + f"; all {mape(points):.1%} over {len(points)} points (target <= 10%, goal 5%)"
+    )
     if checks:
-        lines.append(f"chunk choice (model's pick among the measured counts, within {CHUNK_TOLERANCE:.0%} of the best):")
+        lines.append(
+            f"chunk choice (model's pick among the measured counts, within {CHUNK_TOLERANCE:.0%} of the best):"
+        )
         for c in checks:
             size, nodes, gpn, tp, ep = c.setup
-            lines.append(f"  {nodes}x{gpn} TP{tp} {size:>10} B: best measured {c.best_measured}, model {c.chosen}, "
-                         f"{c.loss:+.1%} -> {'ok' if c.ok else 'MISS'}{' (CPU-bound timing)' if c.cpu_bound else ''}")
-        lines.append(f"chunk choice within {CHUNK_TOLERANCE:.0%}: {sum(c.ok for c in checks)}/{len(checks)}"
-                     + _judged_note(checks))
+            lines.append(
+                f"  {nodes}x{gpn} TP{tp} {size:>10} B: best measured {c.best_measured}, model {c.chosen}, "
+                f"{c.loss:+.1%} -> {'ok' if c.ok else 'MISS'}{' (CPU-bound timing)' if c.cpu_bound else ''}"
+            )
+        lines.append(
+            f"chunk choice within {CHUNK_TOLERANCE:.0%}: {sum(c.ok for c in checks)}/{len(checks)}"
+            + _judged_note(checks)
+        )
     else:
         lines.append("chunk choice: no setup with monta measured at two or more chunk counts")
     return "\n".join(lines)
@@ -219,14 +251,44 @@ def evaluate_steps(records: list[dict], profile: LinkProfile) -> list[StepPoint]
         topo = spec.get("topology") or {}
         cfg = ModelConfig(**spec["overrides"])
         nodes, gpn, tp, ep, dp = (int(p[k]) for k in ("nodes", "gpus_per_node", "tp", "ep", "dp"))
-        clock = Clock(topo["cluster"], cfg, tp=tp, ep=ep, gpus_per_node=gpn, inter_gbps=topo["inter_gbps"],
-                      intra_gbps=topo["intra_gbps"], zero=int(spec.get("zero_stage", 1)))
-        s = Strategy(tp=tp, ep=ep, dp=dp, micro_batch=cfg.micro_batch, zero=int(spec.get("zero_stage", 1)),
-                     variant=p["variant"], chunks=int(p["chunks"]))
-        b = predict_step(spec_of(cfg), s, profile.cluster(nodes, gpn), cfg.seq, dp * cfg.micro_batch,
-                         compute_scale=clock, elem_bytes=4)
-        out.append(StepPoint(p["variant"], f"{nodes}x{gpn} TP{tp}", float(rec["metrics"]["step_ms"]),
-                             b.total_us / 1e3, rec["metrics"].get("cpu_bound"), rec.get("run_id", "")))
+        clock = Clock(
+            topo["cluster"],
+            cfg,
+            tp=tp,
+            ep=ep,
+            gpus_per_node=gpn,
+            inter_gbps=topo["inter_gbps"],
+            intra_gbps=topo["intra_gbps"],
+            zero=int(spec.get("zero_stage", 1)),
+        )
+        s = Strategy(
+            tp=tp,
+            ep=ep,
+            dp=dp,
+            micro_batch=cfg.micro_batch,
+            zero=int(spec.get("zero_stage", 1)),
+            variant=p["variant"],
+            chunks=int(p["chunks"]),
+        )
+        b = predict_step(
+            spec_of(cfg),
+            s,
+            profile.cluster(nodes, gpn),
+            cfg.seq,
+            dp * cfg.micro_batch,
+            compute_scale=clock,
+            elem_bytes=4,
+        )
+        out.append(
+            StepPoint(
+                p["variant"],
+                f"{nodes}x{gpn} TP{tp}",
+                float(rec["metrics"]["step_ms"]),
+                b.total_us / 1e3,
+                rec["metrics"].get("cpu_bound"),
+                rec.get("run_id", ""),
+            )
+        )
     return out
 
 
@@ -258,13 +320,18 @@ def ranking_agrees(points: list[StepPoint]) -> bool:
 def report_steps(points: list[StepPoint]) -> str:
     lines = [f"{'shape':>8} {'variant':>16} {'measured(ms)':>13} {'predicted(ms)':>14} {'error':>8}"]
     for p in points:
-        lines.append(f"{p.shape:>8} {p.variant:>16} {p.measured_ms:>13.1f} {p.predicted_ms:>14.1f} {p.error:>+8.1%}"
-                     f"{'  CPU-bound' if p.cpu_bound else ''}")
+        lines.append(
+            f"{p.shape:>8} {p.variant:>16} {p.measured_ms:>13.1f} {p.predicted_ms:>14.1f} {p.error:>+8.1%}"
+            f"{'  CPU-bound' if p.cpu_bound else ''}"
+        )
     worst = max(points, key=lambda q: abs(q.error))
     judged, bad = discordant_pairs(points)
-    lines.append(f"step MAPE {sum(abs(p.error) for p in points) / len(points):.1%} over {len(points)} variant(s), "
-                 f"worst {worst.variant} {worst.error:+.1%} (target <= 10% each); ranking "
-                 + ("agrees" if not bad else "DIFFERS") + f" ({judged - len(bad)} of {judged} pairs measured more "
-                 f"than {RANK_TIE:.0%} apart in the measured order)" + (": the model has " + ", ".join(f"{b} at or ahead of {a}" for a, b in bad)
-                                                  if bad else ""))
+    lines.append(
+        f"step MAPE {sum(abs(p.error) for p in points) / len(points):.1%} over {len(points)} variant(s), "
+        f"worst {worst.variant} {worst.error:+.1%} (target <= 10% each); ranking "
+        + ("agrees" if not bad else "DIFFERS")
+        + f" ({judged - len(bad)} of {judged} pairs measured more "
+        f"than {RANK_TIE:.0%} apart in the measured order)"
+        + (": the model has " + ", ".join(f"{b} at or ahead of {a}" for a, b in bad) if bad else "")
+    )
     return "\n".join(lines)

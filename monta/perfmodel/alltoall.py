@@ -46,21 +46,35 @@ def parse_variants(spec: str) -> list[str]:
     return out
 
 
-def sweep(cluster: Cluster, layout, sizes: list[int], variants: list[str], chunks: list[int | str]) -> list[dict[str, Any]]:
+def sweep(
+    cluster: Cluster, layout, sizes: list[int], variants: list[str], chunks: list[int | str]
+) -> list[dict[str, Any]]:
     """One row per (size, variant, chunk count); chunk counts apply to ``monta`` only."""
     ep, _ = layout_shapes(layout)
     rows = []
     for size in sizes:
         legacy_t = exchange_time("legacy", size, layout, cluster).total_us
         for v in variants:
-            for k in (chunks if v == "monta" else [1]):
+            for k in chunks if v == "monta" else [1]:
                 b = exchange_time(v, size, layout, cluster, k)
-                rows.append({"size_bytes": size, "variant": v, "chunks": b.chunks, "chunks_requested": k,
-                             "time_us": b.total_us, "algbw_GBps": algbw_GBps(size, b.total_us),
-                             "busbw_GBps": busbw_GBps("alltoall", size, b.total_us, ep.size),
-                             "inter_bytes": b.inter_bytes, "intra_bytes": b.intra_bytes,
-                             "a2a_us": b.a2a_us, "ag_us": b.ag_us, "copy_us": b.copy_us, "pack_us": b.pack_us,
-                             "speedup": legacy_t / b.total_us if b.total_us else float("nan")})
+                rows.append(
+                    {
+                        "size_bytes": size,
+                        "variant": v,
+                        "chunks": b.chunks,
+                        "chunks_requested": k,
+                        "time_us": b.total_us,
+                        "algbw_GBps": algbw_GBps(size, b.total_us),
+                        "busbw_GBps": busbw_GBps("alltoall", size, b.total_us, ep.size),
+                        "inter_bytes": b.inter_bytes,
+                        "intra_bytes": b.intra_bytes,
+                        "a2a_us": b.a2a_us,
+                        "ag_us": b.ag_us,
+                        "copy_us": b.copy_us,
+                        "pack_us": b.pack_us,
+                        "speedup": legacy_t / b.total_us if b.total_us else float("nan"),
+                    }
+                )
     return rows
 
 
@@ -68,8 +82,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = ["{:>12} {:>10} {:>7} {:>11} {:>12} {:>12} {:>12} {:>12} {:>8}".format(*COLUMNS)]
     for r in rows:
         ch = f"{r['chunks']}" + ("*" if r.get("chunks_requested") == "auto" else "")
-        lines.append(f"{r['size_bytes']:>12} {r['variant']:>10} {ch:>7} {r['time_us']:>11.1f} {r['algbw_GBps']:>12.2f} "
-                     f"{r['busbw_GBps']:>12.2f} {r['inter_bytes']:>12.0f} {r['intra_bytes']:>12.0f} {r['speedup']:>8.2f}")
+        lines.append(
+            f"{r['size_bytes']:>12} {r['variant']:>10} {ch:>7} {r['time_us']:>11.1f} {r['algbw_GBps']:>12.2f} "
+            f"{r['busbw_GBps']:>12.2f} {r['inter_bytes']:>12.0f} {r['intra_bytes']:>12.0f} {r['speedup']:>8.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -78,11 +94,40 @@ def records(rows: list[dict[str, Any]], cluster: Cluster, layout, experiment: st
 
     out = []
     for r in rows:
-        params = {"size_bytes": r["size_bytes"], "variant": r["variant"], "chunks": r["chunks"],
-                  "chunks_requested": r["chunks_requested"], "nodes": layout.nodes,
-                  "gpus_per_node": layout.gpus_per_node, "tp": layout.tp, "ep": layout.ep, "cluster": cluster.name}
-        metrics = {k: r[k] for k in ("time_us", "algbw_GBps", "busbw_GBps", "inter_bytes", "intra_bytes", "speedup",
-                                      "a2a_us", "ag_us", "copy_us", "pack_us")}
-        out.append(make_record(kind="alltoall", source="predicted", experiment=experiment, params=params,
-                               metrics=metrics, config={"cluster": cluster.to_dict(), "layout": layout.to_dict()}))
+        params = {
+            "size_bytes": r["size_bytes"],
+            "variant": r["variant"],
+            "chunks": r["chunks"],
+            "chunks_requested": r["chunks_requested"],
+            "nodes": layout.nodes,
+            "gpus_per_node": layout.gpus_per_node,
+            "tp": layout.tp,
+            "ep": layout.ep,
+            "cluster": cluster.name,
+        }
+        metrics = {
+            k: r[k]
+            for k in (
+                "time_us",
+                "algbw_GBps",
+                "busbw_GBps",
+                "inter_bytes",
+                "intra_bytes",
+                "speedup",
+                "a2a_us",
+                "ag_us",
+                "copy_us",
+                "pack_us",
+            )
+        }
+        out.append(
+            make_record(
+                kind="alltoall",
+                source="predicted",
+                experiment=experiment,
+                params=params,
+                metrics=metrics,
+                config={"cluster": cluster.to_dict(), "layout": layout.to_dict()},
+            )
+        )
     return out

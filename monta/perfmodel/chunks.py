@@ -17,8 +17,14 @@ _TIE = 0.005
 
 
 @lru_cache(maxsize=8192)
-def best_chunks(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, max_chunks: int = 16,
-                candidates: tuple[int, ...] | None = None) -> int:
+def best_chunks(
+    S: float,
+    ep: GroupShape,
+    tp: GroupShape,
+    cluster: Cluster,
+    max_chunks: int = 16,
+    candidates: tuple[int, ...] | None = None,
+) -> int:
     cands = candidates or tuple(range(1, max_chunks + 1))
     best_k, best_t = None, float("inf")
     for k in sorted(cands):
@@ -28,8 +34,13 @@ def best_chunks(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, max_
     return best_k
 
 
-def choose_chunks(bytes_per_rank: float, layout, cluster: Cluster | str | None = None, max_chunks: int = 16,
-                  candidates: Iterable[int] | None = None) -> int:
+def choose_chunks(
+    bytes_per_rank: float,
+    layout,
+    cluster: Cluster | str | None = None,
+    max_chunks: int = 16,
+    candidates: Iterable[int] | None = None,
+) -> int:
     """Chunk count for ``monta`` on ``layout`` (a ``ParallelLayout``).
 
     ``cluster``: a Cluster, a preset name, ``emulator:PATH`` / a link-profile path, or None for

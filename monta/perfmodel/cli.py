@@ -27,10 +27,15 @@ def _write(path: str | None, records: list[dict]) -> None:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("plan", help="rank parallel strategies for a cluster, model and sequence length",
-                              description="Enumerate TP/CP/EP/DP/PP, micro-batch, recomputation and ZeRO stage; "
-                                          "drop what does not fit; rank by predicted step time.")
-    p.add_argument("--cluster", default="a800", help="preset (a800, a800-8nic, a100, h100, h800) or emulator:PROFILE.json")
+    p = subparsers.add_parser(
+        "plan",
+        help="rank parallel strategies for a cluster, model and sequence length",
+        description="Enumerate TP/CP/EP/DP/PP, micro-batch, recomputation and ZeRO stage; "
+        "drop what does not fit; rank by predicted step time.",
+    )
+    p.add_argument(
+        "--cluster", default="a800", help="preset (a800, a800-8nic, a100, h100, h800) or emulator:PROFILE.json"
+    )
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the preset's (8)")
     p.add_argument("--model", default="moe-2x70b", help="moe-2x70b or moe-2x70b-mini")
@@ -68,13 +73,22 @@ def register(subparsers) -> None:
     pa.add_argument("--out", default=None)
     pa.set_defaults(func=_cmd_alltoall)
 
-    pc = sub.add_parser("accuracy", help="predicted vs measured AllToAll and training-step times, MAPE, chunk-choice "
-                                         "and step-ranking checks")
-    pc.add_argument("--measured", nargs="+", required=True,
-                    help="JSONL records from `monta bench alltoall` and `monta bench step --compute modeled`")
+    pc = sub.add_parser(
+        "accuracy",
+        help="predicted vs measured AllToAll and training-step times, MAPE, chunk-choice and step-ranking checks",
+    )
+    pc.add_argument(
+        "--measured",
+        nargs="+",
+        required=True,
+        help="JSONL records from `monta bench alltoall` and `monta bench step --compute modeled`",
+    )
     pc.add_argument("--profile", required=True, help="link profile JSON from `monta emulate calibrate`")
-    pc.add_argument("--step-profile", default=None,
-                    help="link profile calibrated at the step's links, where they differ (default: --profile)")
+    pc.add_argument(
+        "--step-profile",
+        default=None,
+        help="link profile calibrated at the step's links, where they differ (default: --profile)",
+    )
     pc.add_argument("--out", default=None, help="write the predictions as records")
     pc.set_defaults(func=_cmd_accuracy)
 
@@ -113,31 +127,65 @@ def _cmd_plan(args) -> int:
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
     model = get_model(args.model, layers=args.layers)
     t0 = time.perf_counter()
-    result = plan(model, cluster, args.seq, args.global_batch, args.variant, args.top,
-                  pins={"tp": args.tp, "ep": args.ep, "pp": args.pp, "cp": args.cp}, recompute=recompute, zero=zero)
+    result = plan(
+        model,
+        cluster,
+        args.seq,
+        args.global_batch,
+        args.variant,
+        args.top,
+        pins={"tp": args.tp, "ep": args.ep, "pp": args.pp, "cp": args.cp},
+        recompute=recompute,
+        zero=zero,
+    )
     dt = time.perf_counter() - t0
-    print(f"plan: {model.name} ({model.layers} layers, {model.total_params / 1e9:.1f}B params), seq {args.seq}, "
-          f"global batch {result.global_batch} sequences, variant {args.variant}")
-    print(f"      on {cluster.nodes} x {cluster.gpus_per_node} {cluster.name} ({cluster.mem_GB:g} GB/GPU): "
-          f"{result.considered} layouts, {result.fitting} fitting options ranked, answered in {dt:.2f} s")
-    print(f"{'#':>2} {'strategy':<52} {'step(s)':>8} {'tok/s':>9} {'mem(GB)':>7} {'inter(GB)':>9} {'intra(GB)':>9}  why")
+    print(
+        f"plan: {model.name} ({model.layers} layers, {model.total_params / 1e9:.1f}B params), seq {args.seq}, "
+        f"global batch {result.global_batch} sequences, variant {args.variant}"
+    )
+    print(
+        f"      on {cluster.nodes} x {cluster.gpus_per_node} {cluster.name} ({cluster.mem_GB:g} GB/GPU): "
+        f"{result.considered} layouts, {result.fitting} fitting options ranked, answered in {dt:.2f} s"
+    )
+    print(
+        f"{'#':>2} {'strategy':<52} {'step(s)':>8} {'tok/s':>9} {'mem(GB)':>7} {'inter(GB)':>9} {'intra(GB)':>9}  why"
+    )
     tokens = result.global_batch * args.seq
     for i, c in enumerate(result.choices, 1):
         st = c.step
-        print(f"{i:>2} {c.strategy.describe():<52} {st.total_us / 1e6:>8.2f} {tokens / (st.total_us / 1e6):>9.0f} "
-              f"{c.memory.total / GB:>7.1f} {st.inter_bytes / 1e9:>9.2f} {st.intra_bytes / 1e9:>9.2f}  {c.why}")
+        print(
+            f"{i:>2} {c.strategy.describe():<52} {st.total_us / 1e6:>8.2f} {tokens / (st.total_us / 1e6):>9.0f} "
+            f"{c.memory.total / GB:>7.1f} {st.inter_bytes / 1e9:>9.2f} {st.intra_bytes / 1e9:>9.2f}  {c.why}"
+        )
     print("bytes are per GPU per step; 'why' compares each choice with #1 (and #1 with #2)")
     if args.out:
         from monta.results import make_record
 
-        recs = [make_record(kind="plan", source="predicted", experiment="plan",
-                            params={"cluster": cluster.name, "nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
-                                    "model": model.name, "layers": model.layers, "seq": args.seq, "rank": i,
-                                    **c.strategy.to_dict()},
-                            metrics={"step_time_us": c.step.total_us, **c.step.to_dict(), **c.memory.to_dict()},
-                            config={"cluster": cluster.to_dict(), "model": model.to_dict(), "why": c.why,
-                                    "global_batch": result.global_batch})
-                for i, c in enumerate(result.choices, 1)]
+        recs = [
+            make_record(
+                kind="plan",
+                source="predicted",
+                experiment="plan",
+                params={
+                    "cluster": cluster.name,
+                    "nodes": cluster.nodes,
+                    "gpus_per_node": cluster.gpus_per_node,
+                    "model": model.name,
+                    "layers": model.layers,
+                    "seq": args.seq,
+                    "rank": i,
+                    **c.strategy.to_dict(),
+                },
+                metrics={"step_time_us": c.step.total_us, **c.step.to_dict(), **c.memory.to_dict()},
+                config={
+                    "cluster": cluster.to_dict(),
+                    "model": model.to_dict(),
+                    "why": c.why,
+                    "global_batch": result.global_batch,
+                },
+            )
+            for i, c in enumerate(result.choices, 1)
+        ]
         _write(args.out, recs)
     return 0
 
@@ -182,8 +230,10 @@ def _cmd_alltoall(args) -> int:
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
     rows = sweep(cluster, layout, sizes, variants, chunks)
     print(f"# predicted TP AllToAll: {layout.describe()} on {cluster.name} ({cluster.source})")
-    print(f"# size = per-rank dispatch buffer; busbw = algbw x (n-1)/n with n = EP group size {layout.ep}; "
-          "speedup vs legacy; * = chunks chosen by 'auto'")
+    print(
+        f"# size = per-rank dispatch buffer; busbw = algbw x (n-1)/n with n = EP group size {layout.ep}; "
+        "speedup vs legacy; * = chunks chosen by 'auto'"
+    )
     print(format_table(rows))
     _write(args.out, records(rows, cluster, layout))
     return 0
@@ -205,22 +255,55 @@ def _cmd_accuracy(args) -> int:
     if points:
         print(report(points, checks))
     if steps:
-        print("# the training step on the emulated clock (compute is the model's by construction: this checks its "
-              "exchanges, overlap and scheduling)")
+        print(
+            "# the training step on the emulated clock (compute is the model's by construction: this checks its "
+            "exchanges, overlap and scheduling)"
+        )
         print(report_steps(steps))
     if args.out:
-        _write(args.out, [make_record(kind="step", source="predicted", experiment="accuracy",
-                                      params={"variant": p.variant, "shape": p.shape,
-                                              "cluster": f"emulator:{profile.name}"},
-                                      metrics={"step_ms": p.predicted_ms, "measured_ms": p.measured_ms,
-                                               "error": p.error, "measured_cpu_bound": p.cpu_bound,
-                                               "ranking_agrees": ranking_agrees(steps)},
-                                      config={"measured_run_id": p.run_id}) for p in steps]
-               + [make_record(kind="alltoall", source="predicted", experiment="accuracy",
-                                      params={"size_bytes": p.size_bytes, "variant": p.variant, "chunks": p.chunks,
-                                              "nodes": p.nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "ep": p.ep,
-                                              "cluster": f"emulator:{profile.name}"},
-                                      metrics={"time_us": p.predicted_us, "measured_us": p.measured_us, "error": p.error,
-                                               "measured_cpu_bound": p.cpu_bound},
-                                      config={"profile": profile.to_dict()}) for p in points])
+        _write(
+            args.out,
+            [
+                make_record(
+                    kind="step",
+                    source="predicted",
+                    experiment="accuracy",
+                    params={"variant": p.variant, "shape": p.shape, "cluster": f"emulator:{profile.name}"},
+                    metrics={
+                        "step_ms": p.predicted_ms,
+                        "measured_ms": p.measured_ms,
+                        "error": p.error,
+                        "measured_cpu_bound": p.cpu_bound,
+                        "ranking_agrees": ranking_agrees(steps),
+                    },
+                    config={"measured_run_id": p.run_id},
+                )
+                for p in steps
+            ]
+            + [
+                make_record(
+                    kind="alltoall",
+                    source="predicted",
+                    experiment="accuracy",
+                    params={
+                        "size_bytes": p.size_bytes,
+                        "variant": p.variant,
+                        "chunks": p.chunks,
+                        "nodes": p.nodes,
+                        "gpus_per_node": p.gpus_per_node,
+                        "tp": p.tp,
+                        "ep": p.ep,
+                        "cluster": f"emulator:{profile.name}",
+                    },
+                    metrics={
+                        "time_us": p.predicted_us,
+                        "measured_us": p.measured_us,
+                        "error": p.error,
+                        "measured_cpu_bound": p.cpu_bound,
+                    },
+                    config={"profile": profile.to_dict()},
+                )
+                for p in points
+            ],
+        )
     return 0

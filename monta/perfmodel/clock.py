@@ -30,14 +30,21 @@ OVERRUN_BOUND = 0.02
 
 def full_size(run: ModelConfig, full: str = FULL_MODEL) -> ModelConfig:
     """The full-size model a run stands for: ``full``'s widths and 8K tokens, the run's layers and routing."""
-    return replace(MODEL_PRESETS[full], num_layers=run.num_layers, num_experts=run.num_experts, top_k=run.top_k,
-                   capacity_factor=run.capacity_factor, min_capacity=run.min_capacity)
+    return replace(
+        MODEL_PRESETS[full],
+        num_layers=run.num_layers,
+        num_experts=run.num_experts,
+        top_k=run.top_k,
+        capacity_factor=run.capacity_factor,
+        min_capacity=run.min_capacity,
+    )
 
 
 def capacity(cfg: ModelConfig) -> int:
     """Capacity slots per expert of one micro-batch (DeepSpeed's top-k gate with dropping)."""
-    return max(cfg.min_capacity, math.ceil(cfg.tokens_per_micro_batch / cfg.num_experts * cfg.capacity_factor
-                                           * cfg.top_k))
+    return max(
+        cfg.min_capacity, math.ceil(cfg.tokens_per_micro_batch / cfg.num_experts * cfg.capacity_factor * cfg.top_k)
+    )
 
 
 def buffer_bytes(cfg: ModelConfig, elem_bytes: int) -> float:
@@ -79,7 +86,9 @@ class Clock:
     def per_gpu_GBps(self) -> tuple[float, float]:
         """(NVLink, NIC share) of one real GPU, GB/s."""
         c = self.real
-        return c.intra.bandwidth_GBps, c.inter.bandwidth_GBps * c.nics_per_node / CLUSTER_PRESETS[self.cluster]().gpus_per_node
+        return c.intra.bandwidth_GBps, c.inter.bandwidth_GBps * c.nics_per_node / CLUSTER_PRESETS[
+            self.cluster
+        ]().gpus_per_node
 
     def _emulated_s(self, node_bytes: float, gbps: float) -> float:
         return node_bytes * 8 / (gbps * 1e9)
@@ -98,13 +107,15 @@ class Clock:
             # the 1/TP slice's AllToAll (deepspeed, monta; legacy moves TP x both, the same ratio)
             "alltoall": self._emulated_s(g * s_run / tp * cross, self.inter_gbps) / (s_full / tp * cross / (nic * 1e9)),
             # the TP AllGather that rebuilds the buffer
-            "allgather": (self._emulated_s(g * s_run * (tp - 1) / tp, self.intra_gbps)
-                          / (s_full * (tp - 1) / tp / (nvlink * 1e9))),
+            "allgather": (
+                self._emulated_s(g * s_run * (tp - 1) / tp, self.intra_gbps) / (s_full * (tp - 1) / tp / (nvlink * 1e9))
+            ),
         }
         if tp > 1:  # the TP AllReduce of activations after attention and the experts (ring: 2 (tp-1)/tp)
             ring = 2 * (tp - 1) / tp
-            out["tp_allreduce"] = (self._emulated_s(g * act_run * ring, self.intra_gbps)
-                                   / (act_full * ring / (nvlink * 1e9)))
+            out["tp_allreduce"] = self._emulated_s(g * act_run * ring, self.intra_gbps) / (
+                act_full * ring / (nvlink * 1e9)
+            )
         return out
 
     @property
@@ -115,8 +126,9 @@ class Clock:
     @cached_property
     def full_pieces_us(self) -> dict[str, float]:
         """Forward us of each compute piece of the full model on the real cluster (per layer; head once)."""
-        return forward_pieces_us(spec_of(self.full), self.full.tokens_per_micro_batch, self.full.seq, self.tp,
-                                 self.real)
+        return forward_pieces_us(
+            spec_of(self.full), self.full.tokens_per_micro_batch, self.full.seq, self.tp, self.real
+        )
 
     @property
     def pieces_us(self) -> dict[str, float]:
@@ -142,7 +154,13 @@ class Clock:
         return {k: self.pieces_us[k] / run[k] for k in COMPUTE_PIECES if run[k] > 0}
 
     def describe(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "full_model": self.full.name, "dilation": self.dilation,
-                "exchange_dilations": self.exchange_dilations(), "full_pieces_us": self.full_pieces_us,
-                "pieces_us": self.pieces_us, "optimizer_us": self.optimizer_us,
-                "us_per_flop": self.us_per_flop()}
+        return {
+            "cluster": self.cluster,
+            "full_model": self.full.name,
+            "dilation": self.dilation,
+            "exchange_dilations": self.exchange_dilations(),
+            "full_pieces_us": self.full_pieces_us,
+            "pieces_us": self.pieces_us,
+            "optimizer_us": self.optimizer_us,
+            "us_per_flop": self.us_per_flop(),
+        }

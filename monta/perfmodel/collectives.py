@@ -62,8 +62,13 @@ class CollTime:
     inter_bytes: float = 0.0
 
     def __add__(self, o: CollTime) -> CollTime:
-        return CollTime(self.time_us + o.time_us, self.intra_us + o.intra_us, self.inter_us + o.inter_us,
-                        self.intra_bytes + o.intra_bytes, self.inter_bytes + o.inter_bytes)
+        return CollTime(
+            self.time_us + o.time_us,
+            self.intra_us + o.intra_us,
+            self.inter_us + o.inter_us,
+            self.intra_bytes + o.intra_bytes,
+            self.inter_bytes + o.inter_bytes,
+        )
 
 
 ZERO = CollTime(0.0)
@@ -77,8 +82,9 @@ def _inter_us(cluster: Cluster, node_bytes: float, eff_size: float, op: str | No
     return link.latency_us + link.transfer_us(node_bytes, eff_size) / cluster.nics_per_node
 
 
-def _intra_us(cluster: Cluster, rank_bytes: float, eff_size: float, op: str | None = None,
-              concurrent: int = 1) -> float:
+def _intra_us(
+    cluster: Cluster, rank_bytes: float, eff_size: float, op: str | None = None, concurrent: int = 1
+) -> float:
     """Time for one rank's intra-node bytes; on a shared node link (the emulator's loopback) the
     ``concurrent`` ranks of the node push theirs through the same link."""
     if rank_bytes <= 0:
@@ -157,8 +163,12 @@ def algbw_GBps(size_bytes: float, time_us: float) -> float:
 
 def busbw_GBps(kind: str, size_bytes: float, time_us: float, n: int) -> float:
     """nccl-tests bus bandwidth: (n-1)/n for AllToAll/AllGather/ReduceScatter, 2(n-1)/n for AllReduce."""
-    factor = {"alltoall": (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n,
-              "allreduce": 2 * (n - 1) / n}.get(kind)
+    factor = {
+        "alltoall": (n - 1) / n,
+        "allgather": (n - 1) / n,
+        "reducescatter": (n - 1) / n,
+        "allreduce": 2 * (n - 1) / n,
+    }.get(kind)
     if factor is None:
         raise ValueError(f"unknown collective {kind!r}")
     return algbw_GBps(size_bytes, time_us) * factor

@@ -36,8 +36,7 @@ def layer_flops(m: ModelSpec, tokens: int, seq: int, tp: int) -> LayerFlops:
     attn_core = 2.0 * seq * h * tokens
     routed = m.capacity_factor * m.top_k * tokens  # expert slots a rank computes (E/EP experts x EP*C)
     experts = 2 * 3 * h * m.ffn * routed
-    return LayerFlops(attn_gemm / tp, attn_core / tp, 2 * tokens * h * m.experts, experts / tp,
-                      experts * 2 / 3 / tp)
+    return LayerFlops(attn_gemm / tp, attn_core / tp, 2 * tokens * h * m.experts, experts / tp, experts * 2 / 3 / tp)
 
 
 def head_flops(m: ModelSpec, tokens: int, tp: int) -> float:
@@ -59,27 +58,36 @@ def attn_us(flops: float, cluster: Cluster, measured_tflops: float | None = None
 COMPUTE_PIECES = ("attention", "attention_core", "gate", "experts", "head")
 
 
-def forward_pieces_us(m: ModelSpec, tokens: int, seq: int, tp: int, cluster: Cluster,
-                      measured_tflops: float | None = None) -> dict[str, float]:
+def forward_pieces_us(
+    m: ModelSpec, tokens: int, seq: int, tp: int, cluster: Cluster, measured_tflops: float | None = None
+) -> dict[str, float]:
     """Forward time (us) of each compute piece on one rank: per layer, and the head once per step.
     The backward of each piece costs twice its forward (dX and dW)."""
     fl = layer_flops(m, tokens, seq, tp)
-    return {"attention": gemm_us(fl.attn_gemm, cluster, measured_tflops),
-            "attention_core": attn_us(fl.attn_core, cluster, measured_tflops),
-            "gate": gemm_us(fl.gate, cluster, measured_tflops),
-            "experts": gemm_us(fl.experts, cluster, measured_tflops),
-            "head": gemm_us(head_flops(m, tokens, tp), cluster, measured_tflops)}
+    return {
+        "attention": gemm_us(fl.attn_gemm, cluster, measured_tflops),
+        "attention_core": attn_us(fl.attn_core, cluster, measured_tflops),
+        "gate": gemm_us(fl.gate, cluster, measured_tflops),
+        "experts": gemm_us(fl.experts, cluster, measured_tflops),
+        "head": gemm_us(head_flops(m, tokens, tp), cluster, measured_tflops),
+    }
 
 
 def piece_flops(m: ModelSpec, tokens: int, seq: int, tp: int) -> dict[str, float]:
     """Forward FLOPs of the same pieces on one rank (the head as the model prices it: split over TP)."""
     fl = layer_flops(m, tokens, seq, tp)
-    return {"attention": fl.attn_gemm, "attention_core": fl.attn_core, "gate": fl.gate, "experts": fl.experts,
-            "head": head_flops(m, tokens, tp)}
+    return {
+        "attention": fl.attn_gemm,
+        "attention_core": fl.attn_core,
+        "gate": fl.gate,
+        "experts": fl.experts,
+        "head": head_flops(m, tokens, tp),
+    }
 
 
-def optimizer_us(dense_params: float, expert_params: float, lanes: int, expert_dp: int, zero: int,
-                 cluster: Cluster) -> float:
+def optimizer_us(
+    dense_params: float, expert_params: float, lanes: int, expert_dp: int, zero: int, cluster: Cluster
+) -> float:
     """Adam's step on one rank: read and write its (ZeRO-sharded) state from HBM once."""
     sharded = (dense_params / lanes + expert_params / expert_dp) if zero >= 1 else (dense_params + expert_params)
     return sharded * (4 + 4 + 4 + 2 + 2) * 2 / (cluster.hbm_GBps * 1e3)

@@ -71,9 +71,17 @@ class Breakdown:
     pack_us: float = 0.0  # gathering the own capacity slice into a contiguous send buffer
 
     def to_dict(self) -> dict:
-        return {"variant": self.variant, "chunks": self.chunks, "time_us": self.total_us, "a2a_us": self.a2a_us,
-                "ag_us": self.ag_us, "copy_us": self.copy_us, "pack_us": self.pack_us, "inter_bytes": self.inter_bytes,
-                "intra_bytes": self.intra_bytes}
+        return {
+            "variant": self.variant,
+            "chunks": self.chunks,
+            "time_us": self.total_us,
+            "a2a_us": self.a2a_us,
+            "ag_us": self.ag_us,
+            "copy_us": self.copy_us,
+            "pack_us": self.pack_us,
+            "inter_bytes": self.inter_bytes,
+            "intra_bytes": self.intra_bytes,
+        }
 
 
 def _res(ct: CollTime) -> dict[str, float]:
@@ -90,17 +98,21 @@ def modelled_as(variant: str) -> str:
     try:
         e = registry.exchange(variant)
     except ValueError as err:
-        raise ValueError(f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)} "
-                         f"or a plugin's ({err})") from None
+        raise ValueError(
+            f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)} or a plugin's ({err})"
+        ) from None
     if e.model_as is None:
-        raise ValueError(f"exchange {variant!r} (plugin {e.origin}) has no performance model: its plugin can "
-                         f"register it with model_as= one of {', '.join(VARIANTS)}")
+        raise ValueError(
+            f"exchange {variant!r} (plugin {e.origin}) has no performance model: its plugin can "
+            f"register it with model_as= one of {', '.join(VARIANTS)}"
+        )
     return e.model_as
 
 
 @lru_cache(maxsize=65536)
-def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
-                    chunks: int = 1) -> Breakdown:
+def exchange_shapes(
+    variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int = 1
+) -> Breakdown:
     """Core of :func:`exchange_time` on group shapes (cached: the planner calls it thousands of times)."""
     variant = modelled_as(variant)
     if not isinstance(chunks, int) or chunks < 1:
@@ -114,8 +126,9 @@ def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, clus
         a2a = alltoall(S, ep, cluster)
         end = tl.add("alltoall", _res(a2a))
         tl.add("copy", {"copy": copy_us}, after=(end,))
-        return Breakdown(variant, 1, tl.makespan, a2a.time_us, 0.0, copy_us, a2a.inter_bytes, a2a.intra_bytes,
-                         tuple(tl.ops))
+        return Breakdown(
+            variant, 1, tl.makespan, a2a.time_us, 0.0, copy_us, a2a.inter_bytes, a2a.intra_bytes, tuple(tl.ops)
+        )
     part = S / ntp
     whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
     k = 1 if variant == "deepspeed" else chunks
@@ -131,12 +144,14 @@ def exchange_shapes(variant: str, S: float, ep: GroupShape, tp: GroupShape, clus
         prev_a2a = tl.add(f"alltoall[{i}]", _res(a2a), after=(packed,))
         prev_ag = tl.add(f"allgather[{i}]", _res(ag), after=(prev_a2a, prev_ag))
         tl.add(f"copy[{i}]", {"copy": copy_us * w}, after=(prev_ag,))
-    return Breakdown(variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us,
-                     inter, intra, tuple(tl.ops), pack_us)
+    return Breakdown(
+        variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us, inter, intra, tuple(tl.ops), pack_us
+    )
 
 
-def _host_shared_exchange(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
-                          chunks: int) -> Breakdown:
+def _host_shared_exchange(
+    variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int
+) -> Breakdown:
     """The emulator: every rank runs on the same few cores, so the machine's CPU is a resource that
     overlapping operations share (a fluid timeline), next to the nodes' NICs. The loopback is CPU
     work too: an intra-node transfer's time is machine CPU time. CPU per rank -> machine time:
@@ -166,8 +181,17 @@ def _host_shared_exchange(variant: str, S: float, ep: GroupShape, tp: GroupShape
         a2a = alltoall(S, ep, cluster)
         tl.add("copy", copy_demand(S), after=(tl.add("alltoall", a2a_demand(a2a)),))
         ops = tl.run()
-        return Breakdown(variant, 1, max(o.end_us for o in ops), a2a.time_us, 0.0, copy_us, a2a.inter_bytes,
-                         a2a.intra_bytes, tuple(ops))
+        return Breakdown(
+            variant,
+            1,
+            max(o.end_us for o in ops),
+            a2a.time_us,
+            0.0,
+            copy_us,
+            a2a.inter_bytes,
+            a2a.intra_bytes,
+            tuple(ops),
+        )
     part = S / tp.size
     whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
     k = 1 if variant == "deepspeed" else chunks
@@ -181,18 +205,31 @@ def _host_shared_exchange(variant: str, S: float, ep: GroupShape, tp: GroupShape
         prev_ag = tl.add(f"allgather[{i}]", ag_demand(ag, f"allgather[{i}]"), after=(prev_a2a, prev_ag))
         tl.add(f"copy[{i}]", copy_demand(S * w), after=(prev_ag,))
     ops = tl.run()
-    return Breakdown(variant, k, max(o.end_us for o in ops), whole_a2a.time_us, whole_ag.time_us, copy_us,
-                     inter, intra, tuple(ops), copy_demand(part)["cpu"])
+    return Breakdown(
+        variant,
+        k,
+        max(o.end_us for o in ops),
+        whole_a2a.time_us,
+        whole_ag.time_us,
+        copy_us,
+        inter,
+        intra,
+        tuple(ops),
+        copy_demand(part)["cpu"],
+    )
 
 
 def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:
     """EP and TP group shapes of a ``monta.parallel.ParallelLayout`` (rank 0's groups; layouts are symmetric)."""
-    return (GroupShape.of_group(layout.group_of("ep", 0), layout),
-            GroupShape.of_group(layout.group_of("tp", 0), layout))
+    return (
+        GroupShape.of_group(layout.group_of("ep", 0), layout),
+        GroupShape.of_group(layout.group_of("tp", 0), layout),
+    )
 
 
-def exchange_time(variant: str, bytes_per_rank: float, layout, cluster: Cluster | str | None = None,
-                  chunks: int | str = 1) -> Breakdown:
+def exchange_time(
+    variant: str, bytes_per_rank: float, layout, cluster: Cluster | str | None = None, chunks: int | str = 1
+) -> Breakdown:
     """Predicted time and bytes of one token exchange (dispatch or combine) of ``bytes_per_rank``.
 
     ``chunks`` may be ``"auto"`` (the model's own choice, see :mod:`monta.perfmodel.chunks`).
@@ -210,8 +247,15 @@ def exchange_time(variant: str, bytes_per_rank: float, layout, cluster: Cluster 
     return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks))
 
 
-def layer_exchange_us(variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int,
-                      pipeline_backward: bool = True) -> tuple[float, float]:
+def layer_exchange_us(
+    variant: str,
+    S: float,
+    ep: GroupShape,
+    tp: GroupShape,
+    cluster: Cluster,
+    chunks: int,
+    pipeline_backward: bool = True,
+) -> tuple[float, float]:
     """(forward, backward) exchange time of one MoE layer: dispatch + combine in each direction.
 
     The authors' code pipelines the forward only; ours also the backward (``pipeline_backward``).

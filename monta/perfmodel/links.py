@@ -79,16 +79,24 @@ class Link:
         return (self.latency_us + self.transfer_us(nbytes)) if nbytes > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bandwidth_GBps": self.bandwidth_GBps, "latency_us": self.latency_us,
-                "efficiency": [[s, e] for s, e in self.efficiency]}
+        return {
+            "bandwidth_GBps": self.bandwidth_GBps,
+            "latency_us": self.latency_us,
+            "efficiency": [[s, e] for s, e in self.efficiency],
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "link") -> "Link":
+    def from_dict(cls, d: dict[str, Any], where: str = "link") -> Link:
         try:
-            return cls(float(d["bandwidth_GBps"]), float(d.get("latency_us", 0.0)),
-                       tuple((float(s), float(e)) for s, e in d.get("efficiency", [])))
+            return cls(
+                float(d["bandwidth_GBps"]),
+                float(d.get("latency_us", 0.0)),
+                tuple((float(s), float(e)) for s, e in d.get("efficiency", [])),
+            )
         except (KeyError, TypeError) as e:
-            raise ValueError(f"{where}: needs bandwidth_GBps, latency_us, efficiency [[size, eff], ...] ({e})") from None
+            raise ValueError(
+                f"{where}: needs bandwidth_GBps, latency_us, efficiency [[size, eff], ...] ({e})"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -138,7 +146,7 @@ class Cluster:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def with_nodes(self, nodes: int, gpus_per_node: int | None = None) -> "Cluster":
+    def with_nodes(self, nodes: int, gpus_per_node: int | None = None) -> Cluster:
         return replace(self, nodes=nodes, gpus_per_node=gpus_per_node or self.gpus_per_node)
 
     def link(self, cls: str, op: str | None = None) -> Link:
@@ -149,9 +157,17 @@ class Cluster:
         return self.intra if cls == "intra" else self.inter
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-                "nics_per_node": self.nics_per_node, "intra": self.intra.to_dict(), "inter": self.inter.to_dict(),
-                "peak_tflops": self.peak_tflops, "gemm_eff": self.gemm_eff, "mem_GB": self.mem_GB}
+        return {
+            "name": self.name,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "nics_per_node": self.nics_per_node,
+            "intra": self.intra.to_dict(),
+            "inter": self.inter.to_dict(),
+            "peak_tflops": self.peak_tflops,
+            "gemm_eff": self.gemm_eff,
+            "mem_GB": self.mem_GB,
+        }
 
 
 # SimAI (Alibaba, NSDI'25) measured AllToAll efficiency ratios on A800 (docs/design.md#a800-hardware):
@@ -160,6 +176,33 @@ class Cluster:
 # normalised to their 1 GiB value (the curve's shape, not its absolute level, is what we take).
 _SIMAI_INTRA = ((16 * 2**20, 0.44 / 0.74), (128 * 2**20, 0.65 / 0.74), (2**30, 1.0))
 _SIMAI_INTER = ((16 * 2**20, 0.52 / 0.81), (128 * 2**20, 0.76 / 0.81), (2**30, 1.0))
+# SimAI prices TP AllGather / ReduceScatter with its NVLink table (astra-sim-alibabacloud/inputs/
+# ratio/nvlink_ratio.csv, one node), not with the AllToAll ratios: 0.45 at 16 MiB rising to 0.81 at
+# 16 GiB. Normalised to its largest size, as above: at 160 GB/s ~89 / 128 / 136 / 152 GB/s at
+# 16 MiB / 64 MiB / 128 MiB / 1 GiB (the AllToAll shape gave 95 / 123 / 141 / 160).
+_SIMAI_NVLINK = tuple(
+    (2**p, r / 0.81)
+    for p, r in (
+        (24, 0.45),
+        (25, 0.55),
+        (26, 0.65),
+        (27, 0.69),
+        (28, 0.73),
+        (29, 0.76),
+        (30, 0.77),
+        (31, 0.78),
+        (32, 0.79),
+        (33, 0.80),
+        (34, 0.81),
+    )
+)
+
+
+def _nvlink_allgather(bandwidth_GBps: float) -> tuple:
+    """The intra-node AllGather's own curve (SimAI's NVLink table), as a per-collective link. The
+    table's ratios are end to end (latency inside them), so this link adds no latency of its own;
+    below 16 MiB it keeps the 16 MiB ratio (the table's smallest size)."""
+    return ((("allgather", "intra"), Link(bandwidth_GBps, 0.0, _SIMAI_NVLINK)),)
 
 
 def _a800(nics: int) -> Cluster:
@@ -167,24 +210,54 @@ def _a800(nics: int) -> Cluster:
     # bandwidth; HDR InfiniBand 200 Gb/s NICs at ~23.5 GB/s effective (SimAI, NSDI'25;
     # docs/design.md#a800-hardware).
     # 312 TFLOP/s dense bf16, 80 GB HBM2e at 2.0 TB/s.
-    return Cluster(f"a800-{nics}nic", Link(160.0, 10.0, _SIMAI_INTRA), Link(23.5, 15.0, _SIMAI_INTER),
-                   gpus_per_node=8, nics_per_node=nics, peak_tflops=312.0, mem_GB=80.0, copy_GBps=800.0,
-                   hbm_GBps=2039.0, source=f"A800 SXM, 8 NVLinks (~20 GB/s eff. each), {nics}x HDR 200 Gb/s; SimAI efficiency")
+    return Cluster(
+        f"a800-{nics}nic",
+        Link(160.0, 10.0, _SIMAI_INTRA),
+        Link(23.5, 15.0, _SIMAI_INTER),
+        collective_links=_nvlink_allgather(160.0),
+        gpus_per_node=8,
+        nics_per_node=nics,
+        peak_tflops=312.0,
+        mem_GB=80.0,
+        copy_GBps=800.0,
+        hbm_GBps=2039.0,
+        source=f"A800 SXM, 8 NVLinks (~20 GB/s eff. each), {nics}x HDR 200 Gb/s; SimAI efficiency",
+    )
 
 
 def _a100() -> Cluster:
     # A100 SXM (DGX A100): 12 NVLinks x 25 GB/s per direction (~20 effective -> ~240 GB/s), 8x HDR.
-    return Cluster("a100", Link(240.0, 10.0, _SIMAI_INTRA), Link(23.5, 15.0, _SIMAI_INTER), gpus_per_node=8,
-                   nics_per_node=8, peak_tflops=312.0, mem_GB=80.0, copy_GBps=800.0, hbm_GBps=2039.0,
-                   source="A100 SXM 80GB, 12 NVLinks, 8x HDR 200 Gb/s; SimAI efficiency shape")
+    return Cluster(
+        "a100",
+        Link(240.0, 10.0, _SIMAI_INTRA),
+        Link(23.5, 15.0, _SIMAI_INTER),
+        gpus_per_node=8,
+        collective_links=_nvlink_allgather(240.0),
+        nics_per_node=8,
+        peak_tflops=312.0,
+        mem_GB=80.0,
+        copy_GBps=800.0,
+        hbm_GBps=2039.0,
+        source="A100 SXM 80GB, 12 NVLinks, 8x HDR 200 Gb/s; SimAI efficiency shape",
+    )
 
 
 def _hopper(name: str, nvlink_eff_GBps: float, note: str) -> Cluster:
     # NDR 400 Gb/s = 50 GB/s per NIC, ~46 GB/s effective (DeepEP reports 43-58 GB/s inter on H800).
     # 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s.
-    return Cluster(name, Link(nvlink_eff_GBps, 8.0, _SIMAI_INTRA), Link(46.0, 12.0, _SIMAI_INTER), gpus_per_node=8,
-                   nics_per_node=8, peak_tflops=989.0, mem_GB=80.0, copy_GBps=1300.0, hbm_GBps=3350.0,
-                   source=note)
+    return Cluster(
+        name,
+        Link(nvlink_eff_GBps, 8.0, _SIMAI_INTRA),
+        Link(46.0, 12.0, _SIMAI_INTER),
+        gpus_per_node=8,
+        collective_links=_nvlink_allgather(nvlink_eff_GBps),
+        nics_per_node=8,
+        peak_tflops=989.0,
+        mem_GB=80.0,
+        copy_GBps=1300.0,
+        hbm_GBps=3350.0,
+        source=note,
+    )
 
 
 PRESETS = {
@@ -212,8 +285,12 @@ class LinkProfile:
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys survive a round trip
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"schema": PROFILE_SCHEMA, "name": self.name, "source": self.source,
-             "links": {k: v.to_dict() for k, v in self.links.items()}}
+        d = {
+            "schema": PROFILE_SCHEMA,
+            "name": self.name,
+            "source": self.source,
+            "links": {k: v.to_dict() for k, v in self.links.items()},
+        }
         if self.nics_per_node != 1:
             d["links"]["inter"]["nics_per_node"] = self.nics_per_node
         if self.collectives:
@@ -224,23 +301,29 @@ class LinkProfile:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "link profile") -> "LinkProfile":
+    def from_dict(cls, d: dict[str, Any], where: str = "link profile") -> LinkProfile:
         if not isinstance(d, dict) or d.get("schema") != PROFILE_SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"{where}: schema is {got!r}, expected {PROFILE_SCHEMA!r} (write it with `monta emulate calibrate`)")
+            raise ValueError(
+                f"{where}: schema is {got!r}, expected {PROFILE_SCHEMA!r} (write it with `monta emulate calibrate`)"
+            )
         links = d.get("links") or {}
         missing = [c for c in LINK_CLASSES if c not in links]
         if missing:
             raise ValueError(f"{where}: links.{missing[0]} is missing (need both intra and inter)")
         known = {"schema", "name", "source", "links", "collectives", "compute"}
-        return cls(name=str(d.get("name", "profile")), source=str(d.get("source", "")),
-                   links={c: Link.from_dict(links[c], f"{where}: links.{c}") for c in LINK_CLASSES},
-                   collectives=dict(d.get("collectives") or {}), compute=dict(d.get("compute") or {}),
-                   nics_per_node=int(links["inter"].get("nics_per_node", 1)),
-                   extra={k: v for k, v in d.items() if k not in known})
+        return cls(
+            name=str(d.get("name", "profile")),
+            source=str(d.get("source", "")),
+            links={c: Link.from_dict(links[c], f"{where}: links.{c}") for c in LINK_CLASSES},
+            collectives=dict(d.get("collectives") or {}),
+            compute=dict(d.get("compute") or {}),
+            nics_per_node=int(links["inter"].get("nics_per_node", 1)),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "LinkProfile":
+    def load(cls, path: str | os.PathLike) -> LinkProfile:
         p = Path(path)
         if not p.exists():
             raise FileNotFoundError(f"link profile {p} not found (write one with `monta emulate calibrate`)")
@@ -268,14 +351,26 @@ class LinkProfile:
         host = self.extra.get("host") or {}
         c = self.compute
         intra, inter = (_without_latency(self.links[k]) for k in LINK_CLASSES)
-        base = Cluster(f"emulator:{self.name}", intra, inter, gpus_per_node=gpn,
-                       nodes=nodes, nics_per_node=self.nics_per_node, peak_tflops=float(c.get("gemm_tflops", 0.05)),
-                       gemm_eff=1.0, attn_eff=1.0, mem_GB=float(c.get("mem_GB", 8.0)),
-                       copy_GBps=float(c.get("copy_GBps", 5.0)), hbm_GBps=float(c.get("copy_GBps", 5.0)) * 2,
-                       intra_shared=shared, intra_machine_shared=shared, source=f"link profile {self.name}: {self.source}",
-                       host_cores=int(host.get("cores", 0)) if shared else 0,
-                       a2a_cpu_us=_fit_cpu(host, "alltoall.inter_all", int(topo.get("nodes", 2))),
-                       ag_cpu_us=_fit_cpu(host, "allgather.intra_all", int(topo.get("gpus_per_node", 4))))
+        base = Cluster(
+            f"emulator:{self.name}",
+            intra,
+            inter,
+            gpus_per_node=gpn,
+            nodes=nodes,
+            nics_per_node=self.nics_per_node,
+            peak_tflops=float(c.get("gemm_tflops", 0.05)),
+            gemm_eff=1.0,
+            attn_eff=1.0,
+            mem_GB=float(c.get("mem_GB", 8.0)),
+            copy_GBps=float(c.get("copy_GBps", 5.0)),
+            hbm_GBps=float(c.get("copy_GBps", 5.0)) * 2,
+            intra_shared=shared,
+            intra_machine_shared=shared,
+            source=f"link profile {self.name}: {self.source}",
+            host_cores=int(host.get("cores", 0)) if shared else 0,
+            a2a_cpu_us=_fit_cpu(host, "alltoall.inter_all", int(topo.get("nodes", 2))),
+            ag_cpu_us=_fit_cpu(host, "allgather.intra_all", int(topo.get("gpus_per_node", 4))),
+        )
         return replace(base, collective_links=self._collective_links(base, topo))
 
     def _collective_links(self, cl: Cluster, topo: dict) -> tuple:
@@ -289,8 +384,12 @@ class LinkProfile:
         n_inter = len(topo.get("inter_group") or []) or cl.nodes
         n_nodes_cal = int(topo.get("nodes", cl.nodes))
         gpn_cal = int(topo.get("gpus_per_node", cl.gpus_per_node))
-        measured_all = {(op, name.removesuffix("_all")) for op, by_link in (self.collectives or {}).items()
-                        for name in (by_link or {}) if name.endswith("_all")}
+        measured_all = {
+            (op, name.removesuffix("_all"))
+            for op, by_link in (self.collectives or {}).items()
+            for name in (by_link or {})
+            if name.endswith("_all")
+        }
         for op, by_link in (self.collectives or {}).items():
             if op not in ("alltoall", "allgather"):
                 continue
@@ -400,8 +499,9 @@ def monotone(points) -> tuple[tuple[float, float], ...]:
     return tuple(sorted(out))
 
 
-def get_cluster(spec: "str | Cluster | LinkProfile | None" = None, nodes: int | None = None,
-                gpus_per_node: int | None = None) -> Cluster:
+def get_cluster(
+    spec: str | Cluster | LinkProfile | None = None, nodes: int | None = None, gpus_per_node: int | None = None
+) -> Cluster:
     """A preset name, a link-profile path (``emulator:PATH`` or ``*.json``), a profile, or a Cluster.
 
     ``None`` reads ``$MONTA_CLUSTER`` (same forms), defaulting to the A800 preset.
@@ -417,13 +517,16 @@ def get_cluster(spec: "str | Cluster | LinkProfile | None" = None, nodes: int | 
         if s.startswith("emulator:") or s.endswith(".json"):
             c = LinkProfile.load(s.removeprefix("emulator:")).cluster()
         elif s == "emulator":
-            raise ValueError("cluster 'emulator' needs a link profile: use emulator:PATH/TO/linkprofile.json "
-                             "(written by `monta emulate calibrate`)")
+            raise ValueError(
+                "cluster 'emulator' needs a link profile: use emulator:PATH/TO/linkprofile.json "
+                "(written by `monta emulate calibrate`)"
+            )
         elif s in PRESETS:
             c = PRESETS[s]()
         else:
-            raise ValueError(f"unknown cluster preset {s!r}: choose one of {', '.join(PRESETS)} "
-                             "or emulator:PATH/TO/linkprofile.json")
+            raise ValueError(
+                f"unknown cluster preset {s!r}: choose one of {', '.join(PRESETS)} or emulator:PATH/TO/linkprofile.json"
+            )
     if nodes is not None or gpus_per_node is not None:
         c = c.with_nodes(nodes or c.nodes, gpus_per_node or c.gpus_per_node)
     return c

@@ -83,8 +83,9 @@ def activation_bytes_per_token(m: ModelSpec, tp: int, recompute: str) -> float:
     return attn + moe
 
 
-def memory_per_rank(m: ModelSpec, s: Strategy, seq: int, num_micro: int = 1,
-                    reserve_GB: float = RESERVE_GB) -> MemoryBreakdown:
+def memory_per_rank(
+    m: ModelSpec, s: Strategy, seq: int, num_micro: int = 1, reserve_GB: float = RESERVE_GB
+) -> MemoryBreakdown:
     dense, expert = params_per_rank(m, s)
     dw, dg, do = _states(dense, s.lanes, s.zero)
     ew, eg, eo = _states(expert, s.expert_dp, s.zero)

@@ -30,7 +30,10 @@ class ModelSpec:
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"model {f}={v!r}: must be a positive integer")
         if self.hidden % self.heads or self.heads % self.kv_heads:
-            raise ValueError(f"model: heads={self.heads} must divide hidden={self.hidden} and be a multiple of kv_heads={self.kv_heads}")
+            raise ValueError(
+                f"model: heads={self.heads} must divide hidden={self.hidden} and be a multiple of "
+                f"kv_heads={self.kv_heads}"
+            )
         if self.top_k > self.experts:
             raise ValueError(f"model: top_k={self.top_k} exceeds experts={self.experts}")
         if not self.capacity_factor > 0:
@@ -65,7 +68,7 @@ class ModelSpec:
     def total_params(self) -> int:
         return self.layers * (self.dense_params_per_layer + self.expert_params_per_layer) + self.embedding_params
 
-    def with_overrides(self, **kw: Any) -> "ModelSpec":
+    def with_overrides(self, **kw: Any) -> ModelSpec:
         kw = {k: v for k, v in kw.items() if v is not None}
         return replace(self, **kw) if kw else self
 
@@ -75,9 +78,18 @@ class ModelSpec:
 
 def spec_of(cfg) -> ModelSpec:
     """The performance model's view of a ``monta.model.config.ModelConfig`` (the one preset table)."""
-    return ModelSpec(cfg.name, hidden=cfg.hidden, layers=cfg.num_layers, heads=cfg.num_heads,
-                     kv_heads=cfg.num_kv_heads, ffn=cfg.ffn, vocab=cfg.vocab, experts=cfg.num_experts,
-                     top_k=cfg.top_k, capacity_factor=cfg.capacity_factor)
+    return ModelSpec(
+        cfg.name,
+        hidden=cfg.hidden,
+        layers=cfg.num_layers,
+        heads=cfg.num_heads,
+        kv_heads=cfg.num_kv_heads,
+        ffn=cfg.ffn,
+        vocab=cfg.vocab,
+        experts=cfg.num_experts,
+        top_k=cfg.top_k,
+        capacity_factor=cfg.capacity_factor,
+    )
 
 
 def _presets() -> dict[str, ModelSpec]:

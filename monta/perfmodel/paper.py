@@ -17,6 +17,7 @@ PUBLISHED_ALLTOALL_SPEEDUP = 8.0  # abstract: "8x AllToAll performance vs DeepSp
 PUBLISHED_STEP_IMPROVEMENT = 0.13  # abstract: "13% overall latency improvement ... 16 A800 ... 8K"
 PAPER_SIZES = [2**20 * k for k in (1, 2, 4, 8, 16, 32, 64)]
 
+
 def step_variants() -> list[str]:
     """Every registered step variant (monta.variants: the core's, the baselines' and their compositions
     with MoNTA, any plugin's), legacy and deepspeed first."""
@@ -53,15 +54,27 @@ def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int =
     fit = max_layers(model, base, seq, cluster.mem_GB)
     if layers is None:
         if fit == 0:
-            raise ValueError(f"no layer count of moe-2x70b fits 16 x {cluster.mem_GB:g} GB with {base.describe()}; "
-                             "try --recompute full")
+            raise ValueError(
+                f"no layer count of moe-2x70b fits 16 x {cluster.mem_GB:g} GB with {base.describe()}; "
+                "try --recompute full"
+            )
         layers = fit
     model = replace(model, layers=layers)
-    steps = {v: predict_step(model, replace(base, variant=v), cluster, seq, global_batch=base.dp * base.micro_batch)
-             for v in step_variants()}
+    steps = {
+        v: predict_step(model, replace(base, variant=v), cluster, seq, global_batch=base.dp * base.micro_batch)
+        for v in step_variants()
+    }
     mem = memory_per_rank(model, base, seq)
-    return {"cluster": cluster, "model": model, "strategy": base, "seq": seq, "steps": steps, "memory": mem,
-            "fits": mem.fits(cluster.mem_GB), "max_layers": fit}
+    return {
+        "cluster": cluster,
+        "model": model,
+        "strategy": base,
+        "seq": seq,
+        "steps": steps,
+        "memory": mem,
+        "fits": mem.fits(cluster.mem_GB),
+        "max_layers": fit,
+    }
 
 
 def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, list[dict]]:
@@ -69,57 +82,109 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
     from monta.results import make_record
 
     out, recs = [], []
-    out.append("Assumptions: 'DeepSpeed' in the 8x claim = legacy (every TP rank AllToAlls the whole buffer, "
-               "DeepSpeed < 0.14.5);\n  AllToAll sizes = per-rank dispatch buffer [E, C, M]; chunks = the model's "
-               "'auto';\n  clusters: " + ", ".join(clusters) + " (an A800 node has 4 or 8 HDR NICs; "
-               "docs/design.md#a800-hardware).")
+    out.append(
+        "Assumptions: 'DeepSpeed' in the 8x claim = legacy (every TP rank AllToAlls the whole buffer, "
+        "DeepSpeed < 0.14.5);\n  AllToAll sizes = per-rank dispatch buffer [E, C, M]; chunks = the model's "
+        "'auto';\n  clusters: " + ", ".join(clusters) + " (an A800 node has 4 or 8 HDR NICs; "
+        "docs/design.md#a800-hardware)."
+    )
     for name in clusters:
         a = alltoall_setup(name)
         c = a["cluster"]
         out.append(f"\n[1] TP8 AllToAll, 2 x 8 {c.name} ({c.source})")
-        out.append(f"    {'size':>6} {'legacy(us)':>11} {'deepspeed(us)':>14} {'monta(us)':>10} {'chunks':>6} "
-                   f"{'vs legacy':>9} {'vs deepspeed':>12}")
+        out.append(
+            f"    {'size':>6} {'legacy(us)':>11} {'deepspeed(us)':>14} {'monta(us)':>10} {'chunks':>6} "
+            f"{'vs legacy':>9} {'vs deepspeed':>12}"
+        )
         by = {(r["size_bytes"], r["variant"]): r for r in a["rows"]}
         for size in PAPER_SIZES:
             lg, ds, mo = by[(size, "legacy")], by[(size, "deepspeed")], by[(size, "monta")]
-            out.append(f"    {size >> 20:>5}M {lg['time_us']:>11.1f} {ds['time_us']:>14.1f} {mo['time_us']:>10.1f} "
-                       f"{mo['chunks']:>6} {mo['speedup']:>8.2f}x {ds['time_us'] / mo['time_us']:>11.2f}x")
-            recs.append(make_record(kind="alltoall", source="predicted", experiment="paper",
-                                    params={"size_bytes": size, "variant": "monta", "chunks": mo["chunks"], "nodes": 2,
-                                            "gpus_per_node": 8, "tp": 8, "ep": 2, "cluster": c.name},
-                                    metrics={"time_us": mo["time_us"], "legacy_us": lg["time_us"],
-                                             "deepspeed_us": ds["time_us"], "speedup": mo["speedup"],
-                                             "speedup_vs_deepspeed": ds["time_us"] / mo["time_us"],
-                                             "published_speedup": PUBLISHED_ALLTOALL_SPEEDUP},
-                                    config={"cluster": c.to_dict()}))
+            out.append(
+                f"    {size >> 20:>5}M {lg['time_us']:>11.1f} {ds['time_us']:>14.1f} {mo['time_us']:>10.1f} "
+                f"{mo['chunks']:>6} {mo['speedup']:>8.2f}x {ds['time_us'] / mo['time_us']:>11.2f}x"
+            )
+            recs.append(
+                make_record(
+                    kind="alltoall",
+                    source="predicted",
+                    experiment="paper",
+                    params={
+                        "size_bytes": size,
+                        "variant": "monta",
+                        "chunks": mo["chunks"],
+                        "nodes": 2,
+                        "gpus_per_node": 8,
+                        "tp": 8,
+                        "ep": 2,
+                        "cluster": c.name,
+                    },
+                    metrics={
+                        "time_us": mo["time_us"],
+                        "legacy_us": lg["time_us"],
+                        "deepspeed_us": ds["time_us"],
+                        "speedup": mo["speedup"],
+                        "speedup_vs_deepspeed": ds["time_us"] / mo["time_us"],
+                        "published_speedup": PUBLISHED_ALLTOALL_SPEEDUP,
+                    },
+                    config={"cluster": c.to_dict()},
+                )
+            )
         b = a["best"]
-        out.append(f"    predicted monta vs legacy: up to {b['speedup']:.2f}x (at {b['size_bytes'] >> 20} MiB); "
-                   f"published: {PUBLISHED_ALLTOALL_SPEEDUP:g}x (the bound is TP = 8, reached only when the "
-                   "inter-node AllToAll is all that matters)")
+        out.append(
+            f"    predicted monta vs legacy: up to {b['speedup']:.2f}x (at {b['size_bytes'] >> 20} MiB); "
+            f"published: {PUBLISHED_ALLTOALL_SPEEDUP:g}x (the bound is TP = 8, reached only when the "
+            "inter-node AllToAll is all that matters)"
+        )
 
         st = step_setup(name, layers, recompute)
         m, s, steps = st["model"], st["strategy"], st["steps"]
-        out.append(f"\n[2] moe-2x70b step, seq {st['seq']}, 16 x {c.name}: {s.describe()}, global batch "
-                   f"{s.dp * s.micro_batch} sequences (no gradient accumulation)")
-        out.append(f"    layers: {m.layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
-                   f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
-                   + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **"))
+        out.append(
+            f"\n[2] moe-2x70b step, seq {st['seq']}, 16 x {c.name}: {s.describe()}, global batch "
+            f"{s.dp * s.micro_batch} sequences (no gradient accumulation)"
+        )
+        out.append(
+            f"    layers: {m.layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
+            f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
+            + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **")
+        )
         ref_ds, ref_lg = steps["deepspeed"].total_us, steps["legacy"].total_us
-        out.append(f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} "
-                   f"{'vs deepspeed':>12} {'vs legacy':>9}")
+        out.append(
+            f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} "
+            f"{'vs deepspeed':>12} {'vs legacy':>9}"
+        )
         for v, b in steps.items():
-            out.append(f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
-                       f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}")
-            recs.append(make_record(kind="step", source="predicted", experiment="paper",
-                                    params={**s.to_dict(), "variant": v, "model": m.name, "layers": m.layers,
-                                            "seq": st["seq"], "nodes": 2, "gpus_per_node": 8, "cluster": c.name},
-                                    metrics={**b.to_dict(), "step_time_us": b.total_us,
-                                             "improvement_vs_deepspeed": 1 - b.total_us / ref_ds,
-                                             "improvement_vs_legacy": 1 - b.total_us / ref_lg,
-                                             "published_improvement": PUBLISHED_STEP_IMPROVEMENT},
-                                    config={"cluster": c.to_dict(), "model": m.to_dict(),
-                                            "memory": st["memory"].to_dict()}))
+            out.append(
+                f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
+                f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}"
+            )
+            recs.append(
+                make_record(
+                    kind="step",
+                    source="predicted",
+                    experiment="paper",
+                    params={
+                        **s.to_dict(),
+                        "variant": v,
+                        "model": m.name,
+                        "layers": m.layers,
+                        "seq": st["seq"],
+                        "nodes": 2,
+                        "gpus_per_node": 8,
+                        "cluster": c.name,
+                    },
+                    metrics={
+                        **b.to_dict(),
+                        "step_time_us": b.total_us,
+                        "improvement_vs_deepspeed": 1 - b.total_us / ref_ds,
+                        "improvement_vs_legacy": 1 - b.total_us / ref_lg,
+                        "published_improvement": PUBLISHED_STEP_IMPROVEMENT,
+                    },
+                    config={"cluster": c.to_dict(), "model": m.to_dict(), "memory": st["memory"].to_dict()},
+                )
+            )
         mo = steps["monta"].total_us
-        out.append(f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
-                   f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)")
+        out.append(
+            f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
+            f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)"
+        )
     return "\n".join(out), recs

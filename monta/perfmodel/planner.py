@@ -27,8 +27,12 @@ class Choice:
     why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy.to_dict(), "step": self.step.to_dict(), "memory": self.memory.to_dict(),
-                "why": self.why}
+        return {
+            "strategy": self.strategy.to_dict(),
+            "step": self.step.to_dict(),
+            "memory": self.memory.to_dict(),
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,17 @@ def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int, pin
             cp *= 2
 
 
-def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = None, variant: str = "monta",
-         top: int = 5, pins: dict[str, int] | None = None, recompute: tuple[str, ...] = RECOMPUTE_ORDER,
-         zero: tuple[int, ...] = (1, 2, 3)) -> Plan:
+def plan(
+    m: ModelSpec,
+    cluster: Cluster,
+    seq: int,
+    global_batch: int | None = None,
+    variant: str = "monta",
+    top: int = 5,
+    pins: dict[str, int] | None = None,
+    recompute: tuple[str, ...] = RECOMPUTE_ORDER,
+    zero: tuple[int, ...] = (1, 2, 3),
+) -> Plan:
     """Rank every strategy that fits; raise ValueError saying what would make one fit if none does.
 
     ``pins`` fixes degrees (tp, cp, pp, dp, ep, micro_batch); ``recompute``/``zero`` limit the options."""
@@ -118,16 +130,19 @@ def plan(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int | None = No
             seen_z3 = True
     if not results:
         if considered == 0:
-            raise ValueError(f"no valid parallel degrees for {cluster.nodes} x {cluster.gpus_per_node} GPUs, seq {seq}, "
-                             f"global batch {gb} sequences" + (f" and pins {pins}" if pins else "")
-                             + ": drop a pin or pick a global batch divisible by the data-parallel degree")
+            raise ValueError(
+                f"no valid parallel degrees for {cluster.nodes} x {cluster.gpus_per_node} GPUs, seq {seq}, "
+                f"global batch {gb} sequences"
+                + (f" and pins {pins}" if pins else "")
+                + ": drop a pin or pick a global batch divisible by the data-parallel degree"
+            )
         raise ValueError(_no_fit_message(m, cluster, seq, gb, pins))
     # Predicted times within 0.1% are a tie: prefer less inter-node traffic, then less memory.
-    results.sort(key=lambda c: (round(math.log(c.step.total_us) / math.log(1.001)), c.step.inter_bytes,
-                                c.memory.total))
+    results.sort(key=lambda c: (round(math.log(c.step.total_us) / math.log(1.001)), c.step.inter_bytes, c.memory.total))
     runner_up = results[1] if len(results) > 1 else None
-    explained = tuple(replace(c, why=_why(c, results[0] if i else runner_up, i == 0))
-                      for i, c in enumerate(results[:max(1, top)]))
+    explained = tuple(
+        replace(c, why=_why(c, results[0] if i else runner_up, i == 0)) for i, c in enumerate(results[: max(1, top)])
+    )
     return Plan(cluster, m, seq, gb, explained, considered, len(results))
 
 
@@ -139,7 +154,9 @@ def _check_pins(pins: dict[str, int], m: ModelSpec, cluster: Cluster, seq: int) 
     if "tp" in pins and gpn % pins["tp"]:
         raise ValueError(f"--tp {pins['tp']} must divide gpus per node ({gpn}): tensor parallelism stays inside a node")
     if "tp" in pins and (m.heads % pins["tp"] or (m.kv_heads % pins["tp"] and pins["tp"] % m.kv_heads)):
-        raise ValueError(f"--tp {pins['tp']} must divide the model's {m.heads} heads (and fit its {m.kv_heads} KV heads)")
+        raise ValueError(
+            f"--tp {pins['tp']} must divide the model's {m.heads} heads (and fit its {m.kv_heads} KV heads)"
+        )
     if "ep" in pins and m.experts % pins["ep"]:
         raise ValueError(f"--ep {pins['ep']} must divide the model's {m.experts} experts")
     if "cp" in pins and seq % pins["cp"]:
@@ -155,7 +172,9 @@ def _check_pins(pins: dict[str, int], m: ModelSpec, cluster: Cluster, seq: int) 
 
 def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) -> tuple[float, Strategy | None]:
     best, arg = math.inf, None
-    for tp, cp, pp, dp, ep, mb in _structures(m, cluster, seq, gb, {k: v for k, v in (pins or {}).items() if k in ("tp", "ep")}):
+    for tp, cp, pp, dp, ep, mb in _structures(
+        m, cluster, seq, gb, {k: v for k, v in (pins or {}).items() if k in ("tp", "ep")}
+    ):
         if mb != 1:
             continue
         s = Strategy(tp=tp, ep=ep, pp=pp, cp=cp, dp=dp, recompute="full", zero=3)
@@ -167,8 +186,10 @@ def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) ->
 
 def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) -> str:
     need, s = _min_memory(m, cluster, seq, gb, pins)
-    head = (f"no strategy for {m.name} ({m.layers} layers, seq {seq}) fits {cluster.nodes} x {cluster.gpus_per_node} "
-            f"GPUs of {cluster.mem_GB:g} GB")
+    head = (
+        f"no strategy for {m.name} ({m.layers} layers, seq {seq}) fits {cluster.nodes} x {cluster.gpus_per_node} "
+        f"GPUs of {cluster.mem_GB:g} GB"
+    )
     if s is None:
         return head + f": no valid degrees (global batch {gb} sequences); try another --global-batch or node count"
     hints = [f"the smallest footprint is {need / GB:.0f} GB per GPU ({s.describe()})"]
@@ -193,17 +214,26 @@ def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None
     return head + " even with ZeRO-3 and full recomputation: " + "; ".join(hints) + tail
 
 
-_LABELS = {"compute_us": "compute", "recompute_us": "recomputation", "exchange_us": "exposed MoE exchange",
-           "tp_us": "TP AllReduce", "cp_us": "exposed context-parallel ring", "pp_us": "pipeline bubble",
-           "grad_us": "exposed gradient sync", "optimizer_us": "optimizer step"}
+_LABELS = {
+    "compute_us": "compute",
+    "recompute_us": "recomputation",
+    "exchange_us": "exposed MoE exchange",
+    "tp_us": "TP AllReduce",
+    "cp_us": "exposed context-parallel ring",
+    "pp_us": "pipeline bubble",
+    "grad_us": "exposed gradient sync",
+    "optimizer_us": "optimizer step",
+}
 
 
 def _why(c: Choice, other: Choice | None, winner: bool) -> str:
     mem = f"{c.memory.total / GB:.0f} GB/GPU"
     if other is None:
         return f"the only fitting strategy ({mem})"
-    diffs = sorted(((getattr(c.step, k) - getattr(other.step, k), lab) for k, lab in _LABELS.items()),
-                   key=lambda d: d[0] if winner else -d[0])
+    diffs = sorted(
+        ((getattr(c.step, k) - getattr(other.step, k), lab) for k, lab in _LABELS.items()),
+        key=lambda d: d[0] if winner else -d[0],
+    )
     parts = []
     for d, lab in diffs[:2]:
         if winner and d < 0:
@@ -214,5 +244,9 @@ def _why(c: Choice, other: Choice | None, winner: bool) -> str:
     if parts:
         return ", ".join(parts) + f" {ref}; {mem}"
     dx = (other.step.inter_bytes - c.step.inter_bytes) / 1e9
-    traffic = f"{abs(dx):.0f} GB/step {'less' if dx >= 0 else 'more'} inter-node traffic" if abs(dx) >= 0.5 else "same traffic"
+    traffic = (
+        f"{abs(dx):.0f} GB/step {'less' if dx >= 0 else 'more'} inter-node traffic"
+        if abs(dx) >= 0.5
+        else "same traffic"
+    )
     return f"same predicted time as {ref[5:]} (within 0.1%), {traffic}; {mem}"

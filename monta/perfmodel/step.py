@@ -13,7 +13,7 @@ from monta import variants as registry
 from monta.perfmodel import collectives as C
 from monta.perfmodel.chunks import best_chunks
 from monta.perfmodel.collectives import GroupShape
-from monta.perfmodel.compute import attn_us, forward_pieces_us, gemm_us, layer_flops, optimizer_us
+from monta.perfmodel.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
 from monta.perfmodel.exchange import exchange_shapes, modelled_as
 from monta.perfmodel.links import Cluster
 from monta.perfmodel.memory import params_per_rank
@@ -50,9 +50,26 @@ class StepBreakdown:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("variant", "total_us", "compute_us", "recompute_us", "exchange_us",
-                                           "exchange_hidden_us", "tp_us", "cp_us", "pp_us", "grad_us",
-                                           "optimizer_us", "inter_bytes", "intra_bytes", "chunks", "num_micro")}
+        d = {
+            k: getattr(self, k)
+            for k in (
+                "variant",
+                "total_us",
+                "compute_us",
+                "recompute_us",
+                "exchange_us",
+                "exchange_hidden_us",
+                "tp_us",
+                "cp_us",
+                "pp_us",
+                "grad_us",
+                "optimizer_us",
+                "inter_bytes",
+                "intra_bytes",
+                "chunks",
+                "num_micro",
+            )
+        }
         d.update(self.extra)
         return d
 
@@ -63,14 +80,27 @@ def shapes(s: Strategy, gpn: int) -> dict[str, GroupShape]:
 
 @lru_cache(maxsize=4096)
 def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupShape]:
-    return {"tp": GroupShape.strided(tp, 1, gpn), "cp": GroupShape.strided(cp, tp, gpn),
-            "ep": GroupShape.strided(ep, tp, gpn), "dp": GroupShape.strided(lanes, tp, gpn),
-            "edp": GroupShape.strided(lanes // ep, tp * ep, gpn)}
+    return {
+        "tp": GroupShape.strided(tp, 1, gpn),
+        "cp": GroupShape.strided(cp, tp, gpn),
+        "ep": GroupShape.strided(ep, tp, gpn),
+        "dp": GroupShape.strided(lanes, tp, gpn),
+        "edp": GroupShape.strided(lanes // ep, tp * ep, gpn),
+    }
 
 
-def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_batch: int,
-                 pipeline_backward: bool = True, measured_tflops: float | None = None,
-                 validate: bool = True, compute_scale=None, elem_bytes: int = 2) -> StepBreakdown:
+def predict_step(
+    m: ModelSpec,
+    s: Strategy,
+    cluster: Cluster,
+    seq: int,
+    global_batch: int,
+    pipeline_backward: bool = True,
+    measured_tflops: float | None = None,
+    validate: bool = True,
+    compute_scale=None,
+    elem_bytes: int = 2,
+) -> StepBreakdown:
     """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed).
     ``validate=False`` is for the planner, whose enumeration only builds valid strategies.
     ``compute_scale`` (a ``monta.perfmodel.clock.Clock``): compute and optimizer times are the clock's
@@ -114,11 +144,18 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
         if var.chunks is not None:
             chunks = var.chunks
         else:
-            chunks = (best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS) if s.chunks == "auto"
-                      else int(s.chunks))
+            chunks = (
+                best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS)
+                if s.chunks == "auto"
+                else int(s.chunks)
+            )
     if s.ep > 1:
         ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks)
-        ex_b = ex if (pipeline_backward or xv != "monta") else exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1)
+        ex_b = (
+            ex
+            if (pipeline_backward or xv != "monta")
+            else exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1)
+        )
     else:
         # EP1: every rank holds (its TP slice of) every expert; tokens never leave the rank.
         ex = ex_b = exchange_shapes("legacy", 0.0, g["ep"], g["tp"], cluster, 1)
@@ -126,9 +163,17 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     hid_f = hid_b = 0.0
     if var.schedule.hidden_us is not None:
         # The schedule's own overlap model (Lina, Lancet: baselines/variants.py), on this variant's exchange.
-        hid_f, hid_b = var.schedule.hidden_us(registry.OverlapInputs(
-            ex_fwd_us=ex_fwd, ex_bwd_us=ex_bwd, attn_fwd_us=attn_f, moe_fwd_us=moe_f, top_k=m.top_k,
-            micro_batch=s.micro_batch, partitions=PARTITIONS))
+        hid_f, hid_b = var.schedule.hidden_us(
+            registry.OverlapInputs(
+                ex_fwd_us=ex_fwd,
+                ex_bwd_us=ex_bwd,
+                attn_fwd_us=attn_f,
+                moe_fwd_us=moe_f,
+                top_k=m.top_k,
+                micro_batch=s.micro_batch,
+                partitions=PARTITIONS,
+            )
+        )
         hid_f, hid_b = max(0.0, min(hid_f, ex_fwd)), max(0.0, min(hid_b, ex_bwd))
 
     recompute = 0.0
@@ -151,7 +196,9 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
     z3 = 0.0
     zg = C.ZERO
     if s.zero == 3:
-        zg = C.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + C.allgather(expert * elem_bytes / s.expert_dp, g["edp"], cluster)
+        zg = C.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + C.allgather(
+            expert * elem_bytes / s.expert_dp, g["edp"], cluster
+        )
         z3 = num_micro * (max(0.0, zg.time_us - fwd_c) + max(0.0, zg.time_us - bwd_c))
 
     # Gradient sync (AllReduce, or ReduceScatter + parameter AllGather: the same bytes), once per step,
@@ -173,20 +220,47 @@ def predict_step(m: ModelSpec, s: Strategy, cluster: Cluster, seq: int, global_b
         delay = 0.5 * min(t_grad, a2a_busy) if shares_link else 0.0
         grad_us = max(0.0, t_grad - t_bwd) + delay
 
-    opt_us = (compute_scale.optimizer_us if compute_scale is not None
-              else optimizer_us(dense, expert, s.lanes, s.expert_dp, s.zero, cluster))
+    opt_us = (
+        compute_scale.optimizer_us
+        if compute_scale is not None
+        else optimizer_us(dense, expert, s.lanes, s.expert_dp, s.zero, cluster)
+    )
 
     total = num_micro * t_mb + pp_us + z3 + grad_us + opt_us
     micro = num_micro * (1 if s.recompute != "full" else 1.5)  # full recompute redoes forward exchanges
     per_layer_x = 2 * (ex.inter_bytes + ex_b.inter_bytes), 2 * (ex.intra_bytes + ex_b.intra_bytes)
-    inter = micro * layers * (per_layer_x[0] + 4 * tp_ar.inter_bytes + 3 * (s.cp - 1) * kv.inter_bytes) \
-        + gd.inter_bytes + ge.inter_bytes + num_micro * 2 * (pp_send.inter_bytes + zg.inter_bytes)
-    intra = micro * layers * (per_layer_x[1] + 4 * tp_ar.intra_bytes + 3 * (s.cp - 1) * kv.intra_bytes) \
-        + gd.intra_bytes + ge.intra_bytes + num_micro * 2 * (pp_send.intra_bytes + zg.intra_bytes)
+    inter = (
+        micro * layers * (per_layer_x[0] + 4 * tp_ar.inter_bytes + 3 * (s.cp - 1) * kv.inter_bytes)
+        + gd.inter_bytes
+        + ge.inter_bytes
+        + num_micro * 2 * (pp_send.inter_bytes + zg.inter_bytes)
+    )
+    intra = (
+        micro * layers * (per_layer_x[1] + 4 * tp_ar.intra_bytes + 3 * (s.cp - 1) * kv.intra_bytes)
+        + gd.intra_bytes
+        + ge.intra_bytes
+        + num_micro * 2 * (pp_send.intra_bytes + zg.intra_bytes)
+    )
     return StepBreakdown(
-        s.variant, total, num_micro * (fwd_c + bwd_c), num_micro * recompute,
-        num_micro * layers * (ex_fwd + ex_bwd - hid_f - hid_b), num_micro * layers * (hid_f + hid_b),
-        num_micro * layers * 4 * tp_ar.time_us, num_micro * layers * (cp_fwd + cp_bwd), pp_us, grad_us + z3,
-        opt_us, inter, intra, chunks, num_micro,
-        extra={"exchange_per_layer_us": ex_fwd + ex_bwd, "grad_sync_us": t_grad, "exchange_bytes": S,
-               "tokens_per_rank": tokens})
+        s.variant,
+        total,
+        num_micro * (fwd_c + bwd_c),
+        num_micro * recompute,
+        num_micro * layers * (ex_fwd + ex_bwd - hid_f - hid_b),
+        num_micro * layers * (hid_f + hid_b),
+        num_micro * layers * 4 * tp_ar.time_us,
+        num_micro * layers * (cp_fwd + cp_bwd),
+        pp_us,
+        grad_us + z3,
+        opt_us,
+        inter,
+        intra,
+        chunks,
+        num_micro,
+        extra={
+            "exchange_per_layer_us": ex_fwd + ex_bwd,
+            "grad_sync_us": t_grad,
+            "exchange_bytes": S,
+            "tokens_per_rank": tokens,
+        },
+    )

@@ -44,8 +44,10 @@ class Strategy:
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{f}={v!r}: must be a positive integer")
         if self.world_size != world_size:
-            raise ValueError(f"tp*cp*dp*pp = {self.tp}*{self.cp}*{self.dp}*{self.pp} = {self.world_size} "
-                             f"is not the world size {world_size}")
+            raise ValueError(
+                f"tp*cp*dp*pp = {self.tp}*{self.cp}*{self.dp}*{self.pp} = {self.world_size} "
+                f"is not the world size {world_size}"
+            )
         if self.tp > gpus_per_node or gpus_per_node % self.tp:
             raise ValueError(f"tp={self.tp} must divide gpus_per_node={gpus_per_node} (TP stays inside a node)")
         if self.lanes % self.ep:
@@ -66,14 +68,18 @@ class Strategy:
             if self.pp > model.layers:
                 raise ValueError(f"pp={self.pp} exceeds the number of layers ({model.layers})")
             if model.heads % self.tp or (model.kv_heads % self.tp and self.tp % model.kv_heads):
-                raise ValueError(f"tp={self.tp} must divide heads={model.heads} "
-                                 f"(and divide or be a multiple of kv_heads={model.kv_heads})")
+                raise ValueError(
+                    f"tp={self.tp} must divide heads={model.heads} "
+                    f"(and divide or be a multiple of kv_heads={model.kv_heads})"
+                )
         if seq is not None and seq % self.cp:
             raise ValueError(f"cp={self.cp} must divide the sequence length {seq}")
 
     def describe(self) -> str:
-        return (f"TP{self.tp} CP{self.cp} EP{self.ep} DP{self.dp} PP{self.pp} mb{self.micro_batch} "
-                f"recompute={self.recompute} ZeRO-{self.zero}")
+        return (
+            f"TP{self.tp} CP{self.cp} EP{self.ep} DP{self.dp} PP{self.pp} mb{self.micro_batch} "
+            f"recompute={self.recompute} ZeRO-{self.zero}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

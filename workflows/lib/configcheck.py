@@ -61,10 +61,14 @@ def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str,
     return schema
 
 
-_YAML_TYPES = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-               "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-               "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
-               "array": lambda v: isinstance(v, list), "object": lambda v: isinstance(v, dict)}
+_YAML_TYPES = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 def _coerce(schema: Mapping[str, Any], node: Any, root: Mapping[str, Any]) -> Any:
@@ -141,20 +145,25 @@ def _check_semantics(cfg: Mapping[str, Any]) -> None:
     clusters.append(("ablation.cluster", cfg["ablation"]["cluster"]))
     for where, c in clusters:
         if c["gpus_per_node"] % c["tp"]:
-            raise ConfigError(f"config key {where}: tp={c['tp']} must divide gpus_per_node={c['gpus_per_node']}"
-                              f" (cluster {c['name']})")
+            raise ConfigError(
+                f"config key {where}: tp={c['tp']} must divide gpus_per_node={c['gpus_per_node']} (cluster {c['name']})"
+            )
     for tp in cfg["ablation"]["tp"]:
         if cfg["ablation"]["cluster"]["gpus_per_node"] % tp:
-            raise ConfigError(f"config key ablation.tp: {tp} does not divide "
-                              f"ablation.cluster.gpus_per_node={cfg['ablation']['cluster']['gpus_per_node']}")
+            raise ConfigError(
+                f"config key ablation.tp: {tp} does not divide "
+                f"ablation.cluster.gpus_per_node={cfg['ablation']['cluster']['gpus_per_node']}"
+            )
     for section in ("alltoall", "step"):
         names = [c["name"] for c in cfg[section]["clusters"]]
         if len(set(names)) != len(names):
             raise ConfigError(f"config key {section}.clusters: cluster names must be unique, got {names}")
     _check_sweeps(cfg)
     if cfg["launcher"]["kind"] == "emulated" and cfg["launcher"]["backend"] != "gloo":
-        raise ConfigError("config key launcher.backend: the emulated cluster has no GPUs; set backend: gloo"
-                          " (nccl needs launcher.kind: srun-torchrun on GPU nodes)")
+        raise ConfigError(
+            "config key launcher.backend: the emulated cluster has no GPUs; set backend: gloo"
+            " (nccl needs launcher.kind: srun-torchrun on GPU nodes)"
+        )
 
 
 def _validate_module():
@@ -175,17 +184,34 @@ def _check_sweeps(cfg: Mapping[str, Any]) -> None:
     sizes with min > max, chunk counts beyond the capacity slice, too many sizes, ..."""
     V = _validate_module()
     a = cfg["alltoall"]
-    common = {"variants": a["variants"], "chunks": a["chunks"], "dtype": a["dtype"], "warmup": a["warmup"],
-              "iters": a["iters"], "max_iters": a["max_iters"], "target_ci": a["target_ci"], "budget_s": a["budget_s"]}
+    common = {
+        "variants": a["variants"],
+        "chunks": a["chunks"],
+        "dtype": a["dtype"],
+        "warmup": a["warmup"],
+        "iters": a["iters"],
+        "max_iters": a["max_iters"],
+        "target_ci": a["target_ci"],
+        "budget_s": a["budget_s"],
+    }
     try:
         if a["enabled"]:
             for i, c in enumerate(a["clusters"]):
                 own = bool(c.get("sizes"))
-                V.alltoall_sweep(nodes=c["nodes"], gpus_per_node=c["gpus_per_node"], tp=c["tp"],
-                                 sizes_spec=c["sizes"] if own else a["sizes"], where=V.config_key("alltoall"),
-                                 keys={"sizes": f"clusters[{i}].sizes" if own else "sizes",
-                                       "nodes": f"clusters[{i}].nodes", "gpus_per_node": f"clusters[{i}].gpus_per_node",
-                                       "tp": f"clusters[{i}].tp"}, **common)
+                V.alltoall_sweep(
+                    nodes=c["nodes"],
+                    gpus_per_node=c["gpus_per_node"],
+                    tp=c["tp"],
+                    sizes_spec=c["sizes"] if own else a["sizes"],
+                    where=V.config_key("alltoall"),
+                    keys={
+                        "sizes": f"clusters[{i}].sizes" if own else "sizes",
+                        "nodes": f"clusters[{i}].nodes",
+                        "gpus_per_node": f"clusters[{i}].gpus_per_node",
+                        "tp": f"clusters[{i}].tp",
+                    },
+                    **common,
+                )
             V.slowdown(a["inject_slowdown"], a["variants"], where=V.config_key("alltoall"))
         abl = cfg["ablation"]
         if abl["enabled"]:
@@ -193,14 +219,24 @@ def _check_sweeps(cfg: Mapping[str, Any]) -> None:
             shape = {"nodes": c["nodes"], "gpus_per_node": c["gpus_per_node"]}
             where = V.config_key("ablation")
             if abl["chunks"]:
-                V.alltoall_sweep(**shape, tp=c["tp"], sizes_spec=abl["size"], where=where,
-                                 **{**common, "variants": ["legacy", "monta"], "chunks": abl["chunks"]})
+                V.alltoall_sweep(
+                    **shape,
+                    tp=c["tp"],
+                    sizes_spec=abl["size"],
+                    where=where,
+                    **{**common, "variants": ["legacy", "monta"], "chunks": abl["chunks"]},
+                )
             for tp in abl["tp"]:
-                V.alltoall_sweep(**shape, tp=tp, sizes_spec=abl["size"], where=where,
-                                 **common)
+                V.alltoall_sweep(**shape, tp=tp, sizes_spec=abl["size"], where=where, **common)
             if abl["buffer_sizes"]:
-                V.alltoall_sweep(**shape, tp=c["tp"], sizes_spec=abl["buffer_sizes"], where=where,
-                                 keys={"sizes": "buffer_sizes"}, **common)
+                V.alltoall_sweep(
+                    **shape,
+                    tp=c["tp"],
+                    sizes_spec=abl["buffer_sizes"],
+                    where=where,
+                    keys={"sizes": "buffer_sizes"},
+                    **common,
+                )
         p = cfg["predict"]
         if p["enabled"]:
             V.sizes(p["sizes"], "sizes", V.config_key("predict"))

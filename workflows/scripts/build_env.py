@@ -35,9 +35,18 @@ with open(sm.log[0], "w") as log:
         )
     except (OSError, StopIteration):
         env["cpu_model"] = None
-    env["mem_total_kb"] = next(
-        (int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-         if line.startswith("MemTotal")), None) if Path("/proc/meminfo").exists() else None
+    env["mem_total_kb"] = (
+        next(
+            (
+                int(line.split()[1])
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            ),
+            None,
+        )
+        if Path("/proc/meminfo").exists()
+        else None
+    )
     env["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     out = {"env": env, "config": json.loads(sm.params.config)}
     Path(sm.output.env).write_text(json.dumps(out, indent=2, sort_keys=True, default=str) + "\n")

@@ -22,9 +22,9 @@ resolved = {
     "launcher": cfg["launcher"],
     "network": cfg["network"] if cfg["launcher"]["kind"] == "emulated" else "real fabric",
     "alltoall": {k: v for k, v in cfg["alltoall"].items() if k != "variants"}
-    if variant in cfg["alltoall"]["variants"] else None,
-    "step": {k: v for k, v in cfg["step"].items() if k != "variants"}
-    if variant in cfg["step"]["variants"] else None,
+    if variant in cfg["alltoall"]["variants"]
+    else None,
+    "step": {k: v for k, v in cfg["step"].items() if k != "variants"} if variant in cfg["step"]["variants"] else None,
     "env": env,
 }
 Path(sm.output[0]).write_text(json.dumps(resolved, indent=2, sort_keys=True) + "\n")

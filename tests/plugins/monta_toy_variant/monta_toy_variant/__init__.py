@@ -65,11 +65,25 @@ def toy_pass(x, spec, groups, chunks, meter, phase):
 
 
 def register(registry) -> None:
-    registry.add_exchange("toy-exchange", run_pass=toy_pass, model_as="deepspeed",
-                          about="toy plugin: drop, one AllToAll, one AllGather (deepspeed's bytes), passes counted")
-    registry.add_schedule("toy-phases", build=_build, hidden_us=_hidden,
-                          about="toy plugin: DeepSpeed's MoE forward phase by phase, calls counted")
-    registry.add_variant("toy", exchange="monta", schedule="toy-phases", sync="after-backward",
-                         about="toy plugin variant: MoNTA's exchange under the toy-phases schedule")
-    registry.add_variant("toy-exchange", exchange="toy-exchange",
-                         about="toy plugin variant: the toy exchange under DeepSpeed's schedule")
+    registry.add_exchange(
+        "toy-exchange",
+        run_pass=toy_pass,
+        model_as="deepspeed",
+        about="toy plugin: drop, one AllToAll, one AllGather (deepspeed's bytes), passes counted",
+    )
+    registry.add_schedule(
+        "toy-phases",
+        build=_build,
+        hidden_us=_hidden,
+        about="toy plugin: DeepSpeed's MoE forward phase by phase, calls counted",
+    )
+    registry.add_variant(
+        "toy",
+        exchange="monta",
+        schedule="toy-phases",
+        sync="after-backward",
+        about="toy plugin variant: MoNTA's exchange under the toy-phases schedule",
+    )
+    registry.add_variant(
+        "toy-exchange", exchange="toy-exchange", about="toy plugin variant: the toy exchange under DeepSpeed's schedule"
+    )
