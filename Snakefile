@@ -11,6 +11,8 @@ envvars:
 
 
 include: "workflows/rules/common.smk"
+include: "workflows/rules/launch.smk"
+include: "workflows/rules/inputs.smk"
 wildcard_constraints:
     variant=_alternatives(VARIANTS),
     cluster=_alternatives(list(ALLTOALL_CLUSTERS) + list(STEP_CLUSTERS)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from monta.perfmodel.links import PRESETS
+from monta.perfmodel.network.links import PRESETS
 
 
 def fill(row: dict[str, Any], rec: Mapping[str, Any]) -> None:
@@ -48,8 +48,8 @@ def _preset_routing(row: dict[str, Any]) -> None:
 def _model_bytes(row: dict[str, Any], cluster: str) -> None:
     """Bytes of a prediction that states only times (`monta predict paper`), from the same model;
     legacy's too, for the inter-node byte ratio at that point."""
-    from monta.perfmodel.alltoall import make_layout
-    from monta.perfmodel.exchange import exchange_time
+    from monta.perfmodel.network.alltoall import make_layout
+    from monta.perfmodel.network.exchange import exchange_time
 
     try:
         layout = make_layout(int(row["nodes"]), int(row["gpus_per_node"]), int(row["tp"]), row.get("ep"))

@@ -15,11 +15,11 @@ import pandas as pd
 from analysis import tables
 from analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
 from monta import variants as variant_registry
-from monta.perfmodel.accuracy import CHUNK_TOLERANCE
 
 # `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
 # chunk-pick check below applies the model's own rule to the recorded predictions.
-from monta.perfmodel.chunks import _TIE as AUTO_TIE
+from monta.perfmodel.network.chunks import _TIE as AUTO_TIE
+from monta.perfmodel.reports.accuracy import CHUNK_TOLERANCE
 
 MEASURED = ("measured", "emulated")
 REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok", "CPU-bound")
@@ -226,7 +226,8 @@ def paper_line(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -
         values = tables.claim_values(records, c["ours"])
         fraction = c["paper"].get("unit") == "fraction"
         shown = ", ".join(f"{v * 100:.1f}% {s}" if fraction else f"{_x(v)} {s}" for s, (v, _) in sorted(values.items()))
-        parts.append(f"{c['short']}: paper {tables.fmt_paper(c['paper'])}, ours {shown or 'no data'}")
+        why = f" ({c['why']})" if c.get("why") else ""
+        parts.append(f"{c['short']}: paper {tables.fmt_paper(c['paper'])}, ours {shown or 'no data'}{why}")
     if not parts:
         return None
     return "**Paper** (MoNTA, arXiv 2411.00662): " + "; ".join(parts) + "."

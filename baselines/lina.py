@@ -25,5 +25,5 @@ class LinaSchedule:
         layer = moe.deepspeed_moe
         x_SM = x.reshape(-1, x.shape[-1])
         plan = layer._timed("gate", layer.route, x_SM)
-        y_ECM = pipelined_experts(layer, layer.encode(x_SM, plan), self.chunks)
+        y_ECM = pipelined_experts(layer, layer.encode(x_SM, plan), self.chunks, exchange_chunks=plan.chunks)
         return layer.decode(y_ECM, plan).reshape(x.shape), plan.l_aux

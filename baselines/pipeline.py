@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from torch.autograd.function import once_differentiable
 
-from monta.comm.exchange import chunk_sizes
+from monta.chunking import equal_split
 from monta.model import clock
 from monta.model.transformer import timed_exchange, timed_exchange_backward
 
@@ -24,23 +24,27 @@ def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
         raise ValueError(f"expert capacity {capacity} is not divisible by the tensor-parallel size {tp}")
     if chunks > capacity // tp:
         raise ValueError(f"chunks={chunks} exceeds capacity/TP={capacity // tp}; use fewer chunks")
-    return [s * tp for s in chunk_sizes(capacity // tp, chunks)]
+    return [s * tp for s in equal_split(capacity // tp, chunks)]
 
 
 _POOL = ThreadPoolExecutor(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
 
 
-def pipelined_experts(layer, x_ECM: torch.Tensor, chunks: int, pipeline_backward: bool = True) -> torch.Tensor:
+def pipelined_experts(
+    layer, x_ECM: torch.Tensor, chunks: int, pipeline_backward: bool = True, exchange_chunks: int | None = None
+) -> torch.Tensor:
     """dispatch -> experts -> combine per capacity chunk, exchanges overlapped with expert compute.
 
     The exchange uses its own communicators (the layer's ProcessGroups), the experts the model's
     TP communicator, so the two threads never interleave collectives on one group. With
     ``pipeline_backward`` (and a graph to build) the backward is pipelined too
     (``_PipelinedMoE``); without it autograd replays the chunks one after another (the reference).
+    ``exchange_chunks``: each piece's exchange chunks (the plan's; None: the exchange's default).
     """
     tp = layer.exchange.groups.tp_size
     sizes = capacity_chunks(x_ECM.shape[1], tp, chunks)
-    return pipeline_pieces(layer, list(x_ECM.split(sizes, dim=1)), pipeline_backward=pipeline_backward)
+    pieces = list(x_ECM.split(sizes, dim=1))
+    return pipeline_pieces(layer, pieces, pipeline_backward=pipeline_backward, exchange_chunks=exchange_chunks)
 
 
 def launch_dispatch(layer, piece: torch.Tensor) -> Future:
@@ -55,20 +59,25 @@ def launch_dispatch(layer, piece: torch.Tensor) -> Future:
 
 
 def pipeline_pieces(
-    layer, pieces: list[torch.Tensor], launched: list[Future] = (), pipeline_backward: bool = True
+    layer,
+    pieces: list[torch.Tensor],
+    launched: list[Future] = (),
+    pipeline_backward: bool = True,
+    exchange_chunks: int | None = None,
 ) -> torch.Tensor:
     """The pipeline over capacity pieces [E, c_i, M] (returned concatenated along C); ``launched``
-    holds the dispatches already started (``launch_dispatch``) for the first pieces."""
+    holds the dispatches already started (``launch_dispatch``) for the first pieces; every piece's
+    exchange runs ``exchange_chunks`` chunks (None: the exchange's default)."""
     launched = list(launched)
     if pipeline_backward and torch.is_grad_enabled() and any(p.requires_grad for p in pieces):
-        return _PipelinedMoE.apply(layer, launched, *pieces)
+        return _PipelinedMoE.apply(layer, launched, exchange_chunks, *pieces)
     grad_on = torch.is_grad_enabled()
     if launched and grad_on and any(p.requires_grad for p in pieces):
         raise ValueError("dispatches launched ahead build no graph: they need the pipelined backward")
 
     def comm(name, t):
         with torch.set_grad_enabled(grad_on):  # grad mode is per thread
-            return timed_exchange(layer, name, t)
+            return timed_exchange(layer, name, t, exchange_chunks)
 
     return _forward(layer, pieces, comm, layer.run_experts, launched)
 
@@ -115,12 +124,12 @@ class _PipelinedMoE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, layer, launched, *pieces):
+    def forward(ctx, layer, launched, exchange_chunks, *pieces):
         graphs = []
 
         def comm(name, t):
             with torch.no_grad():  # the backward below runs the transposed exchanges itself
-                return getattr(layer, name)(t)
+                return getattr(layer, name)(t, exchange_chunks)
 
         def experts(got):
             with torch.enable_grad():  # Function.forward runs without grad; this subgraph is kept
@@ -131,19 +140,20 @@ class _PipelinedMoE(torch.autograd.Function):
 
         out = _forward(layer, pieces, comm, experts, launched)
         ctx.layer, ctx.sizes, ctx.graphs = layer, [p.shape[1] for p in pieces], graphs
+        ctx.exchange_chunks = exchange_chunks
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_ECM):
-        layer, graphs = ctx.layer, ctx.graphs
+        layer, graphs, exchange_chunks = ctx.layer, ctx.graphs, ctx.exchange_chunks
         if graphs is None:
             raise RuntimeError("the pipelined MoE backward ran twice; retain_graph=True is not supported")
         ctx.graphs = None  # each expert subgraph is freed as its backward runs
 
         def comm(name, g):
             with torch.no_grad():
-                return timed_exchange_backward(layer, name, g)
+                return timed_exchange_backward(layer, name, g, exchange_chunks)
 
         # Last chunk first: the order autograd's replay takes (the comm thread's nodes carry lower
         # sequence numbers than the experts'), so dW sums in the same order and equal bitwise.
@@ -183,4 +193,4 @@ class _PipelinedMoE(torch.autograd.Function):
         if layer.record_times:
             for k, v in waited.items():
                 layer.times[k] = layer.times.get(k, 0.0) + v
-        return None, None, *grads
+        return None, None, None, *grads

@@ -8,7 +8,7 @@ Torch-free at import: the schedules' modules are imported when a variant is buil
 
 from __future__ import annotations
 
-LINA_CHUNK_BYTES = 30 * 2**20  # Lina's gradient AllReduce micro-op size (default 30 MB)
+from monta.variants import LINA_CHUNK_BYTES  # Lina's gradient AllReduce micro-op size (default 30 MB)
 
 
 def _lina(ctx):

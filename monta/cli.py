@@ -15,8 +15,8 @@ import sys
 _TOPICS = [
     ("bench", "monta.bench.cli", "run a benchmark: alltoall (TP exchange sweep), step (MoE training step)"),
     ("emulate", "monta.emulate.cli", "emulated multi-node cluster: run, probe, calibrate, presets"),
-    ("plan", "monta.perfmodel.cli", "rank parallel strategies for a cluster, model and sequence length"),
-    ("predict", "monta.perfmodel.cli", "performance-model predictions: paper, alltoall, accuracy"),
+    ("plan", "monta.perfmodel.reports.cli", "rank parallel strategies for a cluster, model and sequence length"),
+    ("predict", "monta.perfmodel.reports.cli", "performance-model predictions: paper, alltoall, accuracy"),
     ("regress", "monta.regress", "compare two record files and fail on a performance regression"),
     ("variants", "monta.variants", "list the training-step variants and their parts (plugins included)"),
 ]

@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from monta.dtypes import DTYPE_BYTES
 from monta.units import parse_size
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # Limits. A sweep of more sizes than this is a typo (a factor of 1.0000001), not an experiment.
 MAX_SIZES = 64
@@ -260,7 +259,9 @@ def alltoall_sweep(
 ) -> dict[str, Any]:
     """Every semantic check of one TP AllToAll sweep (``monta bench alltoall`` and the pipeline's
     ``alltoall`` / ablation sections). Returns the resolved values: tp, ep, sizes, variants, chunks
-    ('auto' or a list), experts. ``keys`` renames a key for ``where`` (e.g. sizes -> clusters[0].sizes)."""
+    (``monta.chunking.Auto`` or a list of integers), experts. ``keys`` renames a key for ``where``
+    (e.g. sizes -> clusters[0].sizes)."""
+    from monta.chunking import is_auto, parse_chunks
     from monta.parallel import ParallelLayout
 
     k = {
@@ -324,8 +325,8 @@ def alltoall_sweep(
                 f"{s} B is not a whole [E={experts}, C, M={hidden}] {dtype} buffer with C divisible by "
                 f"TP={tp}; use multiples of {row * tp} B or change hidden",
             )
-    if str(chunks).strip() == "auto":
-        ch: Any = "auto"
+    if is_auto(chunks):
+        ch: Any = parse_chunks(chunks)  # Auto(): resolved per size by the benchmark
     else:
         ch = int_list(chunks, k["chunks"], 1, MAX_CHUNKS, where)
         if "monta" in vs:

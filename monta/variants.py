@@ -37,9 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENTRY_POINT_GROUP = "monta.variants"
-EXCHANGES = ("legacy", "deepspeed", "monta")  # the core's (monta.comm.EXCHANGES); plugins add more: exchanges()
+EXCHANGES = ("legacy", "deepspeed", "monta")  # the core's, the one list of them; plugins add more: exchanges()
 KEYS = ("exchange", "schedule", "sync", "chunks")
 DEFAULT_PARTS = {"exchange": "deepspeed", "schedule": "deepspeed", "sync": "after-backward"}
+# Lina's gradient AllReduce micro-op size (its default, 30 MB): the lina-microops sync, the priority sync's
+# default micro-op and the performance model's price of one.
+LINA_CHUNK_BYTES = 30 * 2**20
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.dtypes import DTYPE_BYTES, torch_dtype
+
 _state: dict[str, Any] = {"layout_key": None, "pgs": {}, "refs": {}}
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: torch_dtype(name) for name in DTYPE_BYTES}
 
 
 def setup_layout(nodes: int, gpn: int, tp: int, ep: int, expert_tp: bool):
@@ -59,6 +61,19 @@ def _run_layer(layer: torch.nn.Module, x: torch.Tensor, w: torch.Tensor, seed: i
         "grads": {n: p.grad.detach().clone() for n, p in layer.named_parameters() if p.grad is not None},
         "exp_counts": exp_counts.detach(),
     }
+
+
+def _plans(layer: torch.nn.Module) -> list:
+    """Every RoutingPlan the layer's ``route`` returns from now on (the per-call chunks ride in it)."""
+    inner, plans = layer.deepspeed_moe, []
+    route = inner.route
+
+    def recording(*args, **kwargs):
+        plans.append(route(*args, **kwargs))
+        return plans[-1]
+
+    inner.route = recording
+    return plans
 
 
 def _ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity):
@@ -138,6 +153,7 @@ def compare_case(
         **_ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity),
     ).to(DTYPES[dtype])
     layer.load_state_dict(ref["state"])
+    plans = _plans(layer)
     x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
     res = _run_layer(layer, x, w, seed)
 
@@ -159,7 +175,7 @@ def compare_case(
             and all(torch.equal(g, ref["grads"][n]) for n, g in res["grads"].items())
         ),
         "capacity": int(layer.deepspeed_moe.expected_capacity(tokens)),
-        "chunks_used": layer.exchange.chunks,
+        "chunks_used": plans[-1].chunks,
         "inter_bytes": layer.traffic.inter,
         "intra_bytes": layer.traffic.intra,
         "phases": {
@@ -251,6 +267,7 @@ def shrinking_capacity_case(
     layer = MoE(expert=_expert(hidden), exchange="monta", chunks=chunks, groups=pgs, **kwargs)
     layer.load_state_dict(reference(pgs, tokens=tokens, **common)["state"])  # same weights for any token count
     monta_layer._REDUCED.clear()  # "once per process": this world's earlier cases must not count
+    plans = _plans(layer)
     logged: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda rec: logged.append(rec.getMessage())
@@ -263,7 +280,7 @@ def shrinking_capacity_case(
             res = _run_layer(layer, *_inputs(pgs, n, hidden, torch.float32), seed)
             same = all(torch.equal(res[key], ref[key]) for key in ("out", "x_grad"))
             same &= all(torch.equal(g, ref["grads"][p]) for p, g in res["grads"].items())
-            calls.append((name, layer.deepspeed_moe.expected_capacity(n), layer.exchange.chunks, bool(same)))
+            calls.append((name, layer.deepspeed_moe.expected_capacity(n), plans[-1].chunks, bool(same)))
         stock = DSMoE(expert=_expert(hidden), **kwargs)
         stock.set_deepspeed_parallelism()
         stock.load_state_dict(layer.state_dict())
@@ -278,7 +295,7 @@ def shrinking_capacity_case(
             (
                 "eval",
                 layer.deepspeed_moe.expected_capacity(tokens),
-                layer.exchange.chunks,
+                plans[-1].chunks,
                 bool(torch.equal(outs[0], outs[1])),
             )
         )
@@ -289,7 +306,7 @@ def shrinking_capacity_case(
             (
                 "full again",
                 layer.deepspeed_moe.expected_capacity(tokens),
-                layer.exchange.chunks,
+                plans[-1].chunks,
                 bool(torch.equal(res["out"], ref["out"])),
             )
         )

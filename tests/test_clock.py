@@ -1,4 +1,4 @@
-"""The emulated clock: one dilation D for every exchange and compute piece (monta.perfmodel.clock),
+"""The emulated clock: one dilation D for every exchange and compute piece (monta.perfmodel.training.clock),
 and the runtime that makes a piece last its target (monta.model.clock)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 
 from monta.emulate.topology import Topology
 from monta.model.config import PRESETS, resolve_config
-from monta.perfmodel.clock import Clock, buffer_bytes
-from monta.perfmodel.compute import piece_flops
-from monta.perfmodel.models import spec_of
+from monta.perfmodel.training.clock import Clock, buffer_bytes
+from monta.perfmodel.training.compute import piece_flops
 
 MINI = PRESETS["moe-2x70b-mini"]
 
@@ -61,7 +60,7 @@ def test_compute_pieces_are_the_full_model_times_d():
         assert v == pytest.approx(c.full_pieces_us[k] * c.dilation), k
     assert c.optimizer_us == pytest.approx(c.full_optimizer_us * c.dilation)
     # summed over the run's own FLOPs of a layer, us_per_flop gives back D x the full model's piece
-    run = piece_flops(spec_of(MINI), MINI.tokens_per_micro_batch, MINI.seq, 4)
+    run = piece_flops(MINI, MINI.tokens_per_micro_batch, MINI.seq, 4)
     run["head"] *= 4  # replicated over TP in the run
     for k, rate in c.us_per_flop().items():
         assert rate * run[k] == pytest.approx(c.pieces_us[k]), k

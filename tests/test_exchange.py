@@ -145,15 +145,16 @@ def test_ep_group_not_matching_layout_is_refused(dist_world):
 
 
 def test_auto_chunks_come_from_the_performance_model(dist_world):
-    from monta.comm.auto import auto_chunks
+    from monta.chunking import Auto
     from monta.parallel import ParallelLayout
+    from monta.perfmodel.network.chunks import model_chooser
 
     results = dist_world(8).run(
         moe_cases.compare_case, nodes=2, gpn=4, tp=4, ep=2, k=2, expert_tp=True, exchange="monta", chunks="auto"
     )
     cap = results[0]["capacity"]
     # The layer asks the model about its own full per-rank buffer: E=4 experts x C x M=8, fp32.
-    want = auto_chunks(4 * cap * 8 * 4, ParallelLayout(2, 4, 4, 2), cap // 4)
+    want = Auto().resolve(4 * cap * 8 * 4, ParallelLayout(2, 4, 4, 2), cap // 4, model_chooser())
     for r in results:
         assert r["bitwise"], r
         assert r["chunks_used"] == want

@@ -160,6 +160,8 @@ def test_a_bad_emulate_or_network_flag_is_named_before_anything_starts(no_launch
         (["--layers", "0"], "--layers 0: must be an integer from 1"),
         (["--variants", "monta,nope"], "--variants: unknown variant 'nope'; choose from deepspeed,"),
         (["--timeout", "-5"], "--timeout -5.0: must be a finite number"),
+        (["--chunks", "four"], "--chunks='four': give an integer >= 1 or 'auto'"),
+        (["--lancet-partitions", "0"], "--lancet-partitions 0: must be an integer from 1"),
     ],
 )
 def test_a_bad_step_flag_is_named_before_any_rank_starts(no_launch, capsys, args, named):
@@ -286,7 +288,7 @@ def test_predict_accuracy_refuses_nan_measurements(capsys, tmp_path):
     prof.write_text("{}")  # never read: the records are checked first
     cur = tmp_path / "m.jsonl"
     cur.write_text(json.dumps(rec(float("nan"))) + "\n")
-    from monta.perfmodel import cli as pcli
+    from monta.perfmodel.reports import cli as pcli
 
     err = one_line_error(capsys, ["predict", "accuracy", "--measured", str(cur), "--profile", str(prof)])
     assert f"{cur}:1: metrics.time_us is NaN" in err

@@ -10,18 +10,19 @@ import time
 
 import pytest
 
+from monta.model.config import ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
-from monta.perfmodel import collectives as C
-from monta.perfmodel.accuracy import evaluate, mape, report
-from monta.perfmodel.chunks import choose_chunks
-from monta.perfmodel.collectives import GroupShape
-from monta.perfmodel.exchange import exchange_time
-from monta.perfmodel.links import Cluster, Link, LinkProfile, get_cluster
-from monta.perfmodel.memory import RESERVE_GB, memory_per_rank
-from monta.perfmodel.models import ModelSpec, get_model
-from monta.perfmodel.planner import plan
-from monta.perfmodel.step import predict_step
-from monta.perfmodel.strategy import Strategy
+from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network.chunks import choose_chunks
+from monta.perfmodel.network.collectives import GroupShape
+from monta.perfmodel.network.exchange import exchange_time
+from monta.perfmodel.network.links import Cluster, Link
+from monta.perfmodel.network.profile import LinkProfile, get_cluster
+from monta.perfmodel.reports.accuracy import evaluate, mape, report
+from monta.perfmodel.training.memory import RESERVE_GB, memory_per_rank
+from monta.perfmodel.training.planner import plan
+from monta.perfmodel.training.step import predict_step
+from monta.perfmodel.training.strategy import Strategy
 from monta.results import make_record, read_records, write_records
 from monta.units import format_size, parse_size, size_range
 
@@ -207,7 +208,20 @@ def test_choose_chunks_reads_the_cluster_from_the_environment(monkeypatch, tmp_p
 
 # -- memory ---------------------------------------------------------------------------------
 def test_memory_of_a_small_config_equals_the_hand_computed_value():
-    m = ModelSpec("tiny", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=100, experts=2, top_k=1)
+    m = ModelConfig(
+        name="tiny",
+        num_layers=2,
+        hidden=64,
+        num_heads=4,
+        num_kv_heads=2,
+        ffn=128,
+        vocab=100,
+        num_experts=2,
+        top_k=1,
+        capacity_factor=1.0,
+        seq=32,
+        micro_batch=1,
+    )
     s = Strategy(tp=2, ep=2, dp=2, zero=1, recompute="none")
     mem = memory_per_rank(m, s, seq=32, num_micro=1)
     # Per layer: attention 64*(64+2*32) + 64*64 = 12288, norms 2*64, gate 64*2 -> 12544 dense;
@@ -230,7 +244,7 @@ def test_memory_of_a_small_config_equals_the_hand_computed_value():
 
 def test_the_full_2x70b_does_not_fit_16_a800_but_a_layer_count_does():
     """docs/design.md#the-2x70b-model: 80 layers with Adam do not fit 16 x 80 GB; the layer count is a knob."""
-    m = get_model("moe-2x70b")
+    m = resolve_config("moe-2x70b")
     assert m.total_params == pytest.approx(125.3e9, rel=0.01)
     s = Strategy(tp=8, ep=2, dp=2, zero=1)
     assert not memory_per_rank(m, s, 8192).fits(80)
@@ -240,7 +254,7 @@ def test_the_full_2x70b_does_not_fit_16_a800_but_a_layer_count_does():
 # -- planner --------------------------------------------------------------------------------
 @pytest.mark.parametrize("gpus", [16, 128, 1024, 4096])
 def test_planner_answers_quickly_and_shifts_with_sequence_length(gpus):
-    m = get_model("moe-2x70b", layers=32 if gpus == 16 else None)
+    m = resolve_config("moe-2x70b", layers=32 if gpus == 16 else None)
     best = {}
     for seq in (8192, 32768, 131072):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -267,17 +281,17 @@ def test_planner_answers_quickly_and_shifts_with_sequence_length(gpus):
 
 def test_planner_says_what_would_make_it_fit():
     with pytest.raises(ValueError) as e:
-        plan(get_model("moe-2x70b"), get_cluster("a800", 2), 8192)
+        plan(resolve_config("moe-2x70b"), get_cluster("a800", 2), 8192)
     msg = str(e.value)
     assert "fits" in msg and "ZeRO-3" in msg and "would fit on" in msg and "--layers" in msg
     with pytest.raises(ValueError, match="--tp 3 must divide"):
-        plan(get_model("moe-2x70b-mini"), get_cluster("a800", 2), 8192, pins={"tp": 3})
+        plan(resolve_config("moe-2x70b-mini"), get_cluster("a800", 2), 8192, pins={"tp": 3})
     with pytest.raises(ValueError, match="--ep 4 must divide the model's 2 experts"):
-        plan(get_model("moe-2x70b-mini"), get_cluster("a800", 2), 8192, pins={"ep": 4})
+        plan(resolve_config("moe-2x70b-mini"), get_cluster("a800", 2), 8192, pins={"ep": 4})
 
 
 def test_pinned_paper_layout_ranks_monta_above_deepspeed_above_legacy():
-    m, cl = get_model("moe-2x70b", layers=16), get_cluster("a800", 2)
+    m, cl = resolve_config("moe-2x70b", layers=16), get_cluster("a800", 2)
     steps = {
         v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
         for v in ("legacy", "deepspeed", "monta", "monta+priority", "lina", "lancet")
@@ -289,7 +303,7 @@ def test_pinned_paper_layout_ranks_monta_above_deepspeed_above_legacy():
 
 def test_bad_degrees_and_presets_are_clear_errors():
     with pytest.raises(ValueError, match="unknown model preset"):
-        get_model("gpt5")
+        resolve_config("gpt5")
     with pytest.raises(ValueError, match="unknown cluster preset"):
         get_cluster("tpu-v9")
     with pytest.raises(ValueError, match="emulator:PATH"):
@@ -297,7 +311,7 @@ def test_bad_degrees_and_presets_are_clear_errors():
     with pytest.raises(ValueError, match="is not the world size"):
         Strategy(tp=8, ep=2, dp=4).validate(16, 8)
     with pytest.raises(ValueError, match="must divide the number of experts"):
-        Strategy(tp=4, ep=4, dp=4).validate(16, 8, get_model("moe-2x70b"))
+        Strategy(tp=4, ep=4, dp=4).validate(16, 8, resolve_config("moe-2x70b"))
     with pytest.raises(ValueError, match="tp=3"):
         ParallelLayout(2, 8, tp=3)
     with pytest.raises(ValueError, match="unknown exchange variant"):
@@ -460,9 +474,10 @@ def test_cli_commands(tmp_path, capsys):
 
 
 def test_import_is_torch_free():
+    mods = "network.profile, network.alltoall, training.planner, reports.cli, reports.paper, reports.accuracy"
     code = (
-        "import sys, monta.perfmodel, monta.perfmodel.cli, monta.perfmodel.planner, monta.perfmodel.paper, "
-        "monta.perfmodel.accuracy; assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules"
+        "import sys, monta.perfmodel, " + ", ".join(f"monta.perfmodel.{m}" for m in mods.split(", ")) + "; "
+        "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -533,7 +548,7 @@ def test_emulator_intra_collectives_share_the_machine_cores():
 
 # -- the emulator's shared CPU (fluid timeline) ---------------------------------------------------
 def test_fluid_timeline_shares_a_resource_and_conserves_work():
-    from monta.perfmodel.fluid import FluidTimeline
+    from monta.perfmodel.network.fluid import FluidTimeline
 
     tl = FluidTimeline()
     tl.add("a", {"cpu": 10.0})
@@ -605,7 +620,8 @@ def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
 
 
 def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
-    from monta.comm.split import chunk_sizes, chunk_weights
+    from monta.chunking import monta_split as chunk_sizes
+    from monta.chunking import monta_weights as chunk_weights
 
     assert (
         chunk_weights(1) == [1.0] and chunk_weights(2) == [0.5, 0.5] and chunk_weights(3) == pytest.approx([1 / 3] * 3)
@@ -634,9 +650,9 @@ def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
 def test_the_intra_node_allgather_follows_simais_nvlink_table():
     """TP8 AllGather bus bandwidth on the A800 preset = SimAI's NVLink ratios (nvlink_ratio.csv, one node,
     normalised to its largest size) x 160 GB/s: ~89 / 128 / 136 / 152 GB/s at 16 / 64 / 128 / 1024 MiB."""
-    from monta.perfmodel import collectives as C
-    from monta.perfmodel.collectives import GroupShape
-    from monta.perfmodel.links import PRESETS
+    from monta.perfmodel.network import collectives as C
+    from monta.perfmodel.network.collectives import GroupShape
+    from monta.perfmodel.network.links import PRESETS
 
     tp8 = GroupShape.strided(8, 1, 8)
     for name in ("a800-4nic", "a800-8nic"):

@@ -93,7 +93,7 @@ def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
 
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     cfg = resolve_config("moe-2x70b-mini", **overrides)
-    pgs, built = build_world(layout, cfg, variants, chunks=2, seed=1234)
+    pgs, built = build_world(layout, cfg, variants, chunks=2, seed=1234, lancet_partitions=2)
     if wrong is True:
         built["lina"].model.set_schedule(_SkewedLina(2))
     elif wrong:  # a variant's name: its own schedule, skewed
@@ -151,7 +151,7 @@ def test_lancet_partitioned_attention_matches_deepspeed(dist_world, variant):
         assert d < PARAM_TOL, d
         early, capacity = breakdown[variant]["early"]
         # top-2 over 2 experts: first choices fill about half of each expert's slots; 2 partitions
-        # (the fixture's chunks) make the first partition's share final before the second is gated
+        # (the fixture's lancet_partitions) make the first partition's share final before the second is gated
         assert 0 < early < capacity // 2, (early, capacity)
 
 
@@ -325,17 +325,30 @@ def test_chunks_auto_needs_a_cluster_when_emulated(monkeypatch):
 def test_chunks_auto_follows_the_performance_model():
     """auto picks the performance model's count for the preset's full dispatch buffer, within C / TP."""
     from monta.bench import step
-    from monta.comm.auto import auto_chunks
+    from monta.chunking import Auto
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
+    from monta.perfmodel.network.chunks import choose_chunks
 
     spec = step._spec(_args(chunks="auto", cluster="a800"))
     layout, cfg = ParallelLayout(2, 4, tp=4, ep=2), resolve_config("moe-2x70b-mini")
-    n = step.resolve_chunks(spec, cfg, layout, 4)
+    n = step.run_chunks(spec, cfg, layout, 4)
     capacity = cfg.tokens_per_micro_batch  # top-2 over 2 experts at cf 1.0: C = tokens
-    assert n == auto_chunks(2 * capacity * cfg.hidden * 4, layout, capacity // 4, "a800")
+    assert n == choose_chunks(2 * capacity * cfg.hidden * 4, layout, "a800", candidates=Auto().within(capacity // 4))
     assert 1 <= n <= capacity // 4
-    assert step.resolve_chunks(dict(spec, chunks=3), cfg, layout, 4) == 3
+    assert step.run_chunks(dict(spec, chunks=3), cfg, layout, 4) == 3
+
+
+def test_lancet_partitions_are_their_own_knob():
+    """--lancet-partitions defaults to the performance model's PARTITIONS, apart from --chunks."""
+    from monta.bench import step
+    from monta.perfmodel.training.step import PARTITIONS
+
+    assert step._spec(_args(chunks="2"))["lancet_partitions"] == PARTITIONS == 4
+    spec = step._spec(_args(chunks="2", lancet_partitions=3))
+    assert (spec["chunks"], spec["lancet_partitions"]) == (2, 3)
+    with pytest.raises(ValueError, match="--lancet-partitions 0: must be an integer from 1"):
+        step._spec(_args(lancet_partitions=0))
 
 
 def test_default_emulated_topology_is_shaped():
@@ -455,11 +468,10 @@ def test_compute_on_the_clock_keeps_the_math_and_prices_every_piece(runs, dist_w
     then wait), and each step charges every priced GEMM forward, dX and dW (3x the forward FLOPs),
     the attention core forward + backward (1 + 2) and the optimizer once."""
     from monta.model.config import resolve_config
-    from monta.perfmodel.compute import piece_flops
-    from monta.perfmodel.models import spec_of
+    from monta.perfmodel.training.compute import piece_flops
 
     cfg = resolve_config("moe-2x70b-mini", **TEST_OVERRIDES)
-    fl = piece_flops(spec_of(cfg), cfg.tokens_per_micro_batch, cfg.seq, 2)
+    fl = piece_flops(cfg, cfg.tokens_per_micro_batch, cfg.seq, 2)
     fl["head"] *= 2  # the run's head is replicated over TP
     per_step = {
         p: 3 * US_PER_FLOP * 1e-6 * fl[p] * (1 if p == "head" else cfg.num_layers)

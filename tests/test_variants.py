@@ -17,7 +17,7 @@ from monta import variants as registry
 ROOT = Path(__file__).resolve().parents[1]
 
 # What each name meant before the registry (engine.EXCHANGE_OF, the if-chains on "lina" /
-# "monta+priority" / "lancet", perfmodel.step._EXCHANGE/_PRIORITY): exchange, schedule, sync.
+# "monta+priority" / "lancet", perfmodel.training.step._EXCHANGE/_PRIORITY): exchange, schedule, sync.
 TODAY = {
     "deepspeed": ("deepspeed", "deepspeed", "after-backward"),
     "legacy": ("legacy", "deepspeed", "after-backward"),
@@ -37,7 +37,8 @@ def test_todays_names_keep_their_meaning():
     for name, parts in TODAY.items():
         assert _parts(name) == parts, name
     # the gradient side as before: lina in 30 MB micro-ops, monta+priority one micro-op per gradient
-    assert registry.get("lina").sync.priority and registry.get("lina").sync.chunk_bytes == 30 * 2**20
+    lina = registry.get("lina").sync
+    assert lina.priority and lina.chunk_bytes == registry.LINA_CHUNK_BYTES == 30 * 2**20
     assert registry.get("monta+priority").sync.priority and registry.get("monta+priority").sync.chunk_bytes is None
     assert not registry.get("monta").sync.priority and not registry.get("lancet").sync.priority
     assert registry.get("lancet").schedule.check_model is not None
@@ -177,8 +178,8 @@ def test_a_plugin_exchange_is_checked_when_it_registers(monkeypatch):
 def test_the_model_prices_a_plugin_exchange_as_it_declared(monkeypatch):
     """toy-exchange declared model_as=deepspeed: the same prediction as deepspeed; an exchange that
     declared none is refused with a line saying how to give it one."""
-    from monta.perfmodel.alltoall import make_layout
-    from monta.perfmodel.exchange import exchange_time
+    from monta.perfmodel.network.alltoall import make_layout
+    from monta.perfmodel.network.exchange import exchange_time
 
     layout = make_layout(2, 8, 8, None)
     assert exchange_time("toy-exchange", 2**24, layout, "a800-4nic").total_us == pytest.approx(
@@ -192,16 +193,14 @@ def test_the_model_prices_a_plugin_exchange_as_it_declared(monkeypatch):
 def test_the_performance_model_predicts_the_compositions():
     """monta+lina and monta+lancet: MoNTA's exchange under the baselines' overlap; on the paper's
     setups the model has each beat both of its parts, and existing names predict as before."""
-    from dataclasses import replace
-
-    from monta.perfmodel.links import get_cluster
-    from monta.perfmodel.models import get_model
-    from monta.perfmodel.step import predict_step
-    from monta.perfmodel.strategy import Strategy
+    from monta.model.config import resolve_config
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.step import predict_step
+    from monta.perfmodel.training.strategy import Strategy
 
     for name in ("a800-4nic", "a800-8nic"):
         cl = get_cluster(name, 2, 8)
-        m = replace(get_model("moe-2x70b"), layers=24)
+        m = resolve_config("moe-2x70b", layers=24)
         t = {
             v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v), cl, 8192, 2).total_us
             for v in (
@@ -225,7 +224,7 @@ def test_the_performance_model_predicts_the_compositions():
 
 
 def test_predict_paper_lists_every_variant():
-    from monta.perfmodel.paper import run
+    from monta.perfmodel.reports.paper import run
 
     text, recs = run(["a800-4nic"], None, "none")
     steps = {r["params"]["variant"] for r in recs if r["kind"] == "step"}

@@ -6,15 +6,14 @@ Parses and validates every flag up front, then launches one worker per rank and 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
+from monta.bench.alltoall_config import AlltoallConfig
 from monta.comm import EXCHANGES
+from monta.dtypes import DTYPE_BYTES, DTYPES
 from monta.parallel import ParallelLayout
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -163,11 +162,12 @@ def _check_memory(sizes: list[int], ranks_here: int) -> None:
         )
 
 
-def build_config(args: argparse.Namespace) -> dict:
+def build_config(args: argparse.Namespace) -> AlltoallConfig:
     """Validate the flags into the worker config (UsageError names the flag, its value and what is allowed).
 
     Every check here runs before any rank or emulated network starts (monta.validate holds the
     semantic ones, shared with the pipeline's config validation)."""
+    from monta.chunking import Auto, capacity_slice
     from monta.emulate import topology_from_args
     from monta.validate import UsageError, alltoall_sweep, number, out_path, slowdown
 
@@ -191,13 +191,13 @@ def build_config(args: argparse.Namespace) -> dict:
     rep = _repetition(args)
     tp, ep, sizes, variants, experts = v["tp"], v["ep"], v["sizes"], v["variants"], v["experts"]
     layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, ep)
-    elsize = {"float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
-    if v["chunks"] == "auto":
-        from monta.comm.auto import auto_chunks
+    elsize = DTYPE_BYTES[args.dtype]
+    if isinstance(v["chunks"], Auto):  # the performance model's count per size (on --cluster)
+        from monta.perfmodel.network.chunks import model_chooser
 
-        chunks = sorted(
-            {auto_chunks(s, layout, max(1, s // (experts * args.hidden * elsize * tp)), args.cluster) for s in sizes}
-        )
+        choose = model_chooser(args.cluster)
+        row = experts * args.hidden * elsize  # bytes of one capacity slot over all experts
+        chunks = sorted({v["chunks"].resolve(s, layout, capacity_slice(s // row, tp), choose) for s in sizes})
     else:
         chunks = v["chunks"]
     if rep["max_iters"] < args.iters:
@@ -209,7 +209,7 @@ def build_config(args: argparse.Namespace) -> dict:
     out_path(args.out, append=args.append)
     inject = slowdown(args.inject_slowdown, variants)
     topo = topology_from_args(args)
-    return {
+    fields = {
         "nodes": args.nodes,
         "gpus_per_node": args.gpus_per_node,
         "tp": tp,
@@ -235,50 +235,49 @@ def build_config(args: argparse.Namespace) -> dict:
         "topology": {**topo.to_dict(), "description": topo.describe()},
         "chunks_arg": args.chunks,
     }
+    return AlltoallConfig(**fields)
 
 
 # Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
 _UNSHAPED_GBPS = 4.0
 
 
-def expected_seconds(cfg: dict) -> float:
+def expected_seconds(cfg: AlltoallConfig) -> float:
     """A generous estimate of one run's wall time: start-up (imports, rendezvous, per rank on a
     shared machine), then per size the warm-up, the timed iterations (the most adaptive iterations
     can take: --max-iters, or --budget-s when set) and the check, each iteration one call of every
     variant row at the legacy exchange's inter-node time (the slowest variant's bytes)."""
-    topo = cfg.get("topology") or {}
+    topo = cfg.topology or {}
     gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
     from monta import variants as registry
 
-    chunked = sum(registry.exchange(v).chunked for v in cfg["variants"])
-    rows = len(cfg["variants"]) - chunked + len(cfg["chunks"]) * chunked
-    rows += 2 if cfg["tp"] > 1 and cfg.get("components", True) else 0
-    total = 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"]
-    for size in cfg["sizes"]:
-        call = max(0.01, cfg["gpus_per_node"] * size * 8 / (gbps * 1e9))
+    chunked = sum(registry.exchange(v).chunked for v in cfg.variants)
+    rows = len(cfg.variants) - chunked + len(cfg.chunks) * chunked
+    rows += 2 if cfg.tp > 1 and cfg.components else 0
+    total = 60.0 + 5.0 * cfg.nodes * cfg.gpus_per_node
+    for size in cfg.sizes:
+        call = max(0.01, cfg.gpus_per_node * size * 8 / (gbps * 1e9))
         round_s = rows * call
-        timed = cfg["iters"] * round_s
-        if cfg["max_iters"] > cfg["iters"] and cfg["target_ci"] > 0:
-            extra = (cfg["max_iters"] - cfg["iters"]) * round_s
-            timed += min(extra, cfg["budget_s"] + round_s) if cfg["budget_s"] else extra
-        total += cfg["warmup"] * round_s + timed + (round_s if cfg["check"] else 0.0)
+        timed = cfg.iters * round_s
+        if cfg.max_iters > cfg.iters and cfg.target_ci > 0:
+            extra = (cfg.max_iters - cfg.iters) * round_s
+            timed += min(extra, cfg.budget_s + round_s) if cfg.budget_s else extra
+        total += cfg.warmup * round_s + timed + (round_s if cfg.check else 0.0)
     return total
 
 
-def stall_seconds(cfg: dict) -> float:
+def stall_seconds(cfg: AlltoallConfig) -> float:
     """How long the ranks may go without a progress report before the run counts as stalled: the
     longest stretch between two reports (one size's warm-up or check, or one timed iteration) four
     times over, and never under two minutes plus 5 s a rank (start-up on a shared machine)."""
-    topo = cfg.get("topology") or {}
+    topo = cfg.topology or {}
     gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
-    rows = len(cfg["variants"]) * len(cfg["chunks"]) + 2
-    longest = max(
-        max(0.01, cfg["gpus_per_node"] * s * 8 / (gbps * 1e9)) * rows * max(1, cfg["warmup"]) for s in cfg["sizes"]
-    )
-    return max(120.0, 60.0 + 5.0 * cfg["nodes"] * cfg["gpus_per_node"], 4 * longest)
+    rows = len(cfg.variants) * len(cfg.chunks) + 2
+    longest = max(max(0.01, cfg.gpus_per_node * s * 8 / (gbps * 1e9)) * rows * max(1, cfg.warmup) for s in cfg.sizes)
+    return max(120.0, 60.0 + 5.0 * cfg.nodes * cfg.gpus_per_node, 4 * longest)
 
 
-def default_timeout(cfg: dict) -> float:
+def default_timeout(cfg: AlltoallConfig) -> float:
     """Twice the expected run time plus two minutes: a slow machine passes, a hung run does not wait
     the old fixed 20 minutes for a sweep of seconds (and a stalled rank is caught sooner still)."""
     return round(2 * expected_seconds(cfg) + 120.0)
@@ -292,19 +291,19 @@ def main(args: argparse.Namespace) -> int:
         from monta.bench import alltoall_worker
 
         with tempfile.NamedTemporaryFile("w", prefix="monta-a2a-", suffix=".json") as f:
-            json.dump(cfg, f)
+            f.write(cfg.to_json())
             f.flush()
             return alltoall_worker.main(f.name)
     from monta.emulate import EmulationError, Topology, launch
 
-    topo = Topology(**{k: v for k, v in cfg["topology"].items() if k != "description"})
+    topo = Topology(**{k: v for k, v in cfg.topology.items() if k != "description"})
     from monta import tmpdirs
 
     tmpdirs.clean_stale()
     tmp = tmpdirs.make("monta-a2a-")
     try:
         cfg_path = Path(tmp) / "config.json"
-        cfg_path.write_text(json.dumps(cfg))
+        cfg_path.write_text(cfg.to_json())
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         try:
             launch(
@@ -324,9 +323,9 @@ def main(args: argparse.Namespace) -> int:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
-    if cfg["out"] and not args.no_wandb:
+    if cfg.out and not args.no_wandb:
         from monta.results import read_records
         from monta.tracking import log_records
 
-        log_records(read_records(cfg["out"]), group=cfg["experiment"], config=cfg, job_type="alltoall")
+        log_records(read_records(cfg.out), group=cfg.experiment, config=cfg.to_dict(), job_type="alltoall")
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import socket
 import statistics
@@ -19,8 +18,10 @@ import time
 from typing import Any
 
 from monta import variants as registry
+from monta.chunking import Auto, capacity_slice, dispatch_bytes, expert_capacity, is_auto, parse_chunks
 from monta.model.config import PRESETS, ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
+from monta.perfmodel.training.step import PARTITIONS
 
 # record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)
 BREAKDOWN = {
@@ -59,8 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--chunks",
         default="4",
-        help="chunks of the monta exchange and of pipelined schedules (lina, lancet): an integer, or 'auto' "
+        help="chunks of the monta exchange and pieces of the lina schedule: an integer, or 'auto' "
         "(the performance model's choice for the dispatch buffer on --cluster)",
+    )
+    p.add_argument(
+        "--lancet-partitions",
+        type=int,
+        default=PARTITIONS,
+        help=f"batch partitions of the lancet schedule (default {PARTITIONS}: the performance model's "
+        "PARTITIONS, monta.perfmodel.training.step, so the run and the model's price agree)",
     )
     p.add_argument(
         "--cluster",
@@ -132,6 +140,7 @@ def check_args(args: argparse.Namespace) -> list[str]:
     V.integer(args.steps, "steps", 1, V.MAX_ITERS)
     V.integer(args.warmup, "warmup", 0, V.MAX_ITERS)
     V.integer(args.seed, "seed", 0, 2**32 - 1)
+    V.integer(args.lancet_partitions, "lancet_partitions", 1, V.MAX_CHUNKS)
     for flag in ("layers", "hidden", "heads", "kv_heads", "ffn", "experts", "topk", "seq", "micro_batch"):
         if getattr(args, flag) is not None:
             V.integer(getattr(args, flag), flag, 1, 2**24)
@@ -146,23 +155,19 @@ def check_args(args: argparse.Namespace) -> list[str]:
 
 def _spec(args: argparse.Namespace) -> dict[str, Any]:
     variants = check_args(args)
-    if args.chunks == "auto":
-        chunks: int | str = "auto"
-        cluster = args.cluster or os.environ.get("MONTA_CLUSTER")
+    try:
+        chunks = parse_chunks(args.chunks)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None  # --chunks='four': give an integer >= 1 or 'auto'
+    cluster = args.cluster
+    if isinstance(chunks, Auto):
+        cluster = cluster or os.environ.get("MONTA_CLUSTER")
         if cluster is None and args.emulate:
             raise ValueError(
                 "--chunks auto on the emulated cluster needs --cluster emulator:PROFILE.json; write one "
                 "with `monta emulate calibrate --nodes N --gpus-per-node G <same topology flags> --out "
                 "PROFILE.json`"
             )
-    else:
-        try:
-            chunks = int(args.chunks)
-        except ValueError:
-            raise ValueError(f"--chunks={args.chunks!r}: give an integer >= 1 or 'auto'") from None
-        if chunks < 1:
-            raise ValueError(f"--chunks={chunks}: must be >= 1")
-        cluster = args.cluster
     if args.steps < 1 or args.warmup < 0:
         raise ValueError("--steps must be >= 1 and --warmup >= 0")
     if args.peak_tflops is not None and not args.peak_tflops > 0:
@@ -195,8 +200,9 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "overrides": {k: v for k, v in cfg.to_dict().items()},
         "variants": variants,
-        "chunks": chunks,
+        "chunks": chunks.as_json(),
         "cluster": cluster,
+        "lancet_partitions": args.lancet_partitions,
         "steps": args.steps,
         "warmup": args.warmup,
         "seed": args.seed,
@@ -219,8 +225,8 @@ def _topology(args: argparse.Namespace):
 
 
 def clock_of(topo, lay: dict[str, Any], cfg):
-    """The run's clock (``monta.perfmodel.clock``): its topology must emulate a cluster preset."""
-    from monta.perfmodel.clock import Clock
+    """The run's clock (``monta.perfmodel.training.clock``): its topology must emulate a cluster preset."""
+    from monta.perfmodel.training.clock import Clock
 
     if not topo.cluster:
         raise ValueError(
@@ -238,17 +244,21 @@ def clock_of(topo, lay: dict[str, Any], cfg):
     )
 
 
-def resolve_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
-    """The chunk count every variant uses: the flag's integer, or the performance model's choice for
-    this rank's full [E, C, M] dispatch buffer (as ``monta.moe`` computes it for chunks='auto')."""
-    if spec["chunks"] != "auto":
-        return int(spec["chunks"])
-    from monta.comm.auto import auto_chunks
+def run_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
+    """The chunk count every variant uses: the flag's integer, or the performance model's choice (on the
+    spec's cluster) for this rank's full [E, C, M] dispatch buffer at the training capacity, as the MoE
+    layer resolves it per call (``monta.chunking``)."""
+    chunks = parse_chunks(spec["chunks"])
+    capacity = expert_capacity(
+        cfg.tokens_per_micro_batch, cfg.num_experts, cfg.capacity_factor, cfg.top_k, cfg.min_capacity
+    )
+    chooser = None
+    if isinstance(chunks, Auto):
+        from monta.perfmodel.network.chunks import model_chooser
 
-    tokens = cfg.tokens_per_micro_batch
-    capacity = max(cfg.min_capacity, math.ceil(tokens / cfg.num_experts * cfg.capacity_factor * cfg.top_k))
-    nbytes = cfg.num_experts * capacity * cfg.hidden * element_size
-    return auto_chunks(nbytes, layout, max(1, capacity // layout.tp), spec["cluster"])
+        chooser = model_chooser(spec["cluster"])
+    nbytes = dispatch_bytes(cfg.num_experts, capacity, cfg.hidden, element_size)
+    return chunks.resolve(nbytes, layout, capacity_slice(capacity, layout.tp), chooser)
 
 
 # Dense bf16 peak per GPU (TFLOP/s, vendor datasheets, no sparsity) for MFU; --peak-tflops overrides.
@@ -258,11 +268,10 @@ PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, 
 def model_flops_per_rank(cfg, layout) -> float:
     """Model FLOPs one rank does per training step (forward + backward = 3 x forward; no recomputation,
     capacity padding counted as the experts compute it), from the performance model's layer counts."""
-    from monta.perfmodel.compute import head_flops, layer_flops
-    from monta.perfmodel.models import spec_of
+    from monta.perfmodel.training.compute import head_flops, layer_flops
 
-    m, tokens = spec_of(cfg), cfg.tokens_per_micro_batch
-    fwd = cfg.num_layers * layer_flops(m, tokens, cfg.seq, layout.tp).total + head_flops(m, tokens, layout.tp)
+    tokens = cfg.tokens_per_micro_batch
+    fwd = cfg.num_layers * layer_flops(cfg, tokens, cfg.seq, layout.tp).total + head_flops(cfg, tokens, layout.tp)
     return 3.0 * fwd
 
 
@@ -367,11 +376,6 @@ def _parts(v: str) -> dict[str, Any]:
     }
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
-
-
 def _worker(spec: dict[str, Any]) -> int:
     import torch.distributed as dist
 
@@ -383,7 +387,7 @@ def _worker(spec: dict[str, Any]) -> int:
 
     layout = ParallelLayout(**spec["layout"])
     cfg = ModelConfig(**spec["overrides"])
-    chunks = resolve_chunks(spec, cfg, layout, 2 if torch.cuda.is_available() else 4)
+    chunks = run_chunks(spec, cfg, layout, 2 if torch.cuda.is_available() else 4)
     spec = dict(spec, chunks_requested=spec["chunks"], chunks=chunks)
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
@@ -402,7 +406,7 @@ def _worker(spec: dict[str, Any]) -> int:
         warmup=spec["warmup"],
         seed=spec["seed"],
         zero_stage=spec["zero_stage"],
-        lancet_partitions=chunks,
+        lancet_partitions=spec.get("lancet_partitions", PARTITIONS),
         clock=clock,
     )
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
@@ -416,7 +420,7 @@ def _worker(spec: dict[str, Any]) -> int:
 def _clock_summary(per_rank: list[dict], v: str, step_ms: float) -> dict[str, Any]:
     """Variant ``v`` on the compute clock: priced compute per step (the slowest rank's), and every piece
     whose real math outlasted its target (counted and named over all ranks and steps)."""
-    from monta.perfmodel.clock import OVERRUN_BOUND
+    from monta.perfmodel.training.clock import OVERRUN_BOUND
 
     steps = [s for r in per_rank for s in r[v]["clock"]]
     if not steps:
@@ -438,7 +442,7 @@ def _clock_summary(per_rank: list[dict], v: str, step_ms: float) -> dict[str, An
 
 def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
     from monta.bench.hostload import is_cpu_bound, verdict
-    from monta.bench.stats import bootstrap, median_ratio
+    from monta.bench.stats import bootstrap, median_ratio, percentile
     from monta.results import make_record, new_run_id, write_records
 
     run_id = new_run_id()
@@ -474,8 +478,8 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         loss = statistics.fmean(r[v]["loss"][-1] for r in per_rank)
         metrics = {
             "step_ms": med,
-            "step_ms_p10": _pct(step_ms, 0.1),
-            "step_ms_p90": _pct(step_ms, 0.9),
+            "step_ms_p10": percentile(step_ms, 10),
+            "step_ms_p90": percentile(step_ms, 90),
             "tokens_per_s": tokens / (med / 1e3),
             "loss": loss,
             "breakdown_ms": bd,
@@ -551,7 +555,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         )
     print(
         f"# chunks {spec['chunks']} (requested {spec['chunks_requested']}"
-        f"{', cluster ' + str(spec['cluster']) if spec['chunks_requested'] == 'auto' else ''}); "
+        f"{', cluster ' + str(spec['cluster']) if is_auto(spec['chunks_requested']) else ''}); "
         "breakdown ms, median over steps of the mean over ranks; *_bwd = exchange inside backward"
     )
     hdr = ["variant", "step_ms", "p10", "p90", "speedup", "tok/s", "loss"] + list(BREAKDOWN) + ["exchange"]

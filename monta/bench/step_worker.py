@@ -13,7 +13,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.perfmodel.training.step import PARTITIONS  # Lancet's batch partitions: the model's number by default
 from monta.progress import beat
+from monta.variants import LINA_CHUNK_BYTES
 
 
 def init_from_env(timeout_s: float = 300.0) -> None:
@@ -40,8 +42,8 @@ def build_world(
     chunks,
     seed: int,
     zero_stage: int = 1,
-    lancet_partitions: int = 2,
-    lina_chunk_bytes: int = 30 * 2**20,
+    lancet_partitions: int = PARTITIONS,
+    lina_chunk_bytes: int = LINA_CHUNK_BYTES,
 ):
     """Process groups and one engine per variant (collective; same order on every rank)."""
     from monta.groups import build_process_groups, init_deepspeed_groups
@@ -82,8 +84,7 @@ def run_interleaved(
     warmup=1,
     seed=1234,
     zero_stage=1,
-    lancet_partitions=2,
-    collect_grads=False,
+    lancet_partitions=PARTITIONS,
     clock=None,
 ) -> dict[str, Any]:
     """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank.
@@ -122,18 +123,9 @@ def run_interleaved(
     if load is not None:
         load.stop()
         out["host_cpu"] = {v: load.window(spans[v]) for v in variants}
-    if collect_grads:
-        for name in variants:
-            out[name]["grads"] = last_grads(built[name])
-            out[name]["params"] = {n: p.detach().clone() for n, p in built[name].model.named_parameters()}
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if torch.cuda.is_available():
         out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
     for v in built.values():
         v.engine.destroy() if hasattr(v.engine, "destroy") else None
     return out
-
-
-def last_grads(v) -> dict[str, torch.Tensor]:
-    """Gradients of the last step as the optimizer saw them is not kept by ZeRO; report parameters instead."""
-    return {}

@@ -3,4 +3,4 @@
 Import ``monta.comm.exchange`` for the strategies; this package init stays torch-free.
 """
 
-EXCHANGES = ("legacy", "deepspeed", "monta")  # the exchange strategies, by name
+from monta.variants import EXCHANGES  # noqa: F401  (the core exchange strategies, by name; the registry keeps them)

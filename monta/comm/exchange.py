@@ -18,9 +18,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from monta.comm import EXCHANGES, activity, split  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
+from monta.chunking import monta_split
+from monta.comm import EXCHANGES, activity  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import Streams, all_gather, all_to_all
+from monta.testaids import FAULT  # TEST AID: --inject-fault's hook in run_pass (defined there)
 
 
 @dataclass(frozen=True)
@@ -57,24 +59,6 @@ class ExchangeGroups:
         return len(self.ep_ranks)
 
 
-def chunk_sizes(capacity: int, chunks: int) -> list[int]:
-    """Split ``capacity`` into ``chunks`` near-equal pieces (the first ones one larger): the capacity
-    chunks of the Lina/Lancet pipelines. MoNTA's own exchange chunks follow ``monta.comm.split``."""
-    base, extra = divmod(capacity, chunks)
-    return [base + (1 if i < extra else 0) for i in range(chunks)]
-
-
-@dataclass
-class _Fault:
-    """Test-only fault injection for ``--check``: corrupt one element of the first chunk."""
-
-    rank: int = 0
-    enabled: bool = False
-
-
-FAULT = _Fault()
-
-
 def run_pass(
     x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int, meter: TrafficMeter | None = None, phase: str = ""
 ) -> torch.Tensor:
@@ -97,7 +81,7 @@ def run_pass(
     x_local = x.view(E, tp, cl, M)[:, g.tp_rank] if drop else x
     out = x.new_empty(E, cl * tp if gather else cl, M)
     out_view = out.view(E, tp, cl, M) if gather else out.view(E, 1, cl, M)
-    sizes = split.chunk_sizes(cl, chunks)  # the first chunk half size: it halves the pipeline's fill
+    sizes = monta_split(cl, chunks)  # the first chunk half size: it halves the pipeline's fill
     offsets = [sum(sizes[:i]) for i in range(chunks)]
     elsize = x.element_size()
     streams = Streams.for_device(x.device)
@@ -125,8 +109,8 @@ def run_pass(
             out_view[:, :, offsets[i] : offsets[i] + sizes[i]].copy_(chunk.transpose(0, 1))
             streams.keep(chunk, stream)
             streams.keep(out, stream)
-            if FAULT.enabled and i == 0 and g.rank == FAULT.rank:
-                out_view[0, 0, 0, 0] += 1.0
+            if FAULT.enabled:  # TEST AID (monta.testaids)
+                FAULT.corrupt(out_view, i, g.rank)
 
     busy = g.ep_size > 1
     if busy:
@@ -205,6 +189,10 @@ class TokenExchange:
 
     ``expert_tp``: experts are tensor-parallel (each TP rank needs the full capacity), the
     MoNTA/paper setting. Without it each TP rank's expert replica serves its own capacity slice.
+
+    ``chunks``: the count a call runs unless it passes its own (``dispatch(x, chunks=n)``: the MoE
+    layer passes the count it resolved for that call, ``RoutingPlan.chunks``); read-only, so no
+    caller changes it for the next one. An exchange that is not chunked always runs 1.
     """
 
     def __init__(
@@ -222,7 +210,7 @@ class TokenExchange:
         self.name = name
         self.groups = groups
         self.chunked = registered.chunked
-        self.chunks = chunks if self.chunked else 1
+        self._chunks = chunks if self.chunked else 1
         self._fn = registered.run_pass or run_pass
         self.expert_tp = expert_tp
         self.meter = meter
@@ -232,8 +220,21 @@ class TokenExchange:
         self.dispatch_spec = PassSpec(drop_in=not legacy_tp, gather_out=expert_tp and not legacy_tp)
         self.combine_spec = PassSpec(drop_in=expert_tp and not legacy_tp, gather_out=not legacy_tp)
 
-    def check(self, capacity: int) -> None:
-        """Raise ValueError before any collective if this capacity cannot be exchanged."""
+    @property
+    def chunks(self) -> int:
+        """The default count of a call (the one given at construction; 1 unless chunked)."""
+        return self._chunks
+
+    def count(self, chunks: int | None = None) -> int:
+        """The chunks a call runs: its own ``chunks`` (None: the default), 1 if not chunked."""
+        if not self.chunked:
+            return 1
+        return self._chunks if chunks is None else chunks
+
+    def check(self, capacity: int, chunks: int | None = None) -> None:
+        """Raise ValueError before any collective if this capacity cannot be exchanged in ``chunks``
+        (None: the default count)."""
+        n = self.count(chunks)
         tp = self.groups.tp_size
         if tp > 1 and capacity % tp:
             raise ValueError(
@@ -241,25 +242,29 @@ class TokenExchange:
                 "adjust capacity_factor/min_capacity or the token count"
             )
         cl = capacity // tp
-        if self.chunks > cl:
+        if n > cl:
             raise ValueError(
-                f"chunks={self.chunks} is larger than the capacity slice {cl} "
+                f"chunks={n} is larger than the capacity slice {cl} "
                 f"(capacity {capacity} / TP {tp}); use at most {cl} chunks"
             )
 
-    def dispatch(self, x_ECM: torch.Tensor) -> torch.Tensor:
-        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch", self._fn)
+    def dispatch(self, x_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        n = self.count(chunks)
+        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
 
-    def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
-        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine", self._fn)
+    def combine(self, y_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        n = self.count(chunks)
+        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
 
     # The backward of dispatch/combine, called directly by schedules that run it off autograd's
     # thread (the Lina/Lancet pipelined backward); the same pass autograd would run.
-    def dispatch_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
-        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, self.chunks, self.meter, "dispatch", self._fn)
+    def dispatch_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        n = self.count(chunks)
+        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
 
-    def combine_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
-        return transpose_pass(grad_ECM, self.combine_spec, self.groups, self.chunks, self.meter, "combine", self._fn)
+    def combine_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        n = self.count(chunks)
+        return transpose_pass(grad_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
 
 
 def validate_exchange(name: str, chunks: Any) -> None:

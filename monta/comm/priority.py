@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from monta.comm import activity
+from monta.variants import LINA_CHUNK_BYTES
 
 
 @dataclass
@@ -60,7 +61,7 @@ class PriorityGradSync:
     def __init__(
         self,
         items: list[GradItem],
-        chunk_bytes: int | None = 30 * 2**20,
+        chunk_bytes: int | None = LINA_CHUNK_BYTES,
         priority: bool = True,
         tracker: activity.ActivityTracker = activity.ALLTOALL,
     ):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from monta.emulate.topology import Topology
+from monta.perfmodel.network.profile import PROFILE_SCHEMA
 
-SCHEMA = "monta.linkprofile/1"
 _LATENCY_BYTES = 8
 
 
@@ -226,7 +226,7 @@ def build_profile(
         for op in ("alltoall", "allgather")
     }
     profile = {
-        "schema": SCHEMA,
+        "schema": PROFILE_SCHEMA,
         "name": name or topology.name,
         "source": "emulated",
         "topology": {

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from monta.bench.stats import percentile
+
 _CHUNK = 1 << 20
 _CONNECT_S = 30.0
 
@@ -185,14 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(json.dumps(result), flush=True)
     return 0
-
-
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    pos = (len(s) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def summarize(result: dict, rates_gbps: dict[str, float | None]) -> list[dict]:

@@ -10,10 +10,10 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from monta.perfmodel.links import PRESETS as CLUSTER_PRESETS
-from monta.perfmodel.links import Cluster
+from monta.perfmodel.network.links import PRESETS as CLUSTER_PRESETS
+from monta.perfmodel.network.links import Cluster
 
-# An emulated profile is a real cluster preset of the performance model (monta.perfmodel.links) slowed
+# An emulated profile is a real cluster preset of the performance model (monta.perfmodel.network.links) slowed
 # by one factor: every node's NIC is shaped to ``inter_gbps`` and its loopback to ``inter_gbps x rho``,
 # rho = per-GPU NVLink rate / per-GPU NIC share of the preset. A node's ranks share its loopback exactly
 # as they share its NIC, so the per-GPU ratio of the real node is reproduced (docs/testbed.md). The

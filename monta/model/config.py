@@ -66,8 +66,44 @@ class ModelConfig:
         return self.hidden // self.num_heads
 
     @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
     def tokens_per_micro_batch(self) -> int:
         return self.seq * self.micro_batch
+
+    # -- parameter counts (no biases, as in Llama) ---------------------------------------------
+    @property
+    def dense_params_per_layer(self) -> int:
+        """Attention (QKV + output projection), two RMSNorms, the gate."""
+        h = self.hidden
+        return h * (h + 2 * self.kv_dim) + h * h + 2 * h + h * self.num_experts
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """All experts of one layer: SwiGLU = gate, up and down projections."""
+        return self.num_experts * 3 * self.hidden * self.ffn
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding + untied output head + final norm."""
+        return 2 * self.vocab * self.hidden + self.hidden
+
+    @property
+    def total_params(self) -> int:
+        return self.num_layers * (self.dense_params_per_layer + self.expert_params_per_layer) + self.embedding_params
+
+    def with_overrides(self, **overrides: Any) -> ModelConfig:
+        """This config with CLI overrides applied (``OVERRIDES``' names; None keeps a value), under the same
+        name: for callers that state the overrides elsewhere (``monta plan`` records its layers in a column)."""
+        changes = {}
+        for key, value in overrides.items():
+            if key not in OVERRIDES:
+                raise ValueError(f"unknown model override {key!r}; known: {', '.join(OVERRIDES)}")
+            if value is not None:
+                changes[OVERRIDES[key]] = value
+        return replace(self, **changes) if changes else self
 
     def check_layout(self, tp: int, ep: int) -> None:
         """Raise ValueError when this model cannot be split by TP ``tp`` and EP ``ep``."""
@@ -147,16 +183,10 @@ OVERRIDES = {
 
 
 def resolve_config(preset: str, **overrides: Any) -> ModelConfig:
-    """A preset with overrides applied (None means keep the preset's value)."""
+    """A preset with overrides applied (None means keep the preset's value), named after them
+    ('moe-2x70b-mini[layers=1,topk=2]')."""
     if preset not in PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    changes = {}
-    for key, value in overrides.items():
-        if key not in OVERRIDES:
-            raise ValueError(f"unknown model override {key!r}; known: {', '.join(OVERRIDES)}")
-        if value is not None:
-            changes[OVERRIDES[key]] = value
-    if changes:
-        suffix = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()) if v is not None)
-        changes["name"] = f"{preset}[{suffix}]"
-    return replace(PRESETS[preset], **changes)
+    cfg = PRESETS[preset].with_overrides(**overrides)
+    suffix = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()) if v is not None)
+    return replace(cfg, name=f"{preset}[{suffix}]") if suffix else cfg

@@ -22,6 +22,8 @@ from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
 from monta.model.tp import TPGroup
 from monta.model.transformer import MoETransformer
+from monta.perfmodel.training.step import PARTITIONS  # Lancet's batch partitions: the model's number by default
+from monta.variants import LINA_CHUNK_BYTES
 
 
 def ds_config(cfg: ModelConfig, zero_stage: int, bf16: bool) -> dict[str, Any]:
@@ -97,8 +99,8 @@ def build_variant(
     zero_stage: int = 1,
     lr: float = 1e-3,
     sync_pgs: ProcessGroups | None = None,
-    lina_chunk_bytes: int = 30 * 2**20,
-    lancet_partitions: int = 2,
+    lina_chunk_bytes: int = LINA_CHUNK_BYTES,
+    lancet_partitions: int = PARTITIONS,
 ) -> Variant:
     """Construct the model, its DeepSpeed engine and the variant's schedule (collective: all ranks)."""
     import deepspeed

@@ -1,7 +1,8 @@
 """Building blocks of the decoder: RMSNorm, RoPE, grouped-query attention and the SwiGLU expert,
 with Megatron-style tensor parallelism (column- then row-parallel) inside a node.
 
-Notation: B micro-batch, S sequence, H hidden, Hq/Hkv query/KV heads on this TP rank, D head dim.
+Notation (as in monta.comm): B micro-batch, S sequence, M model (hidden) dim, N heads on this TP rank
+(``hq``/``hkv``: its query/KV heads), D head dim.
 """
 
 from __future__ import annotations
@@ -35,16 +36,16 @@ def rope_tables(seq: int, head_dim: int, theta: float, device=None) -> tuple[tor
     return ang.cos().float().to(device), ang.sin().float().to(device)
 
 
-def apply_rope(x_BSHD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x_BSHD[..., 0::2], x_BSHD[..., 1::2]
-    c, s = cos[None, :, None, :].to(x_BSHD.dtype), sin[None, :, None, :].to(x_BSHD.dtype)
+def apply_rope(x_BSND: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x_BSND[..., 0::2], x_BSND[..., 1::2]
+    c, s = cos[None, :, None, :].to(x_BSND.dtype), sin[None, :, None, :].to(x_BSND.dtype)
     return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
 
 
-def _core_flops(q_BHSD: torch.Tensor) -> float:
+def _core_flops(q_BNSD: torch.Tensor) -> float:
     """Causal attention's FLOPs as the performance model counts them: 2 x S^2 x (heads x D) a sequence."""
-    B, Hq, S, D = q_BHSD.shape
-    return 2.0 * S * S * Hq * D * B
+    B, N, S, D = q_BNSD.shape
+    return 2.0 * S * S * N * D * B
 
 
 class _ClockedCore(torch.autograd.Function):
@@ -73,15 +74,15 @@ class _ClockedCore(torch.autograd.Function):
         return grads
 
 
-def attention_core(q_BHSD: torch.Tensor, k_BHSD: torch.Tensor, v_BHSD: torch.Tensor) -> torch.Tensor:
+def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Tensor) -> torch.Tensor:
     """softmax(QK^T / sqrt(D)) V, causal; on the emulated clock when one is installed."""
     if clock.CLOCK is None or not clock.CLOCK.priced("attention_core"):
-        return F.scaled_dot_product_attention(q_BHSD, k_BHSD, v_BHSD, is_causal=True)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BHSD, k_BHSD, v_BHSD)):
-        return _ClockedCore.apply(q_BHSD, k_BHSD, v_BHSD)
+        return F.scaled_dot_product_attention(q_BNSD, k_BNSD, v_BNSD, is_causal=True)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BNSD, k_BNSD, v_BNSD)):
+        return _ClockedCore.apply(q_BNSD, k_BNSD, v_BNSD)
     t0 = time.perf_counter()
-    o = F.scaled_dot_product_attention(q_BHSD, k_BHSD, v_BHSD, is_causal=True)
-    clock.charge("attention_core", t0, _core_flops(q_BHSD))
+    o = F.scaled_dot_product_attention(q_BNSD, k_BNSD, v_BNSD, is_causal=True)
+    clock.charge("attention_core", t0, _core_flops(q_BNSD))
     return o
 
 
@@ -98,14 +99,14 @@ class Attention(nn.Module):
         self.wv = ColumnParallelLinear(hidden, num_kv_heads * self.head_dim, tp)
         self.wo = RowParallelLinear(num_heads * self.head_dim, hidden, tp)
 
-    def forward(self, x_BSH: torch.Tensor) -> torch.Tensor:
-        B, S, _ = x_BSH.shape
-        x_BSH = copy_to_tp(x_BSH, self.wq.tp)
-        q = self.wq(x_BSH, copied=True).view(B, S, self.hq, self.head_dim)
-        k = self.wk(x_BSH, copied=True).view(B, S, self.hkv, self.head_dim)
-        v = self.wv(x_BSH, copied=True).view(B, S, self.hkv, self.head_dim)
+    def forward(self, x_BSM: torch.Tensor) -> torch.Tensor:
+        B, S, _ = x_BSM.shape
+        x_BSM = copy_to_tp(x_BSM, self.wq.tp)
+        q = self.wq(x_BSM, copied=True).view(B, S, self.hq, self.head_dim)
+        k = self.wk(x_BSM, copied=True).view(B, S, self.hkv, self.head_dim)
+        v = self.wv(x_BSM, copied=True).view(B, S, self.hkv, self.head_dim)
         if self.rope:
-            cos, sin = rope_tables(S, self.head_dim, self.theta, x_BSH.device)
+            cos, sin = rope_tables(S, self.head_dim, self.theta, x_BSM.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         rep = self.hq // self.hkv
         k = k.repeat_interleave(rep, dim=2)

@@ -23,7 +23,7 @@ from monta.model.config import ModelConfig
 from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
 from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, linear
 
-# A schedule runs one MoE layer: (moe module, x [B, S, H]) -> (out [B, S, H], l_aux). One with a
+# A schedule runs one MoE layer: (moe module, x [B, S, M]) -> (out [B, S, M], l_aux). One with a
 # ``layer_forward(decoder_layer, x) -> (x_next, l_aux)`` method runs the whole decoder layer instead.
 MoESchedule = Callable[[nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -36,9 +36,9 @@ def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
     plan = layer._timed("gate", layer.route, x_SM)
     layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
     x_ECM = layer.encode(x_SM, plan)
-    dispatched = layer._timed("dispatch", timed_exchange, layer, "dispatch", x_ECM)
+    dispatched = layer._timed("dispatch", timed_exchange, layer, "dispatch", x_ECM, plan.chunks)
     expert_out = layer._timed("experts", layer.run_experts, dispatched)
-    combined = layer._timed("combine", timed_exchange, layer, "combine", expert_out)
+    combined = layer._timed("combine", timed_exchange, layer, "combine", expert_out, plan.chunks)
     return layer.decode(combined, plan).reshape(x.shape), plan.l_aux
 
 
@@ -102,27 +102,29 @@ BACKWARD_CLOCK = BackwardClock()
 _KEYS = itertools.count()
 
 
-def timed_exchange(layer, name: str, x: torch.Tensor) -> torch.Tensor:
-    """``layer.dispatch`` / ``layer.combine`` of ``x`` with its backward timed as ``<name>_bwd``."""
+def timed_exchange(layer, name: str, x: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+    """``layer.dispatch`` / ``layer.combine`` of ``x`` in ``chunks`` (the plan's; None: the exchange's
+    default) with its backward timed as ``<name>_bwd``."""
     fn = getattr(layer, name)
     clock = BACKWARD_CLOCK
     if not (clock.active and torch.is_grad_enabled() and x.requires_grad):
-        return fn(x)
+        return fn(x, chunks)
     key = (next(_KEYS), f"{name}_bwd")
-    return _BackwardMark.apply(fn(_BackwardMark.apply(x, clock, key, "close")), clock, key, "open")
+    return _BackwardMark.apply(fn(_BackwardMark.apply(x, clock, key, "close"), chunks), clock, key, "open")
 
 
-def timed_exchange_backward(layer, name: str, grad: torch.Tensor) -> torch.Tensor:
-    """The transposed ``dispatch`` / ``combine`` of ``grad`` run directly (a pipelined backward, off
-    autograd), stamped as ``timed_exchange``'s backward is: ``<name>_bwd``, listeners told open/close."""
+def timed_exchange_backward(layer, name: str, grad: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+    """The transposed ``dispatch`` / ``combine`` of ``grad`` in ``chunks`` run directly (a pipelined
+    backward, off autograd), stamped as ``timed_exchange``'s backward is: ``<name>_bwd``, listeners told
+    open/close."""
     fn = getattr(layer, f"{name}_backward")
     clock = BACKWARD_CLOCK
     if not clock.active:
-        return fn(grad)
+        return fn(grad, chunks)
     key = (next(_KEYS), f"{name}_bwd")
     clock.stamp(key, "open")
     try:
-        return fn(grad)
+        return fn(grad, chunks)
     finally:
         clock.stamp(key, "close")
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from deepspeed.moe import layer as ds_layer
-from deepspeed.moe.sharded_moe import MOELayer, _capacity, _route_slots, _sparse_decode, _sparse_encode
+from deepspeed.moe.sharded_moe import MOELayer, _route_slots, _sparse_decode, _sparse_encode
 from deepspeed.utils import groups as ds_groups
 
+from monta.chunking import Auto, Chooser, Chunks, Fixed, capacity_slice, dispatch_bytes, expert_capacity, parse_chunks
 from monta.comm.accounting import TrafficMeter
 from monta.comm.exchange import TokenExchange, exchange_groups, validate_exchange
 from monta.groups import ProcessGroups, init_deepspeed_groups
@@ -34,15 +34,34 @@ class RoutingPlan:
     num_tokens: int
     l_aux: torch.Tensor
     exp_counts: torch.Tensor
+    chunks: int | None = None  # the exchange's chunks for this batch (None: the exchange's default)
 
 
 class ExchangeMOELayer(MOELayer):
-    """DeepSpeed's MOELayer whose forward is cut into phases around a ``TokenExchange``."""
+    """DeepSpeed's MOELayer whose forward is cut into phases around a ``TokenExchange``.
 
-    def __init__(self, base: MOELayer, exchange: str, chunks: Any, groups: ProcessGroups | None, expert_tp: bool):
+    ``chunks`` (``monta.chunking``): ``Fixed(n)`` or ``Auto``, resolved per call by ``route`` into
+    ``RoutingPlan.chunks``, which the exchange phases take (``dispatch(x, plan.chunks)``). ``chooser``
+    picks ``Auto``'s count (default: the performance model on ``$MONTA_CLUSTER``).
+    """
+
+    def __init__(
+        self,
+        base: MOELayer,
+        exchange: str,
+        chunks: Chunks,
+        groups: ProcessGroups | None,
+        expert_tp: bool,
+        chooser: Chooser | None = None,
+    ):
         super().__init__(base.gate, base.experts, base.ep_group_name, base.ep_size, base.num_local_experts)
         self.exchange_name = exchange
-        self.chunks_setting = chunks
+        self.chunks = parse_chunks(chunks)
+        if isinstance(self.chunks, Auto) and chooser is None:
+            from monta.perfmodel.network.chunks import model_chooser  # the top of the stack's default: the model
+
+            chooser = model_chooser()
+        self.chooser = chooser
         self.pgs = groups
         self.expert_tp = expert_tp
         self.exchange: TokenExchange | None = None
@@ -57,8 +76,8 @@ class ExchangeMOELayer(MOELayer):
             raise ValueError("monta.moe.MoE needs groups=ProcessGroups (monta.groups.build_process_groups(layout))")
         g = exchange_groups(ep_group, self.pgs.tp, self.pgs.layout, self.pgs.rank)
         self.meter = TrafficMeter(self.pgs.layout, self.pgs.rank)
-        chunks = self.chunks_setting if self.chunks_setting != "auto" else 1
-        self.exchange = TokenExchange(self.exchange_name, g, chunks, self.expert_tp and g.tp_size > 1, self.meter)
+        default = self.chunks.n if isinstance(self.chunks, Fixed) else 1  # a call without a plan's count
+        self.exchange = TokenExchange(self.exchange_name, g, default, self.expert_tp and g.tp_size > 1, self.meter)
 
     # -- phases ---------------------------------------------------------------------------
     def expected_capacity(self, num_tokens: int) -> int | None:
@@ -67,35 +86,33 @@ class ExchangeMOELayer(MOELayer):
         if not gate.drop_tokens:
             return None
         cf = gate.capacity_factor if self.training else gate.eval_capacity_factor
-        shape = SimpleNamespace(shape=(num_tokens, self.ep_size * self.num_local_experts))
-        return int(_capacity(shape, torch.tensor(cf * gate.k), torch.tensor(gate.min_capacity)))
+        E = self.ep_size * self.num_local_experts
+        return expert_capacity(num_tokens, E, cf, gate.k, gate.min_capacity)
 
-    def _resolve_chunks(self, capacity: int, x_SM: torch.Tensor) -> None:
-        """Chunks for this call: 'auto' asks the performance model; a fixed count is capped at the
-        capacity slice, because an eval capacity factor or a short last batch shrinks the capacity
-        after the layer was built and stock DeepSpeed runs on there (chunking never changes values)."""
+    def chunks_for(self, capacity: int, x_SM: torch.Tensor) -> int:
+        """Chunks of this call's exchange (no state changes): ``Auto`` asks the chooser for this rank's
+        full [E, C, M] buffer; a fixed count is capped at the capacity slice, because an eval capacity
+        factor or a short last batch shrinks the capacity after the layer was built and stock DeepSpeed
+        runs on there (chunking never changes values; the log says so once)."""
         if not self.exchange.chunked:
-            return
+            return 1
         tp = self.exchange.groups.tp_size
-        cl = max(1, capacity // tp)  # a capacity TP does not divide is refused by exchange.check
-        if self.chunks_setting == "auto":
-            from monta.comm.auto import auto_chunks  # perf-model backed; imported only when asked
-
-            nbytes = self.ep_size * self.num_local_experts * capacity * x_SM.shape[-1] * x_SM.element_size()
-            self.exchange.chunks = auto_chunks(nbytes, self.pgs.layout, cl)
-            return
-        self.exchange.chunks = min(self.chunks_setting, cl)
-        if self.chunks_setting > cl and (self.chunks_setting, cl) not in _REDUCED:
-            _REDUCED.add((self.chunks_setting, cl))
+        cl = capacity_slice(capacity, tp)  # a capacity TP does not divide is refused by exchange.check
+        E = self.ep_size * self.num_local_experts
+        nbytes = dispatch_bytes(E, capacity, x_SM.shape[-1], x_SM.element_size())
+        n = self.chunks.resolve(nbytes, self.pgs.layout, cl, self.chooser)
+        if n > cl and (n, cl) not in _REDUCED:
+            _REDUCED.add((n, cl))
             log.warning(
                 "monta.moe.MoE: chunks=%d is larger than this call's capacity slice %d (capacity %d / "
                 "TP %d: an eval capacity factor or a short batch); using %d chunks for such calls",
-                self.chunks_setting,
+                n,
                 cl,
                 capacity,
                 tp,
                 cl,
             )
+        return min(n, cl)
 
     def route(self, x_SM: torch.Tensor, used_token: torch.Tensor | None = None) -> RoutingPlan:
         if self.exchange is None:
@@ -105,35 +122,36 @@ class ExchangeMOELayer(MOELayer):
             )
         expected = self.expected_capacity(x_SM.shape[0])
         if expected is not None:  # fail before the gate's or the exchange's collectives
-            self._resolve_chunks(expected, x_SM)
-            self.exchange.check(expected)
+            chunks = self.chunks_for(expected, x_SM)
+            self.exchange.check(expected, chunks)
         l_aux, C, E, indices, locations, gates, exp_counts = self.gate(x_SM, used_token, True, False)
         C = int(C)
         if expected is None:
-            self._resolve_chunks(C, x_SM)
-            self.exchange.check(C)
+            chunks = self.chunks_for(C, x_SM)
+            self.exchange.check(C, chunks)
         slots = _route_slots(indices, locations, E, C)
-        return RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts)
+        return RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts, chunks)
 
     def encode(self, x_SM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
         return _sparse_encode(x_SM, plan.slots, plan.num_experts, plan.capacity)
 
-    def dispatch(self, x_ECM: torch.Tensor) -> torch.Tensor:
-        return self.exchange.dispatch(x_ECM)
+    # The exchange phases take the plan's ``chunks`` (None: the exchange's default count).
+    def dispatch(self, x_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        return self.exchange.dispatch(x_ECM, chunks)
 
     def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
         E, C, M = x_ECM.shape
         out = self.experts(x_ECM.reshape(self.ep_size, self.num_local_experts, C, M))
         return out.reshape(E, C, M)
 
-    def combine(self, y_ECM: torch.Tensor) -> torch.Tensor:
-        return self.exchange.combine(y_ECM)
+    def combine(self, y_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        return self.exchange.combine(y_ECM, chunks)
 
-    def dispatch_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
-        return self.exchange.dispatch_backward(grad_ECM)
+    def dispatch_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        return self.exchange.dispatch_backward(grad_ECM, chunks)
 
-    def combine_backward(self, grad_ECM: torch.Tensor) -> torch.Tensor:
-        return self.exchange.combine_backward(grad_ECM)
+    def combine_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        return self.exchange.combine_backward(grad_ECM, chunks)
 
     def decode(self, y_ECM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
         E, C, M = y_ECM.shape
@@ -158,9 +176,9 @@ class ExchangeMOELayer(MOELayer):
         plan = self._timed("gate", self.route, x_SM, used_token)
         self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
         x_ECM = self.encode(x_SM, plan)
-        dispatched = self._timed("dispatch", self.dispatch, x_ECM)
+        dispatched = self._timed("dispatch", self.dispatch, x_ECM, plan.chunks)
         expert_out = self._timed("experts", self.run_experts, dispatched)
-        combined = self._timed("combine", self.combine, expert_out)
+        combined = self._timed("combine", self.combine, expert_out, plan.chunks)
         return self.decode(combined, plan).reshape(x.shape)
 
 
@@ -169,6 +187,8 @@ class MoE(ds_layer.MoE):
 
     Same constructor, parameters and outputs as DeepSpeed's layer; only the token exchange
     differs, so variants compare apples to apples. ``groups`` carries the layout's process groups.
+    ``chunks``: an integer, ``"auto"`` or a ``monta.chunking`` value; ``chunk_chooser`` resolves
+    ``"auto"`` (default: the performance model on ``$MONTA_CLUSTER``).
     """
 
     def __init__(
@@ -190,10 +210,12 @@ class MoE(ds_layer.MoE):
         top2_2nd_expert_sampling: bool = True,
         *,
         exchange: str = "monta",
-        chunks: int | str = 4,
+        chunks: int | str | Chunks = 4,
         groups: ProcessGroups | None = None,
+        chunk_chooser: Chooser | None = None,
     ) -> None:
-        validate_exchange(exchange, 1 if chunks == "auto" else chunks)
+        validate_exchange(exchange, 1)  # the name first; the chunks by monta.chunking
+        chunks = parse_chunks(chunks)
         if use_tutel:
             raise ValueError("use_tutel=True is not supported by monta.moe.MoE; the exchange replaces Tutel's")
         if groups is not None and groups.layout.ep != ep_size:
@@ -222,7 +244,7 @@ class MoE(ds_layer.MoE):
         )
         self.pgs = groups
         self.deepspeed_moe = ExchangeMOELayer(
-            self.deepspeed_moe, exchange, chunks, groups, enable_expert_tensor_parallelism
+            self.deepspeed_moe, exchange, chunks, groups, enable_expert_tensor_parallelism, chunk_chooser
         )
         if groups is not None:
             self.set_deepspeed_parallelism()

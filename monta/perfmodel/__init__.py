@@ -1,8 +1,17 @@
-"""MoNTA's performance model: link and collective costs, exchange timelines, chunk choice, memory,
-training-step prediction and the parallel-strategy planner. Pure Python: importing it loads no torch."""
+"""MoNTA's performance model, in three rooms. Pure Python: importing it loads no torch.
 
-from monta.perfmodel.chunks import choose_chunks
-from monta.perfmodel.exchange import exchange_time
-from monta.perfmodel.links import Cluster, Link, LinkProfile, get_cluster
+- ``network/``: link costs and cluster presets (``links``), calibrated link profiles and
+  ``get_cluster`` (``profile``), collectives, the fluid timeline, the exchanges' timelines, chunk
+  choice and the predicted AllToAll sweep.
+- ``training/``: compute, parallel strategies, memory, the training-step prediction, the strategy
+  planner and the emulated clock.
+- ``reports/``: the paper's figures, accuracy against measurements, sweep tables and the CLI
+  (``monta plan``, ``monta predict``).
+"""
+
+from monta.perfmodel.network.chunks import choose_chunks
+from monta.perfmodel.network.exchange import exchange_time
+from monta.perfmodel.network.links import Cluster, Link
+from monta.perfmodel.network.profile import LinkProfile, get_cluster
 
 __all__ = ["Cluster", "Link", "LinkProfile", "choose_chunks", "exchange_time", "get_cluster"]

@@ -9,23 +9,13 @@ rule ablation_chunks:
     log:
         "results/logs/ablation/chunks.log",
     params:
-        run=launcher_args(),
-        rep=repeat_args(),
-        launch=launch(ABL_CLUSTER),
-        c=ABL_CLUSTER,
-        a=ABL_A,
-        size=ABL["size"],
-        chunks=csv(ABL["chunks"]),
-        net=net_args(),
+        cmd=alltoall_cmd(ABL_CLUSTER, sizes=ABL["size"], variants=["legacy", "monta"], chunks=ABL["chunks"]),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:
         "../envs/monta.yaml"
     shell:
-        "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
-        " --tp {params.c[tp]} --sizes {params.size} --variants legacy,monta --chunks {params.chunks} {params.net}"
-        " --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
-        " {params.run} --out {output} > {log} 2>&1"
+        "{params.cmd} --out {output} > {log} 2>&1"
 
 
 rule ablation_tp:
@@ -34,24 +24,13 @@ rule ablation_tp:
     log:
         "results/logs/ablation/tp/{tp}.log",
     params:
-        run=launcher_args(),
-        rep=repeat_args(),
-        launch=launch(ABL_CLUSTER),
-        c=ABL_CLUSTER,
-        a=ABL_A,
-        size=ABL["size"],
-        variants=ABL_VARIANTS,
-        chunks=ABL_CHUNKS,
-        net=net_args(),
+        cmd=lambda wildcards: alltoall_cmd(ABL_CLUSTER, sizes=ABL["size"], tp=wildcards.tp),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:
         "../envs/monta.yaml"
     shell:
-        "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
-        " --tp {wildcards.tp} --sizes {params.size} --variants {params.variants} --chunks {params.chunks}"
-        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
-        " {params.run} --out {output} > {log} 2>&1"
+        "{params.cmd} --out {output} > {log} 2>&1"
 
 
 rule ablation_buffer:
@@ -60,24 +39,13 @@ rule ablation_buffer:
     log:
         "results/logs/ablation/buffer.log",
     params:
-        run=launcher_args(),
-        rep=repeat_args(),
-        launch=launch(ABL_CLUSTER),
-        c=ABL_CLUSTER,
-        a=ABL_A,
-        sizes=ABL["buffer_sizes"],
-        variants=ABL_VARIANTS,
-        chunks=ABL_CHUNKS,
-        net=net_args(),
+        cmd=alltoall_cmd(ABL_CLUSTER, sizes=ABL["buffer_sizes"]),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:
         "../envs/monta.yaml"
     shell:
-        "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
-        " --tp {params.c[tp]} --sizes {params.sizes} --variants {params.variants} --chunks {params.chunks}"
-        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
-        " {params.run} --out {output} > {log} 2>&1"
+        "{params.cmd} --out {output} > {log} 2>&1"
 
 
 rule ablation_ratio:
@@ -86,24 +54,15 @@ rule ablation_ratio:
     log:
         "results/logs/ablation/ratio/{gbps}.log",
     params:
-        run=launcher_args(),
-        rep=repeat_args(),
-        launch=launch(ABL_CLUSTER),
-        c=ABL_CLUSTER,
-        a=ABL_A,
-        size=ABL["size"],
-        variants=ABL_VARIANTS,
-        chunks=ABL_CHUNKS,
-        net=lambda wildcards: net_args(inter_gbps=wildcards.gbps, intra_gbps=default_intra_gbps()),
+        cmd=lambda wildcards: alltoall_cmd(
+            ABL_CLUSTER, sizes=ABL["size"], net=net_args(inter_gbps=wildcards.gbps, intra_gbps=default_intra_gbps())
+        ),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:
         "../envs/monta.yaml"
     shell:
-        "{params.launch} monta bench alltoall --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
-        " --tp {params.c[tp]} --sizes {params.size} --variants {params.variants} --chunks {params.chunks}"
-        " {params.net} --dtype {params.a[dtype]} --warmup {params.a[warmup]} {params.rep}"
-        " {params.run} --out {output} > {log} 2>&1"
+        "{params.cmd} --out {output} > {log} 2>&1"
 
 
 rule ablation_topk:
@@ -112,20 +71,13 @@ rule ablation_topk:
     log:
         "results/logs/ablation/topk/{topk}.log",
     params:
-        run=step_launcher_args(),
-        launch=launch(ABL_CLUSTER),
-        c=ABL_CLUSTER,
-        s=config["step"],
-        variants=ABL_STEP_VARIANTS,
-        extra=lambda wildcards: ablation_step_args(topk=wildcards.topk),
+        cmd=lambda wildcards: step_cmd(ABL_CLUSTER, ABL["step_variants"], topk=wildcards.topk, **ABL_STEPS),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:
         "../envs/monta.yaml"
     shell:
-        "{params.launch} monta bench step --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
-        " --tp {params.c[tp]} --model {params.s[model]} --variants {params.variants}"
-        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} {params.run} --out {output} > {log} 2>&1"
+        "{params.cmd} --out {output} > {log} 2>&1"
 
 
 rule ablation_capacity:
@@ -134,20 +86,13 @@ rule ablation_capacity:
     log:
         "results/logs/ablation/capacity/{cf}.log",
     params:
-        run=step_launcher_args(),
-        launch=launch(ABL_CLUSTER),
-        c=ABL_CLUSTER,
-        s=config["step"],
-        variants=ABL_STEP_VARIANTS,
-        extra=lambda wildcards: ablation_step_args(cf=wildcards.cf),
+        cmd=lambda wildcards: step_cmd(ABL_CLUSTER, ABL["step_variants"], capacity_factor=wildcards.cf, **ABL_STEPS),
     resources:
         **bench_resources(ABL_CLUSTER),
     conda:
         "../envs/monta.yaml"
     shell:
-        "{params.launch} monta bench step --nodes {params.c[nodes]} --gpus-per-node {params.c[gpus_per_node]}"
-        " --tp {params.c[tp]} --model {params.s[model]} --variants {params.variants}"
-        " --steps {params.s[steps]} --warmup {params.s[warmup]} {params.extra} {params.run} --out {output} > {log} 2>&1"
+        "{params.cmd} --out {output} > {log} 2>&1"
 
 
 rule ablation_seq:

@@ -63,14 +63,14 @@ class Strategy:
         except ValueError as e:
             raise ValueError(f"variant={self.variant!r}: {e}") from None
         if model is not None:
-            if model.experts % self.ep:
-                raise ValueError(f"ep={self.ep} must divide the number of experts ({model.experts})")
-            if self.pp > model.layers:
-                raise ValueError(f"pp={self.pp} exceeds the number of layers ({model.layers})")
-            if model.heads % self.tp or (model.kv_heads % self.tp and self.tp % model.kv_heads):
+            if model.num_experts % self.ep:
+                raise ValueError(f"ep={self.ep} must divide the number of experts ({model.num_experts})")
+            if self.pp > model.num_layers:
+                raise ValueError(f"pp={self.pp} exceeds the number of layers ({model.num_layers})")
+            if model.num_heads % self.tp or (model.num_kv_heads % self.tp and self.tp % model.num_kv_heads):
                 raise ValueError(
-                    f"tp={self.tp} must divide heads={model.heads} "
-                    f"(and divide or be a multiple of kv_heads={model.kv_heads})"
+                    f"tp={self.tp} must divide heads={model.num_heads} "
+                    f"(and divide or be a multiple of kv_heads={model.num_kv_heads})"
                 )
         if seq is not None and seq % self.cp:
             raise ValueError(f"cp={self.cp} must divide the sequence length {seq}")

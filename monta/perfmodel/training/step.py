@@ -10,19 +10,21 @@ from functools import lru_cache
 from typing import Any
 
 from monta import variants as registry
-from monta.perfmodel import collectives as C
-from monta.perfmodel.chunks import best_chunks
-from monta.perfmodel.collectives import GroupShape
-from monta.perfmodel.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
-from monta.perfmodel.exchange import exchange_shapes, modelled_as
-from monta.perfmodel.links import Cluster
-from monta.perfmodel.memory import params_per_rank
-from monta.perfmodel.models import ModelSpec
-from monta.perfmodel.strategy import Strategy
+from monta.chunking import Auto, parse_chunks
+from monta.model.config import ModelConfig
+from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network.collectives import GroupShape
+from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as
+from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
+from monta.perfmodel.training.memory import params_per_rank
+from monta.perfmodel.training.strategy import Strategy
+from monta.variants import LINA_CHUNK_BYTES  # a priority sync's micro-op size
 
-LINA_CHUNK_BYTES = 30 * 2**20  # gradient AllReduce micro-op size of a priority sync (Lina's default 30 MB)
 PLAN_CHUNKS = (1, 2, 4, 8, 16)  # 'auto' at step level: powers of two keep the planner fast
-PARTITIONS = 4  # Lancet's batch partitions / Lina's AllToAll token chunks (decision, a knob)
+# Lancet's batch partitions / Lina's AllToAll token chunks (decision, a knob): the one default of both the
+# model and `monta bench step --lancet-partitions` (the run's Lina pieces are its --chunks).
+PARTITIONS = 4
 
 # Per variant (monta.variants; docs/design.md#variants): its exchange runs the AllToAll, its sync says
 # whether AllToAll has priority over gradient sync, its schedule's ``hidden_us`` what overlap hides.
@@ -90,7 +92,7 @@ def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupS
 
 
 def predict_step(
-    m: ModelSpec,
+    m: ModelConfig,
     s: Strategy,
     cluster: Cluster,
     seq: int,
@@ -103,7 +105,7 @@ def predict_step(
 ) -> StepBreakdown:
     """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed).
     ``validate=False`` is for the planner, whose enumeration only builds valid strategies.
-    ``compute_scale`` (a ``monta.perfmodel.clock.Clock``): compute and optimizer times are the clock's
+    ``compute_scale`` (a ``monta.perfmodel.training.clock.Clock``): compute and optimizer times are the clock's
     (the full-size model's on the real cluster, dilated), communication is priced on ``cluster``.
     ``elem_bytes``: bytes of an activation and gradient element (2: bf16 on GPUs; 4: the CPU runs' fp32)."""
     gpn = cluster.gpus_per_node
@@ -114,7 +116,7 @@ def predict_step(
     num_micro = global_batch // (s.dp * s.micro_batch)
     g = shapes(s, gpn)
     tokens = s.micro_batch * seq // s.cp
-    layers = math.ceil(m.layers / s.pp)
+    layers = math.ceil(m.num_layers / s.pp)
     fl = layer_flops(m, tokens, seq, s.tp)
     pieces = forward_pieces_us(m, tokens, seq, s.tp, cluster, measured_tflops)
     if compute_scale is not None:  # the emulated clock: the full-size model's pieces, dilated
@@ -144,11 +146,12 @@ def predict_step(
         if var.chunks is not None:
             chunks = var.chunks
         else:
-            chunks = (
-                best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS)
-                if s.chunks == "auto"
-                else int(s.chunks)
-            )
+            asked = parse_chunks(s.chunks)
+            # Auto at step level searches PLAN_CHUNKS only: powers of two keep the planner fast.
+            if isinstance(asked, Auto):
+                chunks = best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS)
+            else:
+                chunks = asked.n
     if s.ep > 1:
         ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks)
         ex_b = (

@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from monta.comm.split import chunk_weights
-from monta.perfmodel.collectives import CollTime, GroupShape, allgather, alltoall
-from monta.perfmodel.fluid import FluidTimeline, Op
-from monta.perfmodel.links import Cluster
-
-VARIANTS = ("legacy", "deepspeed", "monta")
+from monta.chunking import Auto, monta_weights, parse_chunks
+from monta.perfmodel.network.collectives import CollTime, GroupShape, allgather, alltoall
+from monta.perfmodel.network.fluid import FluidTimeline, Op
+from monta.perfmodel.network.links import Cluster
+from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones modelled here
 
 # Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
 # identical on every TP rank. legacy: every TP rank AllToAlls all S over the EP group (inter-node
@@ -132,7 +131,7 @@ def exchange_shapes(
     part = S / ntp
     whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
     k = 1 if variant == "deepspeed" else chunks
-    shares = chunk_weights(k)  # the exchange's own split (first chunk half size)
+    shares = monta_weights(k)  # the exchange's own split (first chunk half size)
     # The own capacity slice is strided in [E, C, M]: packing it is a copy on the AllToAll's stream.
     pack_us = part / (cluster.copy_GBps * 1e3)
     prev_a2a = prev_ag = 0.0
@@ -197,7 +196,7 @@ def _host_shared_exchange(
     k = 1 if variant == "deepspeed" else chunks
     prev_a2a = prev_ag = None
     inter = intra = 0.0
-    for i, w in enumerate(chunk_weights(k)):
+    for i, w in enumerate(monta_weights(k)):
         a2a, ag = alltoall(part * w, ep, cluster), allgather(part * w, tp, cluster)
         inter, intra = inter + a2a.inter_bytes + ag.inter_bytes, intra + a2a.intra_bytes + ag.intra_bytes
         packed = tl.add(f"pack[{i}]", copy_demand(part * w), after=(prev_a2a,))
@@ -228,39 +227,47 @@ def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:
 
 
 def exchange_time(
-    variant: str, bytes_per_rank: float, layout, cluster: Cluster | str | None = None, chunks: int | str = 1
+    variant: str, bytes_per_rank: float, layout, cluster: Cluster | str | None = None, chunks=1
 ) -> Breakdown:
     """Predicted time and bytes of one token exchange (dispatch or combine) of ``bytes_per_rank``.
 
-    ``chunks`` may be ``"auto"`` (the model's own choice, see :mod:`monta.perfmodel.chunks`).
+    ``chunks``: anything ``monta.chunking.parse_chunks`` reads; ``Auto`` is the model's own choice
+    among its candidates (:func:`best_chunks`).
     """
-    from monta.perfmodel.links import get_cluster
+    from monta.perfmodel.network.profile import get_cluster
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
     if bytes_per_rank < 0:
         raise ValueError(f"bytes_per_rank={bytes_per_rank}: must be >= 0")
     ep, tp = layout_shapes(layout)
-    if chunks == "auto":
-        from monta.perfmodel.chunks import best_chunks
-
-        chunks = best_chunks(float(bytes_per_rank), ep, tp, cluster) if modelled_as(variant) == "monta" else 1
+    asked = parse_chunks(chunks)
+    if isinstance(asked, Auto):
+        S = float(bytes_per_rank)
+        chunks = best_chunks(S, ep, tp, cluster, candidates=asked.candidates) if modelled_as(variant) == "monta" else 1
+    else:
+        chunks = asked.n
     return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks))
 
 
-def layer_exchange_us(
-    variant: str,
+# Fewer chunks win ties: a chunk count has to buy at least this much to be worth its launches.
+_TIE = 0.005
+
+
+@lru_cache(maxsize=8192)
+def best_chunks(
     S: float,
     ep: GroupShape,
     tp: GroupShape,
     cluster: Cluster,
-    chunks: int,
-    pipeline_backward: bool = True,
-) -> tuple[float, float]:
-    """(forward, backward) exchange time of one MoE layer: dispatch + combine in each direction.
-
-    The authors' code pipelines the forward only; ours also the backward (``pipeline_backward``).
-    """
-    fwd = 2 * exchange_shapes(variant, S, ep, tp, cluster, chunks).total_us
-    bwd_variant, bwd_chunks = (variant, chunks) if (pipeline_backward or variant != "monta") else ("deepspeed", 1)
-    bwd = 2 * exchange_shapes(bwd_variant, S, ep, tp, cluster, bwd_chunks).total_us
-    return fwd, bwd
+    max_chunks: int = 16,
+    candidates: tuple[int, ...] | None = None,
+) -> int:
+    """The chunk count among ``candidates`` (default 1..``max_chunks``) with the least predicted
+    ``monta`` exchange time for a buffer of ``S`` bytes (fewer chunks win within ``_TIE``)."""
+    cands = candidates or tuple(range(1, max_chunks + 1))
+    best_k, best_t = None, float("inf")
+    for k in sorted(cands):
+        t = exchange_shapes("monta", S, ep, tp, cluster, k).total_us
+        if best_k is None or t < best_t * (1 - _TIE):
+            best_k, best_t = k, t
+    return best_k

@@ -14,12 +14,11 @@ from typing import Any
 
 from monta.model.config import PRESETS as MODEL_PRESETS
 from monta.model.config import ModelConfig
-from monta.perfmodel.compute import COMPUTE_PIECES, forward_pieces_us, optimizer_us, piece_flops
-from monta.perfmodel.links import PRESETS as CLUSTER_PRESETS
-from monta.perfmodel.links import Cluster
-from monta.perfmodel.memory import params_per_rank
-from monta.perfmodel.models import spec_of
-from monta.perfmodel.strategy import Strategy
+from monta.perfmodel.network.links import PRESETS as CLUSTER_PRESETS
+from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.training.compute import COMPUTE_PIECES, forward_pieces_us, optimizer_us, piece_flops
+from monta.perfmodel.training.memory import params_per_rank
+from monta.perfmodel.training.strategy import Strategy
 
 FULL_MODEL = "moe-2x70b"  # the model the paper trains; its 8K-token micro-batch is what the clock prices
 FULL_ELEM_BYTES = 2  # bf16 on the real cluster
@@ -126,9 +125,7 @@ class Clock:
     @cached_property
     def full_pieces_us(self) -> dict[str, float]:
         """Forward us of each compute piece of the full model on the real cluster (per layer; head once)."""
-        return forward_pieces_us(
-            spec_of(self.full), self.full.tokens_per_micro_batch, self.full.seq, self.tp, self.real
-        )
+        return forward_pieces_us(self.full, self.full.tokens_per_micro_batch, self.full.seq, self.tp, self.real)
 
     @property
     def pieces_us(self) -> dict[str, float]:
@@ -138,7 +135,7 @@ class Clock:
     @cached_property
     def full_optimizer_us(self) -> float:
         s = Strategy(tp=self.tp, ep=self.ep, dp=self.real.world_size // self.tp, zero=self.zero)
-        dense, expert = params_per_rank(spec_of(self.full), s)
+        dense, expert = params_per_rank(self.full, s)
         return optimizer_us(dense, expert, s.lanes, s.expert_dp, s.zero, self.real)
 
     @property
@@ -148,7 +145,7 @@ class Clock:
     def us_per_flop(self) -> dict[str, float]:
         """Emulated us per FLOP of the run's own math, per piece: a piece of the run that does f FLOPs
         waits until f x this has passed. Summed over a layer it is D x the full model's piece."""
-        run = piece_flops(spec_of(self.run), self.run.tokens_per_micro_batch, self.run.seq, self.tp)
+        run = piece_flops(self.run, self.run.tokens_per_micro_batch, self.run.seq, self.tp)
         # The run's head is replicated over TP (every rank computes all logits), the model's is split.
         run["head"] *= self.tp
         return {k: self.pieces_us[k] / run[k] for k in COMPUTE_PIECES if run[k] > 0}

@@ -96,11 +96,11 @@ def register(subparsers) -> None:
 def _cmd_plan(args) -> int:
     from monta import validate as V
     from monta import variants as registry
-    from monta.perfmodel.links import get_cluster
-    from monta.perfmodel.memory import GB
-    from monta.perfmodel.models import get_model
-    from monta.perfmodel.planner import plan
-    from monta.perfmodel.strategy import RECOMPUTE
+    from monta.model.config import resolve_config
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.memory import GB
+    from monta.perfmodel.training.planner import plan
+    from monta.perfmodel.training.strategy import RECOMPUTE
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
     if args.gpus_per_node is not None:
@@ -125,7 +125,8 @@ def _cmd_plan(args) -> int:
     if not zero or any(z not in (0, 1, 2, 3) for z in zero):
         raise ValueError(f"--zero {args.zero!r}: comma list of ZeRO stages 0-3")
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
-    model = get_model(args.model, layers=args.layers)
+    # The preset's name: the records state layers and seq in columns of their own.
+    model = resolve_config(args.model).with_overrides(layers=args.layers, seq=args.seq)
     t0 = time.perf_counter()
     result = plan(
         model,
@@ -140,7 +141,7 @@ def _cmd_plan(args) -> int:
     )
     dt = time.perf_counter() - t0
     print(
-        f"plan: {model.name} ({model.layers} layers, {model.total_params / 1e9:.1f}B params), seq {args.seq}, "
+        f"plan: {model.name} ({model.num_layers} layers, {model.total_params / 1e9:.1f}B params), seq {args.seq}, "
         f"global batch {result.global_batch} sequences, variant {args.variant}"
     )
     print(
@@ -171,7 +172,7 @@ def _cmd_plan(args) -> int:
                     "nodes": cluster.nodes,
                     "gpus_per_node": cluster.gpus_per_node,
                     "model": model.name,
-                    "layers": model.layers,
+                    "layers": model.num_layers,
                     "seq": args.seq,
                     "rank": i,
                     **c.strategy.to_dict(),
@@ -191,7 +192,7 @@ def _cmd_plan(args) -> int:
 
 
 def _cmd_paper(args) -> int:
-    from monta.perfmodel.paper import run
+    from monta.perfmodel.reports.paper import run
 
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
     if not clusters:
@@ -209,8 +210,10 @@ def _cmd_paper(args) -> int:
 
 def _cmd_alltoall(args) -> int:
     from monta import validate as V
-    from monta.perfmodel.alltoall import format_table, make_layout, parse_chunks, parse_variants, records, sweep
-    from monta.perfmodel.links import get_cluster
+    from monta.chunking import Fixed, parse_chunks_list
+    from monta.perfmodel.network.alltoall import make_layout, parse_variants, sweep
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.reports.sweep import format_table, records
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
     V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
@@ -220,10 +223,10 @@ def _cmd_alltoall(args) -> int:
     sizes = V.sizes(args.sizes)
     variants = parse_variants(args.variants)
     try:
-        chunks = parse_chunks(args.chunks)
+        chunks = parse_chunks_list(args.chunks)
     except ValueError as e:
         raise V.UsageError(f"--chunks {args.chunks}: {e}") from None
-    if any(c != "auto" and c > V.MAX_CHUNKS for c in chunks):
+    if any(isinstance(c, Fixed) and c.n > V.MAX_CHUNKS for c in chunks):
         raise V.UsageError(f"--chunks {args.chunks}: at most {V.MAX_CHUNKS} chunks")
     V.out_path(args.out)
     layout = make_layout(args.nodes, args.gpus_per_node, args.tp, args.ep)
@@ -240,8 +243,8 @@ def _cmd_alltoall(args) -> int:
 
 
 def _cmd_accuracy(args) -> int:
-    from monta.perfmodel.accuracy import evaluate, evaluate_steps, ranking_agrees, report, report_steps
-    from monta.perfmodel.links import LinkProfile
+    from monta.perfmodel.network.profile import LinkProfile
+    from monta.perfmodel.reports.accuracy import evaluate, evaluate_steps, ranking_agrees, report, report_steps
     from monta.results import make_record, read_records
     from monta.validate import out_path
 

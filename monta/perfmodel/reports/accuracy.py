@@ -8,10 +8,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from monta.perfmodel.alltoall import make_layout
-from monta.perfmodel.chunks import choose_chunks
-from monta.perfmodel.exchange import exchange_time
-from monta.perfmodel.links import LinkProfile
+from monta.chunking import is_auto
+from monta.perfmodel.network.alltoall import make_layout
+from monta.perfmodel.network.chunks import choose_chunks
+from monta.perfmodel.network.exchange import exchange_time
+from monta.perfmodel.network.profile import LinkProfile
 
 CHUNK_TOLERANCE = 0.05
 MEASURED_SOURCES = ("measured", "emulated")
@@ -76,7 +77,7 @@ _UNMODELLED: set[str] = set()
 
 
 def _has_model(variant: str) -> bool:
-    from monta.perfmodel.exchange import modelled_as
+    from monta.perfmodel.network.exchange import modelled_as
 
     try:
         modelled_as(variant)
@@ -112,7 +113,7 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
             raise ValueError(f"{where}: metrics.time_us (median, microseconds) is missing") from None
         if measured <= 0:
             raise ValueError(f"{where}: metrics.time_us={measured} must be > 0")
-        b = exchange_time(variant, size, layout, cluster, chunks if chunks == "auto" else int(chunks))
+        b = exchange_time(variant, size, layout, cluster, chunks if is_auto(chunks) else int(chunks))
         pts.append(
             Point(
                 size,
@@ -235,10 +236,9 @@ def evaluate_steps(records: list[dict], profile: LinkProfile) -> list[StepPoint]
     scheduling are priced on the calibrated profile, so this checks those against real execution."""
     from monta import variants as registry
     from monta.model.config import ModelConfig
-    from monta.perfmodel.clock import Clock
-    from monta.perfmodel.models import spec_of
-    from monta.perfmodel.step import predict_step
-    from monta.perfmodel.strategy import Strategy
+    from monta.perfmodel.training.clock import Clock
+    from monta.perfmodel.training.step import predict_step
+    from monta.perfmodel.training.strategy import Strategy
 
     out = []
     for rec in records:
@@ -271,7 +271,7 @@ def evaluate_steps(records: list[dict], profile: LinkProfile) -> list[StepPoint]
             chunks=int(p["chunks"]),
         )
         b = predict_step(
-            spec_of(cfg),
+            cfg,
             s,
             profile.cluster(nodes, gpn),
             cfg.seq,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from monta.perfmodel.alltoall import make_layout, sweep
-from monta.perfmodel.links import get_cluster
-from monta.perfmodel.memory import GB, memory_per_rank
-from monta.perfmodel.models import get_model
-from monta.perfmodel.step import predict_step
-from monta.perfmodel.strategy import Strategy
+from monta.model.config import resolve_config
+from monta.perfmodel.network.alltoall import make_layout, sweep
+from monta.perfmodel.network.profile import get_cluster
+from monta.perfmodel.training.memory import GB, memory_per_rank
+from monta.perfmodel.training.step import predict_step
+from monta.perfmodel.training.strategy import Strategy
 
 PUBLISHED_ALLTOALL_SPEEDUP = 8.0  # abstract: "8x AllToAll performance vs DeepSpeed under 8-card TP"
 PUBLISHED_STEP_IMPROVEMENT = 0.13  # abstract: "13% overall latency improvement ... 16 A800 ... 8K"
@@ -29,10 +29,10 @@ def step_variants() -> list[str]:
 
 def max_layers(model, strategy: Strategy, seq: int, mem_GB: float) -> int:
     """The most layers that fit in memory with this strategy (0 if none)."""
-    lo, hi = 0, model.layers
+    lo, hi = 0, model.num_layers
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if memory_per_rank(replace(model, layers=mid), strategy, seq).fits(mem_GB):
+        if memory_per_rank(replace(model, num_layers=mid), strategy, seq).fits(mem_GB):
             lo = mid
         else:
             hi = mid - 1
@@ -50,7 +50,7 @@ def alltoall_setup(cluster_name: str) -> dict[str, Any]:
 def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int = 8192) -> dict[str, Any]:
     cluster = get_cluster(cluster_name, 2, 8)
     base = Strategy(tp=8, ep=2, dp=2, pp=1, cp=1, micro_batch=1, recompute=recompute, zero=1)
-    model = get_model("moe-2x70b")
+    model = resolve_config("moe-2x70b")
     fit = max_layers(model, base, seq, cluster.mem_GB)
     if layers is None:
         if fit == 0:
@@ -59,7 +59,7 @@ def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int =
                 "try --recompute full"
             )
         layers = fit
-    model = replace(model, layers=layers)
+    model = replace(model, num_layers=layers)
     steps = {
         v: predict_step(model, replace(base, variant=v), cluster, seq, global_batch=base.dp * base.micro_batch)
         for v in step_variants()
@@ -143,7 +143,7 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
             f"{s.dp * s.micro_batch} sequences (no gradient accumulation)"
         )
         out.append(
-            f"    layers: {m.layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
+            f"    layers: {m.num_layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
             f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
             + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **")
         )
@@ -166,7 +166,7 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
                         **s.to_dict(),
                         "variant": v,
                         "model": m.name,
-                        "layers": m.layers,
+                        "layers": m.num_layers,
                         "seq": st["seq"],
                         "nodes": 2,
                         "gpus_per_node": 8,

@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from monta.perfmodel.links import Cluster
-from monta.perfmodel.memory import GB, MemoryBreakdown, memory_per_rank
-from monta.perfmodel.models import ModelSpec
-from monta.perfmodel.step import StepBreakdown, predict_step
-from monta.perfmodel.strategy import Strategy
+from monta.model.config import ModelConfig
+from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.training.memory import GB, MemoryBreakdown, memory_per_rank
+from monta.perfmodel.training.step import StepBreakdown, predict_step
+from monta.perfmodel.training.strategy import Strategy
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # global batch of 4M tokens (Llama-2's), in whole sequences
 MICRO_BATCHES = (1, 2, 4)
@@ -38,7 +38,7 @@ class Choice:
 @dataclass(frozen=True)
 class Plan:
     cluster: Cluster
-    model: ModelSpec
+    model: ModelConfig
     seq: int
     global_batch: int
     choices: tuple[Choice, ...]
@@ -54,7 +54,7 @@ def _divisors(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
-def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int, pins: dict | None = None):
+def _structures(m: ModelConfig, cluster: Cluster, seq: int, global_batch: int, pins: dict | None = None):
     world, gpn = cluster.world_size, cluster.gpus_per_node
     pins = pins or {}
 
@@ -64,16 +64,16 @@ def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int, pin
     for tp in _divisors(gpn, gpn):
         if not ok("tp", tp):
             continue
-        if m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads):
+        if m.num_heads % tp or (m.num_kv_heads % tp and tp % m.num_kv_heads):
             continue
         rest = world // tp
         cp = 1
         while cp <= rest and seq % cp == 0 and (cp == 1 or seq // cp >= MIN_CP_TOKENS):
-            for pp in _divisors(rest // cp, m.layers):
+            for pp in _divisors(rest // cp, m.num_layers):
                 dp = rest // (cp * pp)
                 if not (ok("cp", cp) and ok("pp", pp) and ok("dp", dp)):
                     continue
-                for ep in _divisors(m.experts, m.experts):
+                for ep in _divisors(m.num_experts, m.num_experts):
                     if (cp * dp) % ep or not ok("ep", ep):
                         continue
                     for mb in MICRO_BATCHES:
@@ -83,7 +83,7 @@ def _structures(m: ModelSpec, cluster: Cluster, seq: int, global_batch: int, pin
 
 
 def plan(
-    m: ModelSpec,
+    m: ModelConfig,
     cluster: Cluster,
     seq: int,
     global_batch: int | None = None,
@@ -146,23 +146,23 @@ def plan(
     return Plan(cluster, m, seq, gb, explained, considered, len(results))
 
 
-def _check_pins(pins: dict[str, int], m: ModelSpec, cluster: Cluster, seq: int) -> None:
+def _check_pins(pins: dict[str, int], m: ModelConfig, cluster: Cluster, seq: int) -> None:
     gpn, world = cluster.gpus_per_node, cluster.world_size
     for k, v in pins.items():
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"--{k} {v!r}: must be a positive integer")
     if "tp" in pins and gpn % pins["tp"]:
         raise ValueError(f"--tp {pins['tp']} must divide gpus per node ({gpn}): tensor parallelism stays inside a node")
-    if "tp" in pins and (m.heads % pins["tp"] or (m.kv_heads % pins["tp"] and pins["tp"] % m.kv_heads)):
+    if "tp" in pins and (m.num_heads % pins["tp"] or (m.num_kv_heads % pins["tp"] and pins["tp"] % m.num_kv_heads)):
         raise ValueError(
-            f"--tp {pins['tp']} must divide the model's {m.heads} heads (and fit its {m.kv_heads} KV heads)"
+            f"--tp {pins['tp']} must divide the model's {m.num_heads} heads (and fit its {m.num_kv_heads} KV heads)"
         )
-    if "ep" in pins and m.experts % pins["ep"]:
-        raise ValueError(f"--ep {pins['ep']} must divide the model's {m.experts} experts")
+    if "ep" in pins and m.num_experts % pins["ep"]:
+        raise ValueError(f"--ep {pins['ep']} must divide the model's {m.num_experts} experts")
     if "cp" in pins and seq % pins["cp"]:
         raise ValueError(f"--cp {pins['cp']} must divide the sequence length {seq}")
-    if "pp" in pins and pins["pp"] > m.layers:
-        raise ValueError(f"--pp {pins['pp']} exceeds the model's {m.layers} layers")
+    if "pp" in pins and pins["pp"] > m.num_layers:
+        raise ValueError(f"--pp {pins['pp']} exceeds the model's {m.num_layers} layers")
     prod = 1
     for k in ("tp", "cp", "pp"):
         prod *= pins.get(k, 1)
@@ -170,7 +170,7 @@ def _check_pins(pins: dict[str, int], m: ModelSpec, cluster: Cluster, seq: int) 
         raise ValueError(f"tp*cp*pp = {prod} does not divide the {world} GPUs")
 
 
-def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) -> tuple[float, Strategy | None]:
+def _min_memory(m: ModelConfig, cluster: Cluster, seq: int, gb: int, pins=None) -> tuple[float, Strategy | None]:
     best, arg = math.inf, None
     for tp, cp, pp, dp, ep, mb in _structures(
         m, cluster, seq, gb, {k: v for k, v in (pins or {}).items() if k in ("tp", "ep")}
@@ -184,10 +184,10 @@ def _min_memory(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) ->
     return best, arg
 
 
-def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None) -> str:
+def _no_fit_message(m: ModelConfig, cluster: Cluster, seq: int, gb: int, pins=None) -> str:
     need, s = _min_memory(m, cluster, seq, gb, pins)
     head = (
-        f"no strategy for {m.name} ({m.layers} layers, seq {seq}) fits {cluster.nodes} x {cluster.gpus_per_node} "
+        f"no strategy for {m.name} ({m.num_layers} layers, seq {seq}) fits {cluster.nodes} x {cluster.gpus_per_node} "
         f"GPUs of {cluster.mem_GB:g} GB"
     )
     if s is None:
@@ -199,10 +199,10 @@ def _no_fit_message(m: ModelSpec, cluster: Cluster, seq: int, gb: int, pins=None
         if _min_memory(m, bigger, seq, gb, pins)[0] <= cluster.mem_GB * GB:
             hints.append(f"it would fit on {nodes} nodes")
             break
-    lo, hi = 0, m.layers
+    lo, hi = 0, m.num_layers
     while lo < hi:  # the most layers that fit here
         mid = (lo + hi + 1) // 2
-        if mid and _min_memory(replace(m, layers=mid), cluster, seq, gb, pins)[0] <= cluster.mem_GB * GB:
+        if mid and _min_memory(replace(m, num_layers=mid), cluster, seq, gb, pins)[0] <= cluster.mem_GB * GB:
             lo = mid
         else:
             hi = mid - 1

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monta.perfmodel.links import Cluster
-from monta.perfmodel.models import ModelSpec
+from monta.model.config import ModelConfig
+from monta.perfmodel.network.links import Cluster
 
 # FLOPs count a multiply-add as 2. T = tokens one rank processes (micro-batch x sequence / CP).
 
@@ -28,7 +28,7 @@ class LayerFlops:
         return self.attn_gemm + self.attn_core + self.gate + self.experts
 
 
-def layer_flops(m: ModelSpec, tokens: int, seq: int, tp: int) -> LayerFlops:
+def layer_flops(m: ModelConfig, tokens: int, seq: int, tp: int) -> LayerFlops:
     h = m.hidden
     attn_gemm = 2 * tokens * h * (h + 2 * m.kv_dim) + 2 * tokens * h * h
     # Causal attention is 2 * seq^2 * h per sequence and layer (QK^T and AV, halved by the mask);
@@ -36,10 +36,11 @@ def layer_flops(m: ModelSpec, tokens: int, seq: int, tp: int) -> LayerFlops:
     attn_core = 2.0 * seq * h * tokens
     routed = m.capacity_factor * m.top_k * tokens  # expert slots a rank computes (E/EP experts x EP*C)
     experts = 2 * 3 * h * m.ffn * routed
-    return LayerFlops(attn_gemm / tp, attn_core / tp, 2 * tokens * h * m.experts, experts / tp, experts * 2 / 3 / tp)
+    gate = 2 * tokens * h * m.num_experts
+    return LayerFlops(attn_gemm / tp, attn_core / tp, gate, experts / tp, experts * 2 / 3 / tp)
 
 
-def head_flops(m: ModelSpec, tokens: int, tp: int) -> float:
+def head_flops(m: ModelConfig, tokens: int, tp: int) -> float:
     return 2 * tokens * m.hidden * m.vocab / tp
 
 
@@ -54,12 +55,12 @@ def attn_us(flops: float, cluster: Cluster, measured_tflops: float | None = None
 
 
 # The compute pieces of one layer (and the head) that a step prices; the emulated clock
-# (monta.perfmodel.clock) dilates exactly these, so the emulated step and the model agree by construction.
+# (monta.perfmodel.training.clock) dilates exactly these, so the emulated step and the model agree by construction.
 COMPUTE_PIECES = ("attention", "attention_core", "gate", "experts", "head")
 
 
 def forward_pieces_us(
-    m: ModelSpec, tokens: int, seq: int, tp: int, cluster: Cluster, measured_tflops: float | None = None
+    m: ModelConfig, tokens: int, seq: int, tp: int, cluster: Cluster, measured_tflops: float | None = None
 ) -> dict[str, float]:
     """Forward time (us) of each compute piece on one rank: per layer, and the head once per step.
     The backward of each piece costs twice its forward (dX and dW)."""
@@ -73,7 +74,7 @@ def forward_pieces_us(
     }
 
 
-def piece_flops(m: ModelSpec, tokens: int, seq: int, tp: int) -> dict[str, float]:
+def piece_flops(m: ModelConfig, tokens: int, seq: int, tp: int) -> dict[str, float]:
     """Forward FLOPs of the same pieces on one rank (the head as the model prices it: split over TP)."""
     fl = layer_flops(m, tokens, seq, tp)
     return {

@@ -1,0 +1,61 @@
+"""What crosses the process boundary of ``monta bench alltoall``: the validated sweep, built once by
+``monta.bench.alltoall.build_config`` from the flags, written as JSON for the ranks and read back by
+each (``monta.bench.alltoall_worker``). Every record carries it whole (``to_dict``) as its ``config``.
+
+Torch-free at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AlltoallConfig:
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    ep: int
+    sizes: tuple[int, ...]  # bytes of one rank's [E, C, M] dispatch buffer, per size
+    variants: tuple[str, ...]  # exchanges (the core's or plugins'), in the order given
+    chunks: tuple[int, ...]  # chunk counts of the chunked exchanges (--chunks auto resolved)
+    dtype: str
+    experts: int
+    hidden: int
+    warmup: int
+    iters: int  # timed iterations per size: exactly, or with ``adaptive`` the minimum
+    adaptive: bool
+    max_iters: int
+    target_ci: float
+    budget_s: float
+    transport: str | None  # None: the backend's default (monta.comm.duplex.transport_for)
+    inject_slowdown: dict[str, Any] | None  # TEST AID: {"variant", "fraction"} (monta.testaids.Slowdown)
+    check: bool
+    components: bool  # also time the a2a-alone / ag-alone rows
+    out: str | None
+    append: bool
+    experiment: str
+    backend: str
+    inject_fault: bool  # TEST AID: monta.testaids.FAULT during the check
+    topology: dict[str, Any]  # Topology.to_dict() plus its "description"
+    chunks_arg: str  # --chunks as given (e.g. "auto")
+
+    def __post_init__(self) -> None:
+        for name in ("sizes", "variants", "chunks"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (lists, not tuples), in field order: the records' ``config``."""
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> AlltoallConfig:
+        return cls(**json.loads(text))

@@ -1,0 +1,174 @@
+"""The records of ``monta bench alltoall`` (rank 0): per size and variant row the timing summary,
+bandwidths, bytes per call, the paired speedups and overlap efficiency with their bootstrap CIs, the
+host's CPU figures, link delivery and the check's count (schema: ``monta.results``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Any
+
+from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.hostload import cores, is_cpu_bound
+from monta.bench.stats import (
+    alltoall_bw,
+    bootstrap,
+    median_ratio,
+    overlap_efficiency,
+    overlap_efficiency_vs_sum,
+    summarize,
+)
+from monta.results import environment, make_record, new_run_id
+from monta.testaids import Slowdown
+
+# Payload per frame on the emulated NIC (1448 B of TCP payload in a 1514 B frame; htb counts frames).
+PAYLOAD_SHARE = 1448 / 1514
+LINK_SHORTFALL = 0.85  # below this share of the payload ceiling, a link did not deliver its rate
+# Only transfers that take this long at the configured rate are judged: shorter ones are bound by
+# latency and start skew (and the htb bucket lets their first 32 KiB through unshaped).
+LINK_JUDGED_S = 0.02
+
+
+def net_tuning() -> dict[str, Any]:
+    """The emulated testbed's TCP tuning, as the launcher hands it to the ranks."""
+    try:
+        return json.loads(os.environ.get("MONTA_NET_TUNING") or "{}")
+    except ValueError:
+        return {}
+
+
+def link_delivery(layout, topo, time_us, inter, intra, variant) -> dict[str, float] | None:
+    """Share of its configured rate the shaped link delivered in this variant's exchange, where the
+    exchange is that link alone: legacy and a2a (inter-node NIC), ag (the node's loopback).
+    Every rank of a node sends the same bytes, so a node's link carried gpus_per_node x them."""
+    if variant in ("legacy", "a2a") and topo.get("inter_gbps") and inter:
+        link, rate, nbytes = "inter", topo["inter_gbps"] * 1e9 / 8 * PAYLOAD_SHARE, layout.gpus_per_node * inter
+    elif variant == "ag" and topo.get("intra_gbps") and intra:
+        link, rate, nbytes = "intra", topo["intra_gbps"] * 1e9 / 8, layout.gpus_per_node * intra
+    else:
+        return None
+    ideal_s = nbytes / rate
+    return {
+        "link": link,
+        "share": ideal_s / (time_us * 1e-6),
+        "ideal_ms": 1e3 * ideal_s,
+        "judged": ideal_s >= LINK_JUDGED_S,
+    }
+
+
+def _arrays(*lists):
+    import numpy as np
+
+    return [np.asarray(x, dtype=float) for x in lists]
+
+
+def _np_max(a, b):
+    import numpy as np
+
+    return np.maximum(a, b)
+
+
+def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transport, slowdown: Slowdown) -> list[dict]:
+    """One record per size and variant row from the timed loop's ``tm`` (``alltoall_runner.Timings``),
+    the check's ``wrong`` counts and ``host`` (per size and row: the host-load window's figures)."""
+    run_id = new_run_id()
+    env = environment()
+    env.update(
+        {
+            "backend": cfg.backend,
+            "emulated": os.environ.get("MONTA_EMULATED") == "1",
+            "transport": transport,
+            "net_tuning": net_tuning(),
+            "cores": cores(),
+        }
+    )
+    source = "emulated" if os.environ.get("MONTA_EMULATED") == "1" else "measured"
+    topo = cfg.topology or {}
+    config = cfg.to_dict()
+    idx = {vc: i for i, vc in enumerate(variants)}
+    records = []
+    for si, size in enumerate(cfg.sizes):
+        t = [[x * 1e6 for x in tm.times[si][vi]] for vi in range(len(variants))]
+        for vi, (v, c) in enumerate(variants):
+            m = summarize(t[vi])
+            algbw, busbw = alltoall_bw(size, m["time_us"], layout.ep)
+            inter, intra = tm.bytes_per_call[(si, vi)]
+            load = host[si][vi]
+            m.update(
+                samples_us=t[vi],
+                iters=len(t[vi]),
+                stop=tm.stop_note[si],
+                algbw_GBps=algbw,
+                busbw_GBps=busbw,
+                inter_bytes=inter,
+                intra_bytes=intra,
+                wrong=int(wrong[si, vi]),
+                cpu_us=statistics.median(tm.cpu[si][vi]) * 1e6,
+                checked=bool(cfg.check),
+                host_cpu=load,
+                cpu_bound=is_cpu_bound(load),
+            )
+            link = link_delivery(layout, topo, m["time_us"], inter, intra, v)
+            if link:
+                m["link_delivery"] = link
+            # Paired per-iteration ratios (same iteration, rotated order): speedup of this variant.
+            for base in ("legacy", "deepspeed"):
+                bi = idx.get((base, 1))
+                if bi is not None and bi != vi:
+                    pt, lo, hi = bootstrap(median_ratio, [t[bi], t[vi]], seed=1000 * si + vi)
+                    m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"] = pt, [lo, hi]
+                elif bi == vi:
+                    m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"] = 1.0, [1.0, 1.0]
+            parts = [idx.get(k) for k in (("deepspeed", 1), ("a2a", 1), ("ag", 1))]
+            if v == "monta" and None not in parts:
+                ds, a, g = (t[i] for i in parts)
+                pt, lo, hi = bootstrap(overlap_efficiency, [ds, t[vi], a, g], seed=7 + 1000 * si + vi)
+                ds_, m_, a_, g_ = _arrays(ds, t[vi], a, g)
+                ideal = bootstrap(lambda d, x, y: median_ratio(d, _np_max(x, y)), [ds, a, g], seed=si)
+                m.update(
+                    overlap_efficiency=pt,
+                    overlap_efficiency_ci=[lo, hi],
+                    ideal_vs_deepspeed=ideal[0],
+                    ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
+                    # context: deepspeed against its two halves run alone (< 1: it overlaps a little
+                    # by itself), and the efficiency by the earlier (t_a2a + t_ag) / max ideal
+                    deepspeed_vs_halves=float(median_ratio(ds_, a_ + g_)),
+                    overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)),
+                )
+            if slowdown.applies(v):
+                m["injected_slowdown"] = slowdown.fraction  # TEST AID: this variant was slowed on purpose
+                # ... and what it took before its delay, so a gate check can tell the injection from a
+                # run that moved by itself (monta regress shows it)
+                own = [x * 1e6 for x in tm.clean[si][vi]]
+                if own:
+                    m["samples_clean_us"], m["time_clean_us"] = own, float(statistics.median(own))
+            params = {
+                "size_bytes": size,
+                "variant": v,
+                "chunks": c,
+                "nodes": layout.nodes,
+                "gpus_per_node": layout.gpus_per_node,
+                "tp": layout.tp,
+                "ep": layout.ep,
+                "dtype": cfg.dtype,
+                "experts": cfg.experts,
+                "hidden": cfg.hidden,
+                "topology": topo.get("name"),
+                "inter_gbps": topo.get("inter_gbps"),
+                "intra_gbps": topo.get("intra_gbps"),
+            }
+            records.append(
+                make_record(
+                    kind="alltoall",
+                    source=source,
+                    experiment=cfg.experiment,
+                    params=params,
+                    metrics=m,
+                    config=config,
+                    env=env,
+                    run_id=run_id,
+                )
+            )
+    return records

@@ -1,0 +1,252 @@
+"""Rank side of ``monta bench alltoall``: build the exchange on this rank (``Runner``), warm it up,
+run the timed loop (variants interleaved, rotated each iteration; ``time_sizes``) and check every
+variant on fresh data (``check``). ``monta.bench.alltoall_worker`` strings these together.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from monta.bench.adaptive import StopRule
+from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.hostload import HostLoad, own_run_delay_s
+from monta.comm import exchange as ex
+from monta.comm.accounting import TrafficMeter
+from monta.comm.collectives import all_gather
+from monta.groups import build_process_groups
+from monta.parallel import ParallelLayout
+from monta.progress import beat
+from monta.testaids import FAULT, Slowdown
+from monta.units import format_size
+
+# Each variant: how one dispatch pass runs. a2a/ag are the two halves alone (for the overlap bound).
+# A plugin's exchange (monta.variants.add_exchange) runs its own pass with the deepspeed/monta spec.
+SPECS = {
+    "legacy": ex.PassSpec(False, False),
+    "deepspeed": ex.PassSpec(True, True),
+    "monta": ex.PassSpec(True, True),
+    "a2a": ex.PassSpec(True, False),
+}
+PLUGIN_SPEC = ex.PassSpec(True, True)
+
+
+def buffer_shape(size_bytes: int, experts: int, hidden: int, elsize: int, tp: int) -> tuple[int, int, int]:
+    per_row = experts * hidden * elsize
+    if size_bytes % per_row or (size_bytes // per_row) % tp:
+        raise ValueError(
+            f"size {size_bytes} B is not a whole [E={experts}, C, M={hidden}] buffer with C "
+            f"divisible by TP={tp}; use sizes that are multiples of {per_row * tp} B"
+        )
+    return experts, size_bytes // per_row, hidden
+
+
+def rank_input(dp_index: int, size_idx: int, shape, dtype, salt: int = 0) -> torch.Tensor:
+    # Small integers are exact in every dtype, so #wrong counts real misplacements only.
+    g = torch.Generator().manual_seed(1_000_003 * (size_idx + 1) + 7919 * dp_index + salt)
+    return torch.randint(-64, 64, shape, generator=g).to(dtype)
+
+
+def variant_rows(cfg: AlltoallConfig) -> list[tuple[str, int]]:
+    """(variant, chunks) rows the sweep times: every chunk count of a chunked exchange, the others
+    once, and under TP the two halves alone (a2a, ag) unless the config leaves them out."""
+    from monta import variants as registry
+
+    out = []
+    for v in cfg.variants:
+        if registry.exchange(v).chunked:
+            out += [(v, c) for c in cfg.chunks]
+        else:
+            out.append((v, 1))
+    if cfg.tp > 1 and cfg.components:
+        out += [("a2a", 1), ("ag", 1)]
+    return out
+
+
+def check_chunks(cfg: AlltoallConfig, variants, shapes) -> None:
+    """A chunked exchange's chunk count must fit the capacity slice of every size."""
+    from monta import variants as registry
+
+    for s, shape in zip(cfg.sizes, shapes):
+        for v, c in variants:
+            if v in cfg.variants and registry.exchange(v).chunked and c > shape[1] // cfg.tp:
+                raise ValueError(f"chunks={c} exceeds the capacity slice {shape[1] // cfg.tp} at size {s} B")
+
+
+class Runner:
+    """Everything a rank needs to run one variant on one buffer."""
+
+    def __init__(self, cfg: AlltoallConfig):
+        self.cfg = cfg
+        self.layout = ParallelLayout(cfg.nodes, cfg.gpus_per_node, cfg.tp, cfg.ep)
+        self.pgs = build_process_groups(self.layout)
+        from monta.comm.duplex import transport_for
+
+        self.transport = cfg.transport or transport_for(cfg.backend)
+        self.groups = ex.exchange_groups(self.pgs.ep, self.pgs.tp, self.layout, self.pgs.rank, self.transport)
+        self.meter = TrafficMeter(self.layout, self.pgs.rank)
+        self.rank = self.pgs.rank
+        # plugins' exchanges: their pass functions, looked up once (not on every timed call)
+        self.plugin_pass = {v: ex.pass_function(v) for v in cfg.variants if v not in SPECS}
+
+    def run(self, variant: str, chunks: int, x: torch.Tensor) -> torch.Tensor:
+        if variant == "ag":
+            tp = self.groups.tp_size
+            E, C, M = x.shape
+            local = x.view(E, tp, C // tp, M)[:, self.groups.tp_rank].contiguous()
+            out = local.new_empty((tp,) + tuple(local.shape))
+            self.meter.all_gather(self.groups.tp_ranks, local.numel() * local.element_size(), "ag")
+            all_gather(out, local, self.groups.tp).wait()
+            return out
+        if variant in SPECS:
+            return ex.run_pass(x, SPECS[variant], self.groups, chunks, self.meter, variant)
+        return self.plugin_pass[variant](x, PLUGIN_SPEC, self.groups, chunks, self.meter, variant)
+
+    def expected(self, variant: str, size_idx: int, shape, dtype, salt: int) -> torch.Tensor:
+        """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""
+        E, C, M = shape
+        tp, tpr = self.groups.tp_size, self.groups.tp_rank
+        if variant == "ag":
+            x = rank_input(self.rank // tp, size_idx, shape, dtype, salt)
+            return x.view(E, tp, C // tp, M).transpose(0, 1).contiguous()
+        ep_ranks = self.groups.ep_ranks
+        me = ep_ranks.index(self.rank)
+        nle = E // len(ep_ranks)
+        blocks = [rank_input(r // tp, size_idx, shape, dtype, salt)[me * nle : (me + 1) * nle] for r in ep_ranks]
+        full = torch.cat(blocks, 0)
+        if variant == "a2a":
+            return full.view(E, tp, C // tp, M)[:, tpr].contiguous()
+        return full
+
+
+def sync(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        torch.cuda.synchronize()
+
+
+def warm_up(r: Runner, variants, inputs, sizes, warmup: int) -> None:
+    """Every size and variant first (connections, allocator), as nccl-tests does."""
+    for si, x in enumerate(inputs):
+        beat(f"warm-up of size {format_size(sizes[si])}")
+        for v, c in variants:
+            for _ in range(warmup):
+                r.run(v, c, x)
+    sync(inputs[0])
+
+
+def _grid(n_sizes: int, n_variants: int) -> list[list[list]]:
+    return [[[] for _ in range(n_variants)] for _ in range(n_sizes)]
+
+
+@dataclass
+class Timings:
+    """What the timed loop measured, per size and variant row ([size][variant][iteration] lists)."""
+
+    n_sizes: int
+    n_variants: int
+    times: list = field(init=False)  # s, the slowest rank's, per iteration
+    cpu: list = field(init=False)  # s of CPU time, averaged over ranks
+    clean: list = field(init=False)  # TEST AID: the injected variant's times without its delay
+    spans: list = field(init=False)  # (start, end) perf_counter of each call on this rank (rank 0: host load)
+    stop_note: list = field(init=False)  # per size: why its iterations ended
+    waits: torch.Tensor = field(init=False)  # [size, variant, (scheduler run delay, wall time)] of this rank
+    bytes_per_call: dict = field(default_factory=dict)  # (size, variant) -> (inter, intra) bytes this rank sent
+
+    def __post_init__(self) -> None:
+        self.times = _grid(self.n_sizes, self.n_variants)
+        self.cpu = _grid(self.n_sizes, self.n_variants)
+        self.clean = _grid(self.n_sizes, self.n_variants)
+        self.spans = _grid(self.n_sizes, self.n_variants)
+        self.stop_note = [""] * self.n_sizes
+        self.waits = torch.zeros(self.n_sizes, self.n_variants, 2, dtype=torch.float64)
+
+
+def time_sizes(
+    r: Runner, variants, inputs, sizes, rule: StopRule, slowdown: Slowdown, load: HostLoad | None
+) -> Timings:
+    """The timed loop: per size, iterations of every variant row (interleaved, the order rotated each
+    iteration so drift and noise hit all alike) until ``rule`` stops it; rank 0 decides, all follow."""
+    world = r.layout.world_size
+    tm = Timings(len(inputs), len(variants))
+    for si, x in enumerate(inputs):
+        t_size = time.perf_counter()
+        it = 0
+        while True:
+            beat(f"timing size {format_size(sizes[si])} ({si + 1}/{len(inputs)}), iteration {it + 1}")
+            round_t = torch.zeros(len(variants), dtype=torch.float64)
+            round_c = torch.zeros(len(variants), dtype=torch.float64)
+            round_clean = torch.zeros(len(variants), dtype=torch.float64)  # before an injected delay
+            k = it % len(variants)
+            for vi in list(range(k, len(variants))) + list(range(k)):
+                v, c = variants[vi]
+                r.meter.reset()
+                d0 = own_run_delay_s()
+                dist.barrier()
+                c0, t0 = time.process_time(), time.perf_counter()
+                r.run(v, c, x)
+                sync(x)
+                took = time.perf_counter() - t0
+                if slowdown.applies(v):  # TEST AID (--inject-slowdown): a measured delay after the call
+                    round_clean[vi] = took
+                    took += slowdown.delay(tm.clean[si][vi], took)
+                t1 = time.perf_counter()
+                round_t[vi] = took
+                round_c[vi] = time.process_time() - c0
+                d1 = own_run_delay_s()
+                if d0 is not None and d1 is not None:
+                    tm.waits[si, vi, 0] += d1 - d0
+                    tm.waits[si, vi, 1] += t1 - t0
+                if load is not None:
+                    tm.spans[si][vi].append((t0, t1))
+                tm.bytes_per_call[(si, vi)] = (r.meter.inter, r.meter.intra)
+            dist.all_reduce(round_t, op=dist.ReduceOp.MAX)  # an iteration lasts until its slowest rank is done
+            if slowdown.variant is not None:
+                dist.all_reduce(round_clean, op=dist.ReduceOp.MAX)
+            dist.all_reduce(round_c, op=dist.ReduceOp.SUM)
+            for vi in range(len(variants)):
+                if round_clean[vi] > 0:
+                    tm.clean[si][vi].append(float(round_clean[vi]))
+                tm.times[si][vi].append(float(round_t[vi]))
+                tm.cpu[si][vi].append(float(round_c[vi]) / world)
+            it += 1
+            # Rank 0 decides whether to go on and tells everyone (one small broadcast per round).
+            go = torch.zeros(1, dtype=torch.int64)
+            if r.rank == 0:
+                note = rule.decide(tm.times[si], it, time.perf_counter() - t_size, seed=si)
+                if note is None:
+                    go[0] = 1
+                else:
+                    tm.stop_note[si] = note
+            dist.broadcast(go, 0)
+            if not int(go[0]):
+                break
+        if r.rank == 0:
+            print(
+                f"# timed {format_size(sizes[si])} ({si + 1}/{len(inputs)}): {it} iterations, "
+                f"{time.perf_counter() - t_size:.1f} s ({tm.stop_note[si]})",
+                file=sys.stderr,
+                flush=True,
+            )
+    return tm
+
+
+def check(r: Runner, variants, shapes, sizes, dtype, device, inject_fault: bool) -> torch.Tensor:
+    """Wrong elements per size and variant row (summed over ranks), each variant run on fresh data
+    and compared with what the peers' deterministic inputs make it; ``inject_fault``: TEST AID."""
+    wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
+    FAULT.enabled = inject_fault
+    try:
+        for si, shp in enumerate(shapes):
+            beat(f"checking size {format_size(sizes[si])}")
+            for vi, (v, c) in enumerate(variants):
+                x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, salt=1).to(device)  # fresh data
+                got = r.run(v, c, x)
+                wrong[si, vi] = int((got.cpu() != r.expected(v, si, shp, dtype, salt=1)).sum())
+    finally:
+        FAULT.enabled = False
+    dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
+    return wrong

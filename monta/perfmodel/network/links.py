@@ -1,0 +1,269 @@
+"""Link cost model (latency + bytes / (bandwidth x efficiency(size))) and the cluster presets.
+
+A ``Cluster`` is a node type (links, NICs, compute, memory) times a node count; the emulator's is
+read from the link profile that ``monta emulate calibrate`` writes (``monta.perfmodel.network.profile``,
+which also holds ``get_cluster``: a preset name, a profile or its path -> a ``Cluster``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+# Efficiency form (documented decision). ``efficiency`` is a list of measured ``(size_bytes, eff)``
+# points. Between points, eff is piecewise linear in log2(size); outside them it is clamped to the
+# end values, so the cost of small messages comes from the latency term (time = latency + bytes /
+# (bandwidth x eff)). Extrapolating a curve below its smallest measurement invented overheads of
+# hundreds of microseconds, so calibrate down to the smallest chunk you care about. No points: 1.
+# In a link profile the points are end to end (size / time / bandwidth, what calibrate measures) and
+# the latency is taken out of them on load, then the curve is made non-decreasing in size (see
+# profile.monotone()); the presets' SimAI ratios are used as they are.
+# ``bandwidth_GBps`` is the effective large-message bandwidth (1 GB = 1e9 B):
+# for ``intra`` the per-GPU NVLink bus bandwidth, for ``inter`` the bandwidth of ONE NIC (a node has
+# ``nics_per_node`` of them, shared by its GPUs).
+
+LINK_CLASSES = ("intra", "inter")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link class: effective bandwidth (GB/s), latency (us) and the efficiency curve."""
+
+    bandwidth_GBps: float
+    latency_us: float
+    efficiency: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_GBps > 0:
+            raise ValueError(f"link bandwidth_GBps={self.bandwidth_GBps!r}: must be > 0")
+        if self.latency_us < 0:
+            raise ValueError(f"link latency_us={self.latency_us!r}: must be >= 0")
+        pts = tuple(sorted((float(s), float(e)) for s, e in self.efficiency))
+        for s, e in pts:
+            if s <= 0 or not 0 <= e < math.inf:
+                # > 1 is legal: a shaper's token bucket lets mid-size bursts beat the fitted rate.
+                raise ValueError(f"efficiency point ({s}, {e}): need size > 0 and a finite eff >= 0")
+        # A latency-bound point rounded to 0 in the profile still means "very slow", not "infinite".
+        pts = tuple((s, max(e, 1e-4)) for s, e in pts)
+        object.__setattr__(self, "efficiency", pts)
+
+    def eff(self, nbytes: float) -> float:
+        pts = self.efficiency
+        if not pts or nbytes <= 0:
+            return pts[0][1] if pts else 1.0
+        s0, e0 = pts[0]
+        if nbytes <= s0:
+            return e0
+        if nbytes >= pts[-1][0]:
+            return pts[-1][1]
+        x = math.log2(nbytes)
+        for (sa, ea), (sb, eb) in zip(pts, pts[1:]):
+            if nbytes <= sb:
+                xa, xb = math.log2(sa), math.log2(sb)
+                return ea + (eb - ea) * (x - xa) / (xb - xa)
+        return pts[-1][1]  # unreachable
+
+    def transfer_us(self, nbytes: float, eff_size: float | None = None, share: float = 1.0) -> float:
+        """Time to push ``nbytes`` through the link; efficiency looked up at ``eff_size`` (the
+        collective's nccl-tests size) and bandwidth divided among ``share`` concurrent users."""
+        if nbytes <= 0:
+            return 0.0
+        e = self.eff(nbytes if eff_size is None else eff_size)
+        return nbytes * share / (self.bandwidth_GBps * 1e3 * e)  # GB/s = 1e3 B/us
+
+    def time_us(self, nbytes: float) -> float:
+        return (self.latency_us + self.transfer_us(nbytes)) if nbytes > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bandwidth_GBps": self.bandwidth_GBps,
+            "latency_us": self.latency_us,
+            "efficiency": [[s, e] for s, e in self.efficiency],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "link") -> Link:
+        try:
+            return cls(
+                float(d["bandwidth_GBps"]),
+                float(d.get("latency_us", 0.0)),
+                tuple((float(s), float(e)) for s, e in d.get("efficiency", [])),
+            )
+        except (KeyError, TypeError) as e:
+            raise ValueError(
+                f"{where}: needs bandwidth_GBps, latency_us, efficiency [[size, eff], ...] ({e})"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A node type times a node count: what the model needs to know about the hardware."""
+
+    name: str
+    intra: Link
+    inter: Link
+    gpus_per_node: int = 8
+    nodes: int = 1
+    nics_per_node: int = 1
+    peak_tflops: float = 312.0  # dense bf16 per GPU
+    gemm_eff: float = 0.6  # fraction of peak a large GEMM reaches; measured numbers replace it
+    attn_eff: float = 0.45  # flash-attention kernels reach less than GEMMs
+    mem_GB: float = 80.0  # per GPU
+    copy_GBps: float = 800.0  # device memcpy (read + write) for the chunk copy
+    hbm_GBps: float = 2000.0
+    # NVLink gives every GPU its own bandwidth; the emulator's node loopback is one link shared by
+    # all ranks of the node, like a NIC.
+    intra_shared: bool = False
+    # The emulator's nodes are namespaces on one machine: every node's loopback is served by the same
+    # CPU cores, so an intra-node collective running on all nodes at once is slowed by all of them.
+    # Its calibration ran the intra collectives on node 0 only, hence the factor ``nodes`` at run time.
+    intra_machine_shared: bool = False
+    # Efficiency measured per collective replaces the link's point-to-point curve for it:
+    # ((op, link class), Link) pairs, op in alltoall / allgather.
+    collective_links: tuple[tuple[tuple[str, str], Link], ...] = ()
+    source: str = ""
+    # Emulator: every rank of every node runs on this many shared CPU cores (0 = each device has
+    # its own host, as on real GPU nodes). Then the exchange timelines add the machine's CPU as a
+    # resource that overlapping operations share (monta.perfmodel.network.fluid).
+    host_cores: int = 0
+    # CPU cost per rank of one inter-node AllToAll call: (fixed us, us per byte sent off the node),
+    # from calibrate's concurrent AllToAll (it runs on every rank at once, as in the exchange).
+    a2a_cpu_us: tuple[float, float] = (0.0, 0.0)
+    # The same for one AllGather call: (fixed us per ring step, us per byte a rank forwards).
+    ag_cpu_us: tuple[float, float] = (0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        for name in ("gpus_per_node", "nodes", "nics_per_node"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"cluster {name}={v!r}: must be a positive integer")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def with_nodes(self, nodes: int, gpus_per_node: int | None = None) -> Cluster:
+        return replace(self, nodes=nodes, gpus_per_node=gpus_per_node or self.gpus_per_node)
+
+    def link(self, cls: str, op: str | None = None) -> Link:
+        if op is not None and self.collective_links:
+            for key, lk in self.collective_links:
+                if key == (op, cls):
+                    return lk
+        return self.intra if cls == "intra" else self.inter
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "nics_per_node": self.nics_per_node,
+            "intra": self.intra.to_dict(),
+            "inter": self.inter.to_dict(),
+            "peak_tflops": self.peak_tflops,
+            "gemm_eff": self.gemm_eff,
+            "mem_GB": self.mem_GB,
+        }
+
+
+# SimAI (Alibaba, NSDI'25) measured AllToAll efficiency ratios on A800 (docs/design.md#a800-hardware):
+# one node 0.44 / 0.65 / 0.74 at 16 MiB / 128 MiB / 1 GiB; two nodes 0.52 / 0.76 / 0.81.
+# Our bandwidths below are already the *effective* large-message figures, so the ratios are
+# normalised to their 1 GiB value (the curve's shape, not its absolute level, is what we take).
+_SIMAI_INTRA = ((16 * 2**20, 0.44 / 0.74), (128 * 2**20, 0.65 / 0.74), (2**30, 1.0))
+_SIMAI_INTER = ((16 * 2**20, 0.52 / 0.81), (128 * 2**20, 0.76 / 0.81), (2**30, 1.0))
+# SimAI prices TP AllGather / ReduceScatter with its NVLink table (astra-sim-alibabacloud/inputs/
+# ratio/nvlink_ratio.csv, one node), not with the AllToAll ratios: 0.45 at 16 MiB rising to 0.81 at
+# 16 GiB. Normalised to its largest size, as above: at 160 GB/s ~89 / 128 / 136 / 152 GB/s at
+# 16 MiB / 64 MiB / 128 MiB / 1 GiB (the AllToAll shape gave 95 / 123 / 141 / 160).
+_SIMAI_NVLINK = tuple(
+    (2**p, r / 0.81)
+    for p, r in (
+        (24, 0.45),
+        (25, 0.55),
+        (26, 0.65),
+        (27, 0.69),
+        (28, 0.73),
+        (29, 0.76),
+        (30, 0.77),
+        (31, 0.78),
+        (32, 0.79),
+        (33, 0.80),
+        (34, 0.81),
+    )
+)
+
+
+def _nvlink_allgather(bandwidth_GBps: float) -> tuple:
+    """The intra-node AllGather's own curve (SimAI's NVLink table), as a per-collective link. The
+    table's ratios are end to end (latency inside them), so this link adds no latency of its own;
+    below 16 MiB it keeps the 16 MiB ratio (the table's smallest size)."""
+    return ((("allgather", "intra"), Link(bandwidth_GBps, 0.0, _SIMAI_NVLINK)),)
+
+
+def _a800(nics: int) -> Cluster:
+    # A800 SXM: 8 NVLinks x 25 GB/s per direction, ~20 GB/s effective each -> ~160 GB/s intra bus
+    # bandwidth; HDR InfiniBand 200 Gb/s NICs at ~23.5 GB/s effective (SimAI, NSDI'25;
+    # docs/design.md#a800-hardware).
+    # 312 TFLOP/s dense bf16, 80 GB HBM2e at 2.0 TB/s.
+    return Cluster(
+        f"a800-{nics}nic",
+        Link(160.0, 10.0, _SIMAI_INTRA),
+        Link(23.5, 15.0, _SIMAI_INTER),
+        collective_links=_nvlink_allgather(160.0),
+        gpus_per_node=8,
+        nics_per_node=nics,
+        peak_tflops=312.0,
+        mem_GB=80.0,
+        copy_GBps=800.0,
+        hbm_GBps=2039.0,
+        source=f"A800 SXM, 8 NVLinks (~20 GB/s eff. each), {nics}x HDR 200 Gb/s; SimAI efficiency",
+    )
+
+
+def _a100() -> Cluster:
+    # A100 SXM (DGX A100): 12 NVLinks x 25 GB/s per direction (~20 effective -> ~240 GB/s), 8x HDR.
+    return Cluster(
+        "a100",
+        Link(240.0, 10.0, _SIMAI_INTRA),
+        Link(23.5, 15.0, _SIMAI_INTER),
+        gpus_per_node=8,
+        collective_links=_nvlink_allgather(240.0),
+        nics_per_node=8,
+        peak_tflops=312.0,
+        mem_GB=80.0,
+        copy_GBps=800.0,
+        hbm_GBps=2039.0,
+        source="A100 SXM 80GB, 12 NVLinks, 8x HDR 200 Gb/s; SimAI efficiency shape",
+    )
+
+
+def _hopper(name: str, nvlink_eff_GBps: float, note: str) -> Cluster:
+    # NDR 400 Gb/s = 50 GB/s per NIC, ~46 GB/s effective (DeepEP reports 43-58 GB/s inter on H800).
+    # 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s.
+    return Cluster(
+        name,
+        Link(nvlink_eff_GBps, 8.0, _SIMAI_INTRA),
+        Link(46.0, 12.0, _SIMAI_INTER),
+        gpus_per_node=8,
+        collective_links=_nvlink_allgather(nvlink_eff_GBps),
+        nics_per_node=8,
+        peak_tflops=989.0,
+        mem_GB=80.0,
+        copy_GBps=1300.0,
+        hbm_GBps=3350.0,
+        source=note,
+    )
+
+
+PRESETS = {
+    "a800": lambda: _a800(4),  # decision: 4 NICs is the common A800 build; a800-8nic is the other
+    "a800-4nic": lambda: _a800(4),
+    "a800-8nic": lambda: _a800(8),
+    "a100": _a100,
+    # H100: NVLink 4, 900 GB/s bidirectional = 450 per direction, ~360 effective for AllToAll.
+    "h100": lambda: _hopper("h100", 360.0, "H100 SXM, NVLink 900 GB/s bidir, 8x NDR 400 Gb/s"),
+    # H800: NVLink cut to 400 GB/s bidirectional; DeepEP measures ~155 GB/s intra.
+    "h800": lambda: _hopper("h800", 160.0, "H800 SXM, NVLink 400 GB/s bidir (DeepEP: ~155 GB/s), 8x NDR 400 Gb/s"),
+}

@@ -1,0 +1,63 @@
+"""TEST AIDS: deliberate faults and slowdowns that check the checks. Nothing here acts unless a test
+or a test-aid flag turns it on, and every use is marked in the output and the records.
+
+- ``FAULT`` (``monta bench alltoall --inject-fault``, hidden): the exchange corrupts one element of
+  the first chunk it places on one rank, so ``--check`` must count wrong elements. The exchange
+  (``monta.comm.exchange.run_pass``) keeps only the hook that calls ``FAULT.corrupt``.
+- ``Slowdown`` (``monta bench alltoall --inject-slowdown VARIANT:FRACTION``): a measured delay after
+  each timed call of one variant, added to its recorded time, so the regression gate must flag it.
+
+Torch-free at import.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Fault:
+    """Corrupt one element of the first chunk placed on rank ``rank`` (while ``enabled``)."""
+
+    rank: int = 0
+    enabled: bool = False
+
+    def corrupt(self, out_view: Any, chunk: int, rank: int) -> None:
+        """The exchange's hook, called after chunk ``chunk`` is placed into ``out_view`` [E, tp, c, M]."""
+        if self.enabled and chunk == 0 and rank == self.rank:
+            out_view[0, 0, 0, 0] += 1.0
+
+
+FAULT = Fault()
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """``--inject-slowdown``: slow ``variant`` by ``fraction`` of its time (no variant: nothing slowed)."""
+
+    variant: str | None = None
+    fraction: float = 0.0
+
+    @classmethod
+    def from_spec(cls, spec: dict | None) -> Slowdown:
+        """From the config's ``inject_slowdown`` ({"variant", "fraction"} or None)."""
+        if not spec:
+            return cls()
+        return cls(spec["variant"], float(spec["fraction"]))
+
+    def applies(self, variant: str) -> bool:
+        return self.variant is not None and variant == self.variant
+
+    def delay(self, history: list[float], own: float) -> float:
+        """Sleep after the timed call and return the seconds the sleep measured (the caller adds them to
+        the call's recorded time). Every rank sleeps the same share of the variant's median so far
+        (``history``: the slowest rank's undelayed time per iteration, from the all-reduced rounds), so
+        the iteration's time grows by that share exactly; ``own`` (this call's undelayed time) stands in
+        for the first iteration. A sleep of each rank's own elapsed share fell short on CPU-bound sizes
+        (+2.5-5% instead of 10% at 1 MiB on 2 x 4): a rank that sleeps frees its core for the slowest one."""
+        t0 = time.perf_counter()
+        time.sleep(self.fraction * (statistics.median(history) if history else own))
+        return time.perf_counter() - t0

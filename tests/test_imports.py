@@ -1,0 +1,49 @@
+"""No import cycle among monta's and baselines' modules (module- and function-level imports both
+count), and the exchange (monta.comm) imports nothing of the performance model (monta.perfmodel):
+``Auto`` chunk counts reach it already resolved, through a chooser the top of the stack injects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "import_cycles.py"
+
+
+def test_no_import_cycle_and_comm_never_imports_the_performance_model():
+    r = subprocess.run(
+        [sys.executable, str(TOOL), "--forbid", "monta.comm:monta.perfmodel"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cycle:" not in r.stdout and "forbidden:" not in r.stdout
+    assert "no import cycle" in r.stdout
+
+
+def test_the_check_finds_a_cycle_and_a_forbidden_edge(tmp_path):
+    """The tool itself: a planted cycle (lazy import included) and a forbidden edge are reported."""
+    sys.path.insert(0, str(TOOL.parent))
+    try:
+        import import_cycles as ic
+    finally:
+        sys.path.remove(str(TOOL.parent))
+    (tmp_path / "monta" / "comm").mkdir(parents=True)
+    (tmp_path / "monta" / "perfmodel").mkdir()
+    (tmp_path / "baselines").mkdir()
+    for d in ("monta", "monta/comm", "monta/perfmodel", "baselines"):
+        (tmp_path / d / "__init__.py").write_text("")
+    (tmp_path / "monta" / "comm" / "a.py").write_text("def f():\n    from monta.perfmodel import b\n")
+    (tmp_path / "monta" / "perfmodel" / "b.py").write_text("from ..comm import a\n")
+    g = ic.graph(tmp_path)
+    # `from P import m` imports the package P (its __init__) and the module P.m
+    assert g["monta.comm.a"] == {"monta.perfmodel", "monta.perfmodel.b"}
+    assert g["monta.perfmodel.b"] == {"monta.comm", "monta.comm.a"}
+    assert ic.cycles(g) == [["monta.comm.a", "monta.perfmodel.b", "monta.comm.a"]]
+    assert ic.forbidden(g, [("monta.comm", "monta.perfmodel")]) == [
+        ("monta.comm.a", "monta.perfmodel"),
+        ("monta.comm.a", "monta.perfmodel.b"),
+    ]
