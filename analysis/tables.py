@@ -18,6 +18,9 @@ from monta.results import read_records
 
 # Params that describe how a point was measured, not which point it is.
 RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
+# What a variant is made of (its record's params): they differ between the variant and its baseline by
+# definition, so they never split a point.
+VARIANT_PARTS = frozenset({"exchange", "schedule", "sync", "exchange_chunks", "chunks_requested"})
 MEASURED = ("measured", "emulated")
 PHASES = (
     "attention",
@@ -471,7 +474,8 @@ def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any])
         # A point is what every record of this kind and source states (a prediction's cluster,
         # a measurement's link rate); variant-only knobs would split pairs.
         recs = [r for r in records if r.get("source") == source]
-        point = ["source"] + sorted(_common_params(recs, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC)
+        point = ["source"] + sorted(_common_params(recs, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC
+                                    - VARIANT_PARTS)
         sdf = _ensure(sdf, point)
         med = (
             sdf.groupby(

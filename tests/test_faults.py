@@ -359,7 +359,7 @@ def _default():
     "section,change,named",
     [
         ("alltoall", {"sizes": "128K:64K:2"}, "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
-        ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 8"),
+        ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 16"),
         (
             "alltoall",
             {"sizes": "1M:1G:1"},
