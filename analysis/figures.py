@@ -1,4 +1,4 @@
-"""Seaborn figures from the tables of analysis.tables, written to results/figures/*.png.
+"""Seaborn figures from the tables of monta_analysis.tables, written to results/figures/*.png.
 
 Each function returns the path it wrote, or None when its table is empty (the report says "no data").
 """
@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from analysis.display import fmt_bytes, split_model  # noqa: E402
+from monta_analysis.display import fmt_bytes, split_model  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: str | Path, name: str) -> Path:

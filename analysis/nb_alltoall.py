@@ -19,9 +19,9 @@ out_dir = "results"
 paper = "analysis/paper.yaml"
 
 # %%
-from analysis import figures, tables
-from analysis.report import Manifest
 from monta.bench.hostload import RANK_WAIT_LIMIT
+from monta_analysis import figures, tables
+from monta_analysis.report import Manifest
 
 recs = tables.load(records)
 manifest = Manifest("alltoall", out_dir)

@@ -20,8 +20,8 @@ paper = "analysis/paper.yaml"
 # %%
 import yaml
 
-from analysis import figures, tables
-from analysis.report import Manifest
+from monta_analysis import figures, tables
+from monta_analysis.report import Manifest
 
 recs = tables.load(records)
 published = yaml.safe_load(open(paper))

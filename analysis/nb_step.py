@@ -19,8 +19,8 @@ out_dir = "results"
 paper = "analysis/paper.yaml"
 
 # %%
-from analysis import figures, tables
-from analysis.report import Manifest
+from monta_analysis import figures, tables
+from monta_analysis.report import Manifest
 
 recs = tables.load(records)
 manifest = Manifest("step", out_dir)

@@ -1,7 +1,7 @@
 """Manifests of what each notebook wrote, and the report page (results/report.md): a summary of the
-headline numbers (analysis.summary), then every table and figure the notebooks wrote.
+headline numbers (monta_analysis.summary), then every table and figure the notebooks wrote.
 
-`python -m analysis.report results/analysis/*.json --out results/report.md --records results/**/*.jsonl
+`python -m monta_analysis.report results/analysis/*.json --out results/report.md --records results/**/*.jsonl
 [--paper analysis/paper.yaml] [--regress results/regress/alltoall.md]`
 """
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def _summary(args: argparse.Namespace) -> list[str]:
     import yaml
 
-    from analysis import summary, tables
+    from monta_analysis import summary, tables
 
     base = Path(args.out).parent
 

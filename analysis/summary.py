@@ -1,6 +1,6 @@
 """The report's opening summary: the run's headline numbers, each linked to the table or figure behind it.
 
-Pure functions of the records, analysis/paper.yaml and the regression check's table; analysis.report renders them.
+Pure functions of the records, analysis/paper.yaml and the regression check's table; monta_analysis.report renders them.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import tables
-from analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
 from monta import variants as variant_registry
 
 # `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
 # chunk-pick check below applies the model's own rule to the recorded predictions.
 from monta.perfmodel.network.chunks import _TIE as AUTO_TIE
 from monta.perfmodel.reports.accuracy import CHUNK_TOLERANCE
+from monta_analysis import tables
+from monta_analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
 
 MEASURED = ("measured", "emulated")
 REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok", "CPU-bound")

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import display, known
 from monta.results import read_records
+from monta_analysis import display, known
 
 # Params that describe how a point was measured, not which point it is.
 RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
@@ -474,8 +474,9 @@ def _paired_ratio(records: Sequence[Mapping[str, Any]], ours: Mapping[str, Any])
         # A point is what every record of this kind and source states (a prediction's cluster,
         # a measurement's link rate); variant-only knobs would split pairs.
         recs = [r for r in records if r.get("source") == source]
-        point = ["source"] + sorted(_common_params(recs, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC
-                                    - VARIANT_PARTS)
+        point = ["source"] + sorted(
+            _common_params(recs, kind) - {"variant", "chunks", "source"} - RUN_SPECIFIC - VARIANT_PARTS
+        )
         sdf = _ensure(sdf, point)
         med = (
             sdf.groupby(

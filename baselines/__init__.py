@@ -1,2 +1,2 @@
 """Published competitors rebuilt as real schedules of the same DeepSpeed training step:
-Lina-style (``baselines.lina``) and Lancet-style (``baselines.lancet``)."""
+Lina-style (``monta_baselines.lina``) and Lancet-style (``monta_baselines.lancet``)."""

@@ -22,11 +22,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from deepspeed.moe.sharded_moe import _route_slots, _sparse_encode, gumbel_rsample
 
-from baselines.pipeline import capacity_chunks, launch_dispatch, pipeline_pieces
 from monta.model import clock
 from monta.model.tp import DeferredWeightGrad
 from monta.model.transformer import BACKWARD_CLOCK
 from monta.moe import RoutingPlan
+from monta_baselines.pipeline import capacity_chunks, launch_dispatch, pipeline_pieces
 
 
 class CarryRouter:

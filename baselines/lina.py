@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from baselines.pipeline import pipelined_experts
+from monta_baselines.pipeline import pipelined_experts
 
 
 class LinaSchedule:

@@ -12,14 +12,14 @@ from monta.variants import LINA_CHUNK_BYTES  # Lina's gradient AllReduce micro-o
 
 
 def _lina(ctx):
-    from baselines.lina import LinaSchedule
+    from monta_baselines.lina import LinaSchedule
 
     return LinaSchedule(ctx.chunks)
 
 
 def _lancet(ctx):
-    from baselines.lancet import LancetSchedule
     from monta.groups import new_groups
+    from monta_baselines.lancet import LancetSchedule
 
     pgs = ctx.pgs
     # its own communicator over the EP ranks for agreeing on early windows (never shared)

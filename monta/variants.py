@@ -11,7 +11,7 @@ Parts:
   the run's ``--chunks``; only ``monta`` chunks its exchange) here; others by any package, as a
   function running one exchange pass (``add_exchange``);
 - schedule: ``deepspeed`` (DeepSpeed's MoE forward) here; ``lina`` and ``lancet`` are registered by
-  ``baselines`` (``baselines.variants``), others by any package (below);
+  ``baselines`` (``monta_baselines.variants``), others by any package (below);
 - sync: ``after-backward`` (DeepSpeed's reduction after backward), ``priority`` (a background thread
   whose AllReduce yields to any AllToAll, one micro-op per gradient) here; ``lina-microops``
   (Lina's fixed-size micro-ops) by ``baselines``.

@@ -6,18 +6,15 @@ The records are written with monta.results.make_record, exactly as the benchmark
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # analysis/ is a top-level package of the repository
-    sys.path.insert(0, str(ROOT))
+from monta.results import make_record
+from monta_analysis import figures, tables  # analysis/, installed as monta_analysis (pyproject.toml)
 
-from analysis import figures, tables  # noqa: E402
-from monta.results import make_record  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ENV = {"python": "3.11", "host": "test"}
 
@@ -323,7 +320,7 @@ def test_step_panel_titles_are_short_two_line():
 
 # -- the report for people: units, filled columns, names, summary -------------------------------
 def test_sig3_plain_notation():
-    from analysis.display import fmt_bytes, sig3
+    from monta_analysis.display import fmt_bytes, sig3
 
     assert [sig3(x) for x in (306600.0, 3066.0, 44.8067, 4.5, 0.02431, 9.996, 1.0)] == [
         "307000",
@@ -456,7 +453,7 @@ def _accuracy(size, chunks, predicted, measured, gpus=4, cpu_bound=None):
 
 
 def test_chunk_pick_follows_the_models_rule_on_recorded_predictions():
-    from analysis import summary
+    from monta_analysis import summary
 
     recs = [
         _accuracy(1 << 20, 1, 100.0, 100.0),
@@ -473,7 +470,7 @@ def test_chunk_pick_follows_the_models_rule_on_recorded_predictions():
 def test_the_chunk_pick_count_names_the_sizes_whose_timings_were_cpu_bound():
     """A miss whose best count was timed CPU-bound is still counted, and the summary also gives the
     count over the sizes where neither timing was."""
-    from analysis import summary
+    from monta_analysis import summary
 
     recs = [
         _accuracy(1 << 20, 1, 100.0, 100.0),
@@ -487,8 +484,8 @@ def test_the_chunk_pick_count_names_the_sizes_whose_timings_were_cpu_bound():
 
 
 def test_summary_states_the_headline_numbers_with_links(tmp_path):
-    from analysis import summary
     from monta.regress import compare, format_table
+    from monta_analysis import summary
 
     recs = alltoall_records()
     recs += [
@@ -527,7 +524,7 @@ def test_summary_states_the_headline_numbers_with_links(tmp_path):
 def test_a_run_with_an_injected_slowdown_opens_its_summary_with_a_test_aid_banner():
     """`make reproduce INJECT=monta:0.10` (the regression gate's check): the report must not pass off
     the slowed variant's figures as measurements; a run without injection has no banner."""
-    from analysis import summary
+    from monta_analysis import summary
 
     recs = alltoall_records()
     assert summary.injection_line(recs) is None
@@ -571,7 +568,7 @@ def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(t
 def test_a_plugin_exchange_gets_its_own_column_in_the_alltoall_summary():
     """A plugin's exchange (tests/plugins: toy-exchange) measured next to the core's: its best time is
     a column of the summary, headed by its name, in the run's unit."""
-    from analysis import display
+    from monta_analysis import display
 
     recs = alltoall_records() + [a2a(1 << 20, "toy-exchange", 1, 2500.0), a2a(4 << 20, "toy-exchange", 1, 9000.0)]
     summary = tables.alltoall_summary(tables.alltoall_table(recs))

@@ -16,7 +16,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 def test_partitioned_routing_drops_same_tokens(parts, cf):
     from deepspeed.moe.sharded_moe import _capacity, _route_slots, gumbel_rsample, top2gating
 
-    from baselines.lancet import top2_route_with_carry
+    from monta_baselines.lancet import top2_route_with_carry
 
     S, E = 64, 4
     g = torch.Generator().manual_seed(parts * 10 + int(cf * 10))
@@ -43,7 +43,7 @@ def test_wrong_carry_would_differ():
     """Without the carry (capacity restarting per partition) the kept set differs: the check can fail."""
     from deepspeed.moe.sharded_moe import gumbel_rsample
 
-    from baselines.lancet import top2_route_with_carry
+    from monta_baselines.lancet import top2_route_with_carry
 
     S, E, C = 64, 4, 16
     logits = torch.randn(S, E, generator=torch.Generator().manual_seed(3))

@@ -296,8 +296,7 @@ def test_predict_accuracy_refuses_nan_measurements(capsys, tmp_path):
 
 
 def test_the_analysis_reads_records_through_the_same_loader(tmp_path):
-    sys.path.insert(0, str(ROOT))
-    from analysis import tables
+    from monta_analysis import tables
 
     bad = tmp_path / "a.jsonl"
     bad.write_text(json.dumps(rec(-1.0)) + "\n")

@@ -1,4 +1,4 @@
-"""No import cycle among monta's and baselines' modules (module- and function-level imports both
+"""No import cycle among monta's and monta_baselines' modules (module- and function-level imports both
 count), and the exchange (monta.comm) imports nothing of the performance model (monta.perfmodel):
 ``Auto`` chunk counts reach it already resolved, through a chooser the top of the stack injects."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "import_cycles.py"
@@ -47,3 +49,19 @@ def test_the_check_finds_a_cycle_and_a_forbidden_edge(tmp_path):
         ("monta.comm.a", "monta.perfmodel"),
         ("monta.comm.a", "monta.perfmodel.b"),
     ]
+
+
+def test_the_packages_list_names_every_package_folder():
+    """pyproject.toml lists the packages by hand (package-dir installs baselines/ and analysis/ as
+    monta_baselines and monta_analysis, which packages.find cannot): a folder of modules left off it
+    would be missing from a wheel."""
+    tomllib = pytest.importorskip("tomllib")
+    st = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for pkg, folder in st["package-dir"].items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.parent.relative_to(ROOT / folder)
+            if not any(part in ("build", "__pycache__") or part.startswith(".") for part in rel.parts):
+                found.add(".".join([pkg, *rel.parts]))
+    assert sorted(st["packages"]) == sorted(found)
+    assert not {"baselines", "analysis"} & {p.split(".")[0] for p in st["packages"]}

@@ -376,7 +376,7 @@ def test_regress_rule_reports_a_baseline_it_cannot_compare(work):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     table = (work / "results/regress/alltoall.md").read_text()
     assert table.startswith("regress: no verdict: no point of --current matches --baseline"), table
-    from analysis.summary import regress_line
+    from monta_analysis.summary import regress_line
 
     assert "no verdict" in regress_line(work / "results/regress/alltoall.md")
 

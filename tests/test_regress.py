@@ -186,7 +186,7 @@ def test_a_cpu_bound_point_is_shown_apart_not_judged_unless_asked(tmp_path, caps
     assert "CPU-BOUND: 2 point(s) ran CPU-bound" in out and "(2 would read slower)" in out
     assert main(["regress", "--baseline", str(b), "--current", str(c), "--judge-cpu-bound"]) == 1
     assert "2 regressed" in capsys.readouterr().out
-    from analysis.summary import regress_line
+    from monta_analysis.summary import regress_line
 
     table = tmp_path / "t.md"
     table.write_text(regress.format_table(regress.compare(recs(seed=1), only), "time_us", 0.10, 0.95))

@@ -60,7 +60,7 @@ class _SkewedLina:
     """A wrong schedule: Lina's pipeline with the last chunk's expert output off by 1% relative."""
 
     def __init__(self, chunks):
-        from baselines.lina import LinaSchedule
+        from monta_baselines.lina import LinaSchedule
 
         self.inner = LinaSchedule(chunks)
 
@@ -199,14 +199,14 @@ def test_breakdown_times_exchanges_forward_and_backward(runs):
 def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, capacity=12):
     """One SwiGLU MoE on the 2x2 (TP 2, EP 2) layout through ``pipelined_experts``: autograd's replay
     of the chunks, the pipelined backward, and the pipelined backward with Lancet's dW deferral."""
-    from baselines.lancet import DeferredDW
-    from baselines.pipeline import pipelined_experts
     from monta.groups import build_process_groups, init_deepspeed_groups
     from monta.model.engine import make_tp_group
     from monta.model.layers import SwiGLUExpert
     from monta.model.transformer import BACKWARD_CLOCK
     from monta.moe import MoE
     from monta.parallel import ParallelLayout
+    from monta_baselines.lancet import DeferredDW
+    from monta_baselines.pipeline import pipelined_experts
 
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     pgs, model_pgs = build_process_groups(layout), build_process_groups(layout)

@@ -1,4 +1,5 @@
-"""Import cycles among the project's own modules (monta/, baselines/), read from the source with ``ast``.
+"""Import cycles among the project's own modules (monta/, baselines/ as monta_baselines), read from the source
+with ``ast``.
 
 Every ``import`` counts, at module level or inside a function (a lazy import still ties the two
 modules together). ``import a.b.c`` and ``from a.b import c`` depend on the module they name (and
@@ -18,18 +19,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("monta", "baselines")
+# installed package name -> its folder (pyproject.toml's package-dir)
+PACKAGES = {"monta": "monta", "monta_baselines": "baselines"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
     """Dotted module name -> file, for every .py under the packages (build outputs and caches left out)."""
     out = {}
-    for pkg in PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
-            rel = path.relative_to(root)
+    for pkg, folder in PACKAGES.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root / folder)
             if any(part in ("build", "__pycache__") or part.startswith(".") for part in rel.parts):
                 continue
-            parts = list(rel.with_suffix("").parts)
+            parts = [pkg, *rel.with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             out[".".join(parts)] = path

@@ -23,7 +23,7 @@ from monta.model.config import PRESETS, ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
 from monta.perfmodel.training.step import PARTITIONS
 
-# record key -> breakdown_s key of train_step; names match analysis.tables.PHASES (plus backward detail)
+# record key -> breakdown_s key of train_step; names match monta_analysis.tables.PHASES (plus backward detail)
 BREAKDOWN = {
     "attention": "attention",
     "gate": "gate",

@@ -23,6 +23,7 @@ rule notebook:
         " --log-output --no-progress-bar >> {log} 2>&1"
 
 
+# analysis/ is installed as the package monta_analysis (pyproject.toml), as monta/ is as monta.
 rule report:
     input:
         unpack(get_report_input),
@@ -32,11 +33,10 @@ rule report:
         "results/logs/analysis/report.log",
     params:
         experiment=config["experiment"],
-        root=str(ROOT),
         regress=report_regress_arg,
     conda:
         "../envs/monta.yaml"
     shell:
-        "PYTHONPATH={params.root}${{PYTHONPATH:+:$PYTHONPATH}} python -m analysis.report {input.manifests}"
+        "python -m monta_analysis.report {input.manifests}"
         " --experiment {params.experiment} --out {output} --records {input.records} --paper {input.paper}"
         " {params.regress} > {log} 2>&1"

@@ -33,8 +33,8 @@ def get_notebook_input(wildcards):
 
 def notebook_params(wildcards, input):
     """Papermill parameters as one JSON document (JSON is YAML): record paths, output dir.
-    Absolute, because the kernel runs in the repository root (to import `analysis`), which need
-    not be Snakemake's working directory."""
+    Absolute, because the kernel runs in the repository root, which need not be Snakemake's working
+    directory."""
     return json.dumps({"records": [os.path.abspath(p) for p in input.records],
                        "out_dir": os.path.abspath("results"), "paper": os.path.abspath(input.paper)})
 
