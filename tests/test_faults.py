@@ -83,7 +83,7 @@ A2A = ["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2", "--no-wandb"
         (["--chunks", "two"], "--chunks two: expected a comma list of integers"),
         (
             ["--sizes", "64K", "--hidden", "256", "--chunks", "64"],
-            "--chunks 64: 64 chunks exceed the capacity slice 16",
+            "--chunks 64: 64 chunks exceed the capacity slice 32",
         ),
         (["--iters", "0"], "--iters 0: must be an integer from 1"),
         (["--warmup", "-1"], "--warmup -1: must be an integer from 0"),
@@ -358,7 +358,7 @@ def _default():
     "section,change,named",
     [
         ("alltoall", {"sizes": "128K:64K:2"}, "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
-        ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 16"),
+        ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 32"),
         (
             "alltoall",
             {"sizes": "1M:1G:1"},

@@ -63,7 +63,7 @@ def test_dry_run_default_runs_every_experiment(work):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 4M:16M:2" in out  # per-cluster sizes
-    assert "--tp 4 --sizes 512K:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
+    assert "--tp 4 --sizes 1M:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
     # the 4-NIC A800 everywhere (2 x 8 at half its rates), adaptive iterations (paired ratios' CIs within 4%)
     assert "--chunks 1,2,4,8 --topology a800-4nic@0.125 --dtype float32" in out
     assert "--chunks 1,2,4,8 --topology a800-4nic@0.0625 --dtype float32" in out
