@@ -132,8 +132,10 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     by = {r["params"]["variant"]: r["metrics"] for r in recs}
     n = by["monta"]["iters"]
     assert 4 <= n <= 12 and all(m["iters"] == n and len(m["samples_us"]) == n for m in by.values())
-    # a 50% target is met from the first iterations, but the CI may end a size only from 10 on
-    assert n >= 10 and "CI within 50%" in by["monta"]["stop"], by["monta"]["stop"]
+    # a 50% target is usually met from the first iterations, but the CI may end a size only from 10 on
+    # (on a loaded machine the CI may stay wider until the cap: then the cap is what stopped it)
+    stop = by["monta"]["stop"]
+    assert n >= 10 and ("CI within 50%" in stop or (n == 12 and "max 12 iterations" in stop)), stop
     lo, hi = by["monta"]["speedup_vs_deepspeed_ci"]
     assert lo <= by["monta"]["speedup_vs_deepspeed"] <= hi and by["legacy"]["speedup_vs_legacy"] == 1.0
     for m in by.values():
