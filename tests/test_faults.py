@@ -83,7 +83,7 @@ A2A = ["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2", "--no-wandb"
         (["--chunks", "two"], "--chunks two: expected a comma list of integers"),
         (
             ["--sizes", "64K", "--hidden", "256", "--chunks", "64"],
-            "--chunks 64: 64 chunks exceed the capacity slice 32",
+            "--chunks 64: 64 chunks exceed the capacity slice 16",
         ),
         (["--iters", "0"], "--iters 0: must be an integer from 1"),
         (["--warmup", "-1"], "--warmup -1: must be an integer from 0"),
