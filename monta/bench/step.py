@@ -417,6 +417,12 @@ def _worker(spec: dict[str, Any]) -> int:
     return 0
 
 
+def _ci_text(ci: list[float], n: int) -> str:
+    """``[lo, hi]``, or why there is none (a bootstrap needs 3 or more paired steps)."""
+    lo, hi = ci
+    return f"[{lo:.3f}, {hi:.3f}]" if lo == lo and hi == hi else f"[no CI from {n} step{'s' if n != 1 else ''}]"
+
+
 def _clock_summary(per_rank: list[dict], v: str, step_ms: float) -> dict[str, Any]:
     """Variant ``v`` on the compute clock: priced compute per step (the slowest rank's), and every piece
     whose real math outlasted its target (counted and named over all ranks and steps)."""
@@ -584,8 +590,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
     print(
         "# speedup vs deepspeed = median of the paired per-step ratios [95% bootstrap CI]: "
         + ", ".join(
-            f"{v} {m['speedup_vs_deepspeed']:.3f} [{m['speedup_vs_deepspeed_ci'][0]:.3f}, "
-            f"{m['speedup_vs_deepspeed_ci'][1]:.3f}]"
+            f"{v} {m['speedup_vs_deepspeed']:.3f} " + _ci_text(m["speedup_vs_deepspeed_ci"], len(m["samples_ms"]))
             for v, m in rows
             if m.get("speedup_vs_deepspeed_ci")
         )
