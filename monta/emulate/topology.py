@@ -29,7 +29,7 @@ RETIRED = {
 
 def per_gpu_rates(cluster: Cluster) -> tuple[float, float]:
     """(NVLink GB/s, NIC share GB/s) of one GPU of ``cluster``: the rates a rank sees."""
-    return cluster.intra.bandwidth_GBps, cluster.inter.bandwidth_GBps * cluster.nics_per_node / cluster.gpus_per_node
+    return cluster.per_gpu_GBps
 
 
 def rho(cluster_name: str) -> float:

@@ -143,6 +143,12 @@ class Cluster:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def per_gpu_GBps(self) -> tuple[float, float]:
+        """(NVLink GB/s, NIC share GB/s) of one GPU: the rates a rank sees (the emulator's profiles and
+        the emulated clock are derived from them)."""
+        return self.intra.bandwidth_GBps, self.inter.bandwidth_GBps * self.nics_per_node / self.gpus_per_node
+
     def with_nodes(self, nodes: int, gpus_per_node: int | None = None) -> Cluster:
         return replace(self, nodes=nodes, gpus_per_node=gpus_per_node or self.gpus_per_node)
 

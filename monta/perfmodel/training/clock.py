@@ -83,11 +83,8 @@ class Clock:
 
     @property
     def per_gpu_GBps(self) -> tuple[float, float]:
-        """(NVLink, NIC share) of one real GPU, GB/s."""
-        c = self.real
-        return c.intra.bandwidth_GBps, c.inter.bandwidth_GBps * c.nics_per_node / CLUSTER_PRESETS[
-            self.cluster
-        ]().gpus_per_node
+        """(NVLink, NIC share) of one real GPU, GB/s (the preset's own node, whatever the run's shape)."""
+        return CLUSTER_PRESETS[self.cluster]().per_gpu_GBps
 
     def _emulated_s(self, node_bytes: float, gbps: float) -> float:
         return node_bytes * 8 / (gbps * 1e9)
