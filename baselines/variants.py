@@ -1,6 +1,7 @@
 """Registration of the baselines' parts in ``monta.variants`` (entry point ``baselines`` of group
-``monta.variants`` in pyproject.toml): Lina's and Lancet's schedules, Lina's gradient micro-ops, and
-the variants ``lina``, ``lancet`` (their published form, on DeepSpeed's exchange), ``monta+lina`` and
+``monta.variants`` in pyproject.toml): the exchanges ``2dh`` (Tutel), ``allgather`` (Megatron-Core) and
+``node-dedup`` (DeepEP), Lina's and Lancet's schedules, Lina's gradient micro-ops, and the variants
+``lina``, ``lancet`` (their published form, on DeepSpeed's exchange), ``monta+lina`` and
 ``monta+lancet`` (MoNTA's exchange inside their schedules).
 
 Torch-free at import: the schedules' modules are imported when a variant is built.
@@ -54,7 +55,31 @@ def _lancet_hidden(o):
     return hid_f, hid_b
 
 
+def _run_pass_2dh(*args, **kwargs):
+    from monta_baselines.hier2d import run_pass_2dh
+
+    return run_pass_2dh(*args, **kwargs)
+
+
 def register(registry) -> None:
+    registry.add_exchange(
+        "2dh",
+        run_pass=_run_pass_2dh,
+        about="Tutel's 2D hierarchical AllToAll: intra-node AllToAll to the same-local-index peer, then one "
+        "inter-node AllToAll among those peers (N-1 large messages); drop and AllGather over TP as deepspeed",
+    )
+    registry.add_exchange(
+        "allgather",
+        routed="monta_baselines.agdispatch",
+        about="Megatron-Core's AllGather dispatcher: every token gathered over EP (1/TP shards across nodes, "
+        "then over TP), local experts' routes kept; combine by ReduceScatter",
+    )
+    registry.add_exchange(
+        "node-dedup",
+        routed="monta_baselines.dedup",
+        about="DeepEP-style node-deduplicated dispatch: a token crosses to each node once, forwarded inside "
+        "the node to its experts' ranks; the combine reduces inside the node before crossing back",
+    )
     registry.add_schedule(
         "lina",
         build=_lina,
@@ -99,6 +124,13 @@ def register(registry) -> None:
         schedule="lina",
         sync="lina-microops",
         about="MoNTA's exchange inside Lina's schedule and gradient micro-ops",
+    )
+    registry.add_variant("2dh", exchange="2dh", about="DeepSpeed's MoE with Tutel's 2D hierarchical AllToAll")
+    registry.add_variant(
+        "allgather", exchange="allgather", about="DeepSpeed's MoE with Megatron's AllGather token dispatcher"
+    )
+    registry.add_variant(
+        "node-dedup", exchange="node-dedup", about="DeepSpeed's MoE with node-deduplicated dispatch (DeepEP style)"
     )
     registry.add_variant(
         "monta+lancet",

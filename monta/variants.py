@@ -81,7 +81,15 @@ class Exchange:
     and returns the same values; monta wraps it for autograd (backward = the transposed pass) and
     checks it against the core in ``monta bench alltoall --check``. ``chunked``: it takes the run's
     chunk count (else 1). ``model_as``: the core exchange whose performance model prices it (``None``:
-    the model has none, predictions leave it out and say so)."""
+    the model has none, predictions leave it out and say so).
+
+    A token-level exchange (one that moves tokens rather than capacity buffers: an AllGather
+    dispatcher, node-deduplicated dispatch) names ``routed``, a module (imported when used) with
+    ``dispatch(x_SM, plan, groups, meter, phase) -> (expert_in [E, C, M], handle)`` and
+    ``combine(y_ECM, plan, handle, groups, meter, phase) -> out [S, M]``, both differentiable; they
+    replace DeepSpeed's encode + dispatch pass and combine pass + decode (``plan``:
+    ``monta.moe.layer.RoutingPlan``). The expert input must equal the core exchange's, the output its
+    decode's."""
 
     name: str
     run_pass: Callable[..., Any] | None = None
@@ -89,6 +97,7 @@ class Exchange:
     model_as: str | None = None
     about: str = ""
     origin: str = "monta"
+    routed: str | None = None  # module of a token-level exchange (below)
 
 
 @dataclass(frozen=True)
@@ -171,10 +180,13 @@ def add_exchange(name: str, **kw: Any) -> Exchange:
     model_as = kw.get("model_as")
     if model_as is not None and model_as not in EXCHANGES:
         raise ValueError(f"exchange {name!r}: model_as={model_as!r} must be one of {', '.join(EXCHANGES)}")
-    if _CURRENT_ORIGIN[0] != "monta" and not callable(kw.get("run_pass")):
+    if _CURRENT_ORIGIN[0] != "monta" and not callable(kw.get("run_pass")) and not kw.get("routed"):
         raise ValueError(
-            f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase)"
+            f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase) "
+            "or routed='module' (a token-level exchange)"
         )
+    if kw.get("routed") and (kw.get("run_pass") or kw.get("chunked")):
+        raise ValueError(f"exchange {name!r}: a token-level (routed) exchange has no run_pass and no chunks")
     e = Exchange(name, origin=_CURRENT_ORIGIN[0], **kw)
     _R.exchanges[name] = e
     return e

@@ -164,6 +164,7 @@ def compare_case(
     missing = sorted(set(ref["grads"]) ^ set(res["grads"]))
     return {
         "rank": pgs.rank,
+        "ref_scale": max(float(ref["out"].float().abs().max()), float(ref["x_grad"].float().abs().max())),
         "dtype": str(res["out"].dtype),
         "out_diff": diff(res["out"], ref["out"]),
         "x_grad_diff": diff(res["x_grad"], ref["x_grad"]),

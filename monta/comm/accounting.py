@@ -35,6 +35,13 @@ class TrafficMeter:
     def all_gather(self, group_ranks: tuple[int, ...], input_bytes: int, phase: str) -> None:
         self._add(group_ranks, input_bytes, "allgather", phase)
 
+    def sends(self, peer_bytes: dict[int, int], op: str, phase: str) -> None:
+        """Uneven traffic: ``peer_bytes`` maps a global rank to the bytes this rank sends it (an
+        AllToAllV's rows, a gather of rows of its own size); op ``meta`` for routing metadata."""
+        for peer, n in peer_bytes.items():
+            if peer != self.rank and n:
+                self.counts[(self.layout.link_between(self.rank, peer), op, phase)] += n
+
     def bytes(self, link: str | None = None, op: str | None = None, phase: str | None = None) -> int:
         return sum(
             v
@@ -57,3 +64,7 @@ class TrafficMeter:
 
     def summary(self) -> dict[str, int]:
         return {"inter_bytes": self.inter, "intra_bytes": self.intra}
+
+    def payload(self, link: str) -> int:
+        """Bytes on ``link`` without the routing metadata (what the exchange's formulas count)."""
+        return self.bytes(link) - self.bytes(link, op="meta")

@@ -100,6 +100,11 @@ class DuplexGroup:
         dst[self.index].copy_(src[self.index])
         return self._exchange([src[p] for p in range(n)], [dst[p] for p in range(n)])
 
+    def all_to_all_v(self, sends: list[torch.Tensor | None], recvs: list[torch.Tensor | None]) -> _Batch:
+        """Uneven AllToAll: ``sends[p]`` to member p, ``recvs[p]`` from it (None: nothing; the own entry
+        is the caller's to copy). Both sides agree on the sizes beforehand (a count exchange)."""
+        return self._exchange(sends, recvs)
+
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
         n = self.size
         if out.numel() != n * inp.numel():

@@ -12,7 +12,7 @@ MoNTA's chunked overlap applies to dispatch and combine, forward and backward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -45,6 +45,7 @@ class ExchangeGroups:
     tp: Any
     tp_ranks: tuple[int, ...]
     rank: int
+    layout: Any = field(default=None, compare=False)  # the ParallelLayout (where each rank's node is)
 
     @property
     def tp_size(self) -> int:
@@ -59,14 +60,28 @@ class ExchangeGroups:
         return len(self.ep_ranks)
 
 
+def flat_all_to_all(recv: torch.Tensor, send: torch.Tensor, g: ExchangeGroups, meter, phase: str):
+    """The pass's AllToAll over the EP group (one collective); returns its async handle."""
+    if meter is not None:
+        meter.all_to_all(g.ep_ranks, send.numel() * send.element_size(), phase)
+    return all_to_all(recv, send, g.ep)
+
+
 def run_pass(
-    x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int, meter: TrafficMeter | None = None, phase: str = ""
+    x: torch.Tensor,
+    spec: PassSpec,
+    g: ExchangeGroups,
+    chunks: int,
+    meter: TrafficMeter | None = None,
+    phase: str = "",
+    alltoall=flat_all_to_all,
 ) -> torch.Tensor:
     """One exchange pass over ``x`` [E, Cin, M]; ``chunks`` > 1 pipelines AllToAll and AllGather.
 
     AllToAll(i+1) on the EP group (inter-node link) runs while AllGather(i) on the TP group
     (intra-node link) and the copy of chunk i into place run. On CPU/gloo each group's work
-    runs on that group's own threads; on CUDA each step has its own stream.
+    runs on that group's own threads; on CUDA each step has its own stream. ``alltoall(recv, send,
+    g, meter, phase)``: how the EP AllToAll runs (a plugin's hierarchical one, say); returns a handle.
     """
     tp = g.tp_size
     drop, gather = spec.drop_in and tp > 1, spec.gather_out and tp > 1
@@ -99,9 +114,7 @@ def run_pass(
                 return send, None
             recv = torch.empty_like(send)
             alive.append(recv)
-            if meter is not None:
-                meter.all_to_all(g.ep_ranks, send.numel() * elsize, phase)
-            return recv, all_to_all(recv, send, g.ep)
+            return recv, alltoall(recv, send, g, meter, phase)
 
     def place(i: int, chunk: torch.Tensor, stream: str) -> None:
         # chunk is [tp or 1, E, c_i, M]; the final place is out[:, t*cl + off_i : ...].
@@ -210,6 +223,16 @@ class TokenExchange:
         self.name = name
         self.groups = groups
         self.chunked = registered.chunked
+        self.routed = None
+        if registered.routed:
+            if groups.tp_size > 1 and not expert_tp:
+                raise ValueError(
+                    f"exchange {name!r} moves tokens to tensor-parallel experts: under TP {groups.tp_size} it needs "
+                    "expert tensor parallelism (enable_expert_tensor_parallelism=True)"
+                )
+            import importlib
+
+            self.routed = importlib.import_module(registered.routed)
         self._chunks = chunks if self.chunked else 1
         self._fn = registered.run_pass or run_pass
         self.expert_tp = expert_tp
@@ -234,6 +257,8 @@ class TokenExchange:
     def check(self, capacity: int, chunks: int | None = None) -> None:
         """Raise ValueError before any collective if this capacity cannot be exchanged in ``chunks``
         (None: the default count)."""
+        if self.routed is not None:  # no capacity slices: it splits tokens (check_tokens)
+            return
         n = self.count(chunks)
         tp = self.groups.tp_size
         if tp > 1 and capacity % tp:
@@ -248,21 +273,48 @@ class TokenExchange:
                 f"(capacity {capacity} / TP {tp}); use at most {cl} chunks"
             )
 
+    def check_tokens(self, num_tokens: int) -> None:
+        """A token-level exchange splits the tokens over the TP group: refuse a count it cannot split."""
+        tp = self.groups.tp_size
+        if self.routed is not None and num_tokens % tp:
+            raise ValueError(
+                f"exchange {self.name!r}: {num_tokens} tokens per rank do not split over TP {tp}; "
+                "use a batch x sequence divisible by the tensor-parallel size"
+            )
+
+    # A token-level exchange (``routed``) replaces encode + dispatch and combine + decode.
+    def dispatch_tokens(self, x_SM: torch.Tensor, plan) -> tuple[torch.Tensor, Any]:
+        return self.routed.dispatch(x_SM, plan, self.groups, self.meter, "dispatch")
+
+    def combine_tokens(self, y_ECM: torch.Tensor, plan, handle) -> torch.Tensor:
+        return self.routed.combine(y_ECM, plan, handle, self.groups, self.meter, "combine")
+
+    def _pass_only(self) -> None:
+        if self.routed is not None:
+            raise ValueError(
+                f"exchange {self.name!r} routes tokens itself (dispatch_tokens/combine_tokens); it has no "
+                "capacity-buffer pass for a schedule to pipeline"
+            )
+
     def dispatch(self, x_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        self._pass_only()
         n = self.count(chunks)
         return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
 
     def combine(self, y_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        self._pass_only()
         n = self.count(chunks)
         return _PassFn.apply(y_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
 
     # The backward of dispatch/combine, called directly by schedules that run it off autograd's
     # thread (the Lina/Lancet pipelined backward); the same pass autograd would run.
     def dispatch_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        self._pass_only()
         n = self.count(chunks)
         return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
 
     def combine_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+        self._pass_only()
         n = self.count(chunks)
         return transpose_pass(grad_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
 
@@ -313,4 +365,4 @@ def exchange_groups(
         if len(tp_ranks) > 1:
             tp_group = duplex_groups([sorted(g.ranks) for g in layout.groups_of("tp")], rank)
             tp_ranks = tp_group.ranks
-    return ExchangeGroups(ep_group, ep_ranks, tp_group, tp_ranks, rank)
+    return ExchangeGroups(ep_group, ep_ranks, tp_group, tp_ranks, rank, layout)

@@ -35,6 +35,11 @@ def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
     x_SM = x.reshape(-1, x.shape[-1])
     plan = layer._timed("gate", layer.route, x_SM)
     layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
+    if layer.exchange.routed is not None:  # a token-level exchange: tokens in, tokens out
+        dispatched, handle = layer._timed("dispatch", timed_routed, layer, "dispatch", x_SM, plan)
+        expert_out = layer._timed("experts", layer.run_experts, dispatched)
+        out = layer._timed("combine", timed_routed, layer, "combine", expert_out, plan, handle)
+        return out.reshape(x.shape), plan.l_aux
     x_ECM = layer.encode(x_SM, plan)
     dispatched = layer._timed("dispatch", timed_exchange, layer, "dispatch", x_ECM, plan.chunks)
     expert_out = layer._timed("experts", layer.run_experts, dispatched)
@@ -111,6 +116,22 @@ def timed_exchange(layer, name: str, x: torch.Tensor, chunks: int | None = None)
         return fn(x, chunks)
     key = (next(_KEYS), f"{name}_bwd")
     return _BackwardMark.apply(fn(_BackwardMark.apply(x, clock, key, "close"), chunks), clock, key, "open")
+
+
+def timed_routed(layer, name: str, x: torch.Tensor, plan, handle=None):
+    """A token-level exchange's ``dispatch_tokens`` / ``combine_tokens`` with its backward timed as
+    ``<name>_bwd`` (``timed_exchange`` for exchanges that move tokens themselves)."""
+    ex = layer.exchange
+    args = (plan,) if name == "dispatch" else (plan, handle)
+    fn = ex.dispatch_tokens if name == "dispatch" else ex.combine_tokens
+    clock = BACKWARD_CLOCK
+    if not (clock.active and torch.is_grad_enabled() and x.requires_grad):
+        return fn(x, *args)
+    key = (next(_KEYS), f"{name}_bwd")
+    got = fn(_BackwardMark.apply(x, clock, key, "close"), *args)
+    if name == "dispatch":
+        return _BackwardMark.apply(got[0], clock, key, "open"), got[1]
+    return _BackwardMark.apply(got, clock, key, "open")
 
 
 def timed_exchange_backward(layer, name: str, grad: torch.Tensor, chunks: int | None = None) -> torch.Tensor:

@@ -121,6 +121,7 @@ class ExchangeMOELayer(MOELayer):
                 "or construct monta.moe.MoE with groups="
             )
         expected = self.expected_capacity(x_SM.shape[0])
+        self.exchange.check_tokens(x_SM.shape[0])
         if expected is not None:  # fail before the gate's or the exchange's collectives
             chunks = self.chunks_for(expected, x_SM)
             self.exchange.check(expected, chunks)
@@ -175,6 +176,11 @@ class ExchangeMOELayer(MOELayer):
         x_SM = x.reshape(-1, x.shape[-1])
         plan = self._timed("gate", self.route, x_SM, used_token)
         self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
+        if self.exchange.routed is not None:  # a token-level exchange: its own encode and decode
+            dispatched, handle = self._timed("dispatch", self.exchange.dispatch_tokens, x_SM, plan)
+            expert_out = self._timed("experts", self.run_experts, dispatched)
+            out = self._timed("combine", self.exchange.combine_tokens, expert_out, plan, handle)
+            return out.reshape(x.shape)
         x_ECM = self.encode(x_SM, plan)
         dispatched = self._timed("dispatch", self.dispatch, x_ECM, plan.chunks)
         expert_out = self._timed("experts", self.run_experts, dispatched)

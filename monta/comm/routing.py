@@ -1,0 +1,113 @@
+"""Where a route goes, for exchanges that move tokens rather than capacity buffers: the EP group's
+nodes and rails (``EPGeometry``) and a batch's routes as member / node / expert-buffer positions.
+
+A route is (token s, choice j) with flat slot q = e * C + c in DeepSpeed's [E * C] buffer (q = E * C:
+dropped, DeepSpeed's scratch slot). Expert e lives on EP member e // (E / P); on that member the
+slot's row in the expert input [P * E/P, C, M] (the core exchange's output, rows grouped by source
+member p) is (p * E/P + e % (E/P)) * C + c.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class EPGeometry:
+    """The EP group on the nodes: member i's node (0.. in order of appearance) and local index (its
+    position among its node's members). Every node holds the same number of members (``per_node``)."""
+
+    ranks: tuple[int, ...]
+    node: tuple[int, ...]
+    local: tuple[int, ...]
+    nodes: int
+    per_node: int
+    index: int  # this rank's member index
+
+    @classmethod
+    def of(cls, g) -> EPGeometry:
+        if g.layout is None:
+            raise ValueError("this exchange needs the layout in its groups (monta.comm.exchange.exchange_groups)")
+        phys = [g.layout.node_of(r) for r in g.ep_ranks]
+        order = list(dict.fromkeys(phys))
+        node = tuple(order.index(n) for n in phys)
+        local = tuple(sum(1 for q in range(i) if node[q] == node[i]) for i in range(len(node)))
+        counts = {n: node.count(n) for n in set(node)}
+        if len(set(counts.values())) != 1:
+            raise ValueError(f"EP group {list(g.ep_ranks)} holds different rank counts per node {counts}")
+        return cls(tuple(g.ep_ranks), node, local, len(order), counts[0], g.ep_ranks.index(g.rank))
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def my_node(self) -> int:
+        return self.node[self.index]
+
+    @property
+    def my_local(self) -> int:
+        return self.local[self.index]
+
+    def member(self, node: int, local: int) -> int:
+        for i, (n, j) in enumerate(zip(self.node, self.local)):
+            if n == node and j == local:
+                return i
+        raise ValueError(f"no EP member at node {node}, local index {local}")
+
+    def node_members(self, node: int) -> list[int]:
+        return [i for i, n in enumerate(self.node) if n == node]
+
+
+def route_members(slots: torch.Tensor, experts: int, capacity: int, members: int) -> torch.Tensor:
+    """EP member of each route ([k, S] like ``slots``); -1 for a dropped route."""
+    nle = experts // members
+    valid = slots < experts * capacity
+    return torch.where(valid, (slots // capacity) // nle, torch.full_like(slots, -1))
+
+
+def expert_rows(slots: torch.Tensor, source: torch.Tensor, me: int, experts: int, capacity: int, members: int):
+    """Row of each route in member ``me``'s expert input [P * E/P * C] given its source member
+    ([k, n] like ``slots``), and whether the route is ``me``'s."""
+    nle = experts // members
+    e = slots // capacity
+    mine = (slots < experts * capacity) & (e // nle == me)
+    rows = (source * nle + e % nle) * capacity + slots % capacity
+    return torch.where(mine, rows, torch.zeros_like(rows)), mine
+
+
+def place_rows(rows: torch.Tensor, mine: torch.Tensor, table: torch.Tensor, total_rows: int) -> torch.Tensor:
+    """The expert input: ``table``'s row ``r`` at every position ``rows`` of a route that is ``mine``
+    (route r of the flattened [k, n] index -> table row r % n), zeros elsewhere; a gather
+    (``index_select``) from a zero-padded table, as DeepSpeed's ``_sparse_encode`` builds its buffer."""
+    n = table.shape[0]
+    k = rows.shape[0]
+    source = torch.full((total_rows + 1,), n, dtype=torch.long)
+    token_of = torch.arange(n).expand(k, n)
+    target = torch.where(mine, rows, torch.full_like(rows, total_rows))
+    source.scatter_(0, target.reshape(-1), token_of.reshape(-1))
+    padded = torch.cat([table, table.new_zeros((1,) + tuple(table.shape[1:]))])
+    return padded.index_select(0, source[:-1])
+
+
+def used_rows(rows: torch.Tensor, mine: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The expert-output rows a holder's routes read (in route order, j-major) and each route's
+    position among them ([k, n]; routes that are not ``mine`` point past the end, at a zero pad)."""
+    flat = mine.reshape(-1)
+    used = rows.reshape(-1)[flat]
+    local = torch.full_like(rows.reshape(-1), int(used.numel()))
+    local[flat] = torch.arange(int(used.numel()))
+    return used, local.view(rows.shape)
+
+
+def weighted_partials(table: torch.Tensor, local: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
+    """Each route-holder's share of the combine for n tokens ([k, n] routes, ``local``: each route's
+    row of ``table``, past its end for another holder's): the sum over its routes of expert output x
+    gate in fp32 (DeepSpeed's ``_sparse_decode`` arithmetic), cast to the data dtype for the wire (as
+    DeepEP's and Megatron's combines send it)."""
+    k, n = local.shape
+    padded = torch.cat([table, table.new_zeros(1, table.shape[-1])])
+    routed = padded.index_select(0, local.reshape(-1)).view(k, n, -1)
+    return (routed * gates.unsqueeze(-1)).sum(0).to(table.dtype)

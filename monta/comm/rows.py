@@ -1,0 +1,281 @@
+"""Row collectives for exchanges that route tokens themselves: an uneven AllToAll (``a2av``), TP shards
+and gathers, an EP AllGather and its mirror ReduceScatter; each differentiable and metered per peer.
+
+TP semantics are the core's (``PassSpec``): tokens and the expert side are replicated over the TP group,
+so taking the own TP shard and gathering over TP are each other's transpose (the backward of a TP
+gather takes the own part; that of a shard gathers). EP gathers are real: their backward sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from monta.comm.accounting import TrafficMeter
+from monta.comm.collectives import all_gather, all_to_all
+from monta.comm.duplex import DuplexGroup
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One group as the row collectives use it: the group object, its members' global ranks in
+    member order, and this rank."""
+
+    group: Any
+    ranks: tuple[int, ...]
+    rank: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def index(self) -> int:
+        return self.ranks.index(self.rank)
+
+
+def ep_comm(g) -> Comm:
+    return Comm(g.ep, g.ep_ranks, g.rank)
+
+
+def tp_comm(g) -> Comm:
+    return Comm(g.tp, g.tp_ranks, g.rank)
+
+
+def _meter(meter: TrafficMeter | None, c: Comm, nbytes: list[int], op: str, phase: str) -> None:
+    if meter is not None:
+        meter.sends({c.ranks[p]: n for p, n in enumerate(nbytes)}, op, phase)
+
+
+def exchange_counts(counts: list[int], c: Comm, meter: TrafficMeter | None, phase: str) -> list[int]:
+    """Rows this rank will receive from each member, given the rows it sends to each (an int64
+    AllToAll: the 'notify' step of an uneven exchange; metered as ``meta``)."""
+    if c.size == 1:
+        return list(counts)
+    send = torch.tensor(counts, dtype=torch.int64)
+    recv = torch.empty_like(send)
+    _meter(meter, c, [8] * c.size, "meta", phase)
+    all_to_all(recv, send, c.group).wait()
+    return [int(v) for v in recv]
+
+
+def a2av(
+    sends: list[torch.Tensor],
+    c: Comm,
+    recv_rows: list[int] | None = None,
+    meter: TrafficMeter | None = None,
+    op: str = "alltoall",
+    phase: str = "",
+) -> list[torch.Tensor]:
+    """Uneven AllToAll: ``sends[p]`` (rows [n_p, ...], any n_p >= 0) goes to member p; returns what each
+    member sent here. ``recv_rows``: the counts when known (else exchanged first). No autograd."""
+    tail, dtype = tuple(sends[0].shape[1:]), sends[0].dtype
+    if recv_rows is None:
+        recv_rows = exchange_counts([int(s.shape[0]) for s in sends], c, meter, phase)
+    me = c.index
+    recvs = [
+        sends[me].clone() if p == me else sends[me].new_empty((n,) + tail, dtype=dtype) for p, n in enumerate(recv_rows)
+    ]
+    if c.size == 1:
+        return recvs
+    _meter(meter, c, [0 if p == me else s.numel() * s.element_size() for p, s in enumerate(sends)], op, phase)
+    src = [None if p == me or s.shape[0] == 0 else s.contiguous() for p, s in enumerate(sends)]
+    dst = [None if p == me or r.shape[0] == 0 else r for p, r in enumerate(recvs)]
+    if isinstance(c.group, DuplexGroup):
+        c.group.all_to_all_v(src, dst).wait()
+    else:  # the backend's own (NCCL): empty tensors for the peers without rows
+        empty = sends[0].new_empty((0,) + tail)
+        dist.all_to_all(
+            [r if r is not None else empty for r in dst],
+            [s if s is not None else empty for s in src],
+            group=c.group,
+        )
+        recvs[me] = sends[me].clone()
+    return recvs
+
+
+class _A2AV(torch.autograd.Function):
+    """``a2av`` on one tensor cut into rows per member; backward sends the gradients back the same way."""
+
+    @staticmethod
+    def forward(ctx, x, send_rows, recv_rows, c, meter, op, phase):  # noqa: D401
+        ctx.args = (send_rows, recv_rows, c, meter, op, phase)
+        got = a2av(list(x.split(send_rows)), c, recv_rows, meter, op, phase + "/fwd")
+        return torch.cat(got) if got else x.new_empty((0,) + tuple(x.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_rows, recv_rows, c, meter, op, phase = ctx.args
+        back = a2av(list(grad.contiguous().split(recv_rows)), c, send_rows, meter, op, phase + "/bwd")
+        return torch.cat(back), None, None, None, None, None, None
+
+
+def a2av_rows(
+    x: torch.Tensor,
+    send_rows: list[int],
+    c: Comm,
+    recv_rows: list[int],
+    meter: TrafficMeter | None = None,
+    op: str = "alltoall",
+    phase: str = "",
+) -> torch.Tensor:
+    """Differentiable uneven AllToAll of ``x`` cut into ``send_rows`` per member; returns the received
+    rows concatenated in member order (``recv_rows`` of each)."""
+    return _A2AV.apply(x, list(send_rows), list(recv_rows), c, meter, op, phase)
+
+
+class _TPShard(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, c, meter, phase):  # noqa: D401
+        ctx.args = (c, meter, phase)
+        return x.reshape((c.size, -1) + tuple(x.shape[1:]))[c.index].clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        c, meter, phase = ctx.args
+        return _gather_even(grad.contiguous(), c, meter, "allgather", phase + "/bwd"), None, None, None
+
+
+class _TPGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, c, meter, phase):  # noqa: D401
+        ctx.args = (c, x.shape[0])
+        return _gather_even(x.contiguous(), c, meter, "allgather", phase + "/fwd")
+
+    @staticmethod
+    def backward(ctx, grad):
+        c, n = ctx.args
+        return grad[c.index * n : (c.index + 1) * n].clone(), None, None, None
+
+
+def _gather_even(x: torch.Tensor, c: Comm, meter, op: str, phase: str) -> torch.Tensor:
+    if c.size == 1:
+        return x.clone()
+    out = x.new_empty((c.size * x.shape[0],) + tuple(x.shape[1:]))
+    if meter is not None:
+        meter.all_gather(c.ranks, x.numel() * x.element_size(), phase)
+    all_gather(out, x, c.group).wait()
+    return out
+
+
+def _reduce_scatter(x: torch.Tensor, c: Comm, meter, phase: str) -> torch.Tensor:
+    """Sum over members of block ``index`` of every member's ``x`` (blocks along dim 0): the direct
+    algorithm, one AllToAll then a sum in member order (the per-rank bytes of a ring ReduceScatter)."""
+    if c.size == 1:
+        return x.clone()
+    x = x.contiguous()
+    recv = torch.empty_like(x)
+    block = x.numel() * x.element_size() // c.size
+    _meter(meter, c, [0 if p == c.index else block for p in range(c.size)], "reducescatter", phase)
+    all_to_all(recv, x, c.group).wait()
+    return recv.view((c.size, -1) + tuple(x.shape[1:])).sum(0)
+
+
+class _EPGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, c, meter, phase):  # noqa: D401
+        ctx.args = (c, meter, phase)
+        return _gather_even(x.contiguous(), c, meter, "allgather", phase + "/fwd")
+
+    @staticmethod
+    def backward(ctx, grad):
+        c, meter, phase = ctx.args
+        return _reduce_scatter(grad, c, meter, phase + "/bwd"), None, None, None
+
+
+class _EPReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, c, meter, phase):  # noqa: D401
+        ctx.args = (c, meter, phase)
+        return _reduce_scatter(x, c, meter, phase + "/fwd")
+
+    @staticmethod
+    def backward(ctx, grad):
+        c, meter, phase = ctx.args
+        return _gather_even(grad.contiguous(), c, meter, "allgather", phase + "/bwd"), None, None, None
+
+
+class _TPGatherV(torch.autograd.Function):
+    """Uneven AllGather over TP (each member's own rows to every member); backward: the own rows."""
+
+    @staticmethod
+    def forward(ctx, x, c, recv_rows, meter, phase):  # noqa: D401
+        ctx.args = (c, recv_rows)
+        got = a2av([x] * c.size, c, recv_rows, meter, "allgather", phase + "/fwd")
+        return torch.cat(got)
+
+    @staticmethod
+    def backward(ctx, grad):
+        c, rows = ctx.args
+        lo = sum(rows[: c.index])
+        return grad[lo : lo + rows[c.index]].clone(), None, None, None, None
+
+
+def tp_gather_v(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> tuple[torch.Tensor, list[int]]:
+    """Every TP member's rows (any count each), concatenated in member order, and the counts."""
+    if c.size == 1:
+        return x, [int(x.shape[0])]
+    rows = exchange_counts([int(x.shape[0])] * c.size, c, meter, phase + "/fwd")
+    return _TPGatherV.apply(x, c, rows, meter, phase), rows
+
+
+class _TPSelect(torch.autograd.Function):
+    """Rows ``used[own]`` of a TP-replicated tensor; each TP member uses its own disjoint rows, so the
+    backward gathers every member's row gradients into the whole (uneven AllGather over TP)."""
+
+    @staticmethod
+    def forward(ctx, x, used, c, meter, phase):  # noqa: D401
+        ctx.args = (used, c, meter, phase, x.shape)
+        return x.index_select(0, used[c.index])
+
+    @staticmethod
+    def backward(ctx, grad):
+        used, c, meter, phase, shape = ctx.args
+        got = a2av([grad.contiguous()] * c.size, c, [int(u.numel()) for u in used], meter, "allgather", phase + "/bwd")
+        full = grad.new_zeros(shape)
+        for u, g in zip(used, got):
+            full.index_copy_(0, u, g)
+        return full, None, None, None, None
+
+
+def tp_select(x: torch.Tensor, used: list[torch.Tensor], c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+    """``x[used[own member]]`` of a TP-replicated ``x`` whose rows the TP members divide among them
+    (``used``: every member's row indices, disjoint); backward: the members' gradients gathered."""
+    if c.size == 1:
+        return x.index_select(0, used[0])
+    return _TPSelect.apply(x, list(used), c, meter, phase)
+
+
+def tp_shard(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+    """This TP rank's 1/TP of the rows of a TP-replicated ``x`` (backward: AllGather over TP)."""
+    if x.shape[0] % c.size:
+        raise ValueError(f"{x.shape[0]} tokens do not split over the tensor-parallel group of {c.size}")
+    return _TPShard.apply(x, c, meter, phase) if c.size > 1 else x
+
+
+def tp_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+    """AllGather over TP of equal shards into a TP-replicated whole (backward: the own shard)."""
+    return _TPGather.apply(x, c, meter, phase) if c.size > 1 else x
+
+
+def ep_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+    """AllGather over EP (members' rows in member order); backward: ReduceScatter (sum)."""
+    return _EPGather.apply(x, c, meter, phase) if c.size > 1 else x
+
+
+def ep_reduce_scatter(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+    """ReduceScatter over EP of ``x`` = [members x rows]; backward: AllGather."""
+    return _EPReduceScatter.apply(x, c, meter, phase) if c.size > 1 else x
+
+
+def gather_ints(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+    """AllGather of routing metadata (no autograd), metered as ``meta``."""
+    if c.size == 1:
+        return x.clone()
+    out = x.new_empty((c.size * x.shape[0],) + tuple(x.shape[1:]))
+    _meter(meter, c, [x.numel() * x.element_size()] * c.size, "meta", phase)
+    all_gather(out, x.contiguous(), c.group).wait()
+    return out
