@@ -57,7 +57,7 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     rows, mine = expert_rows(flat, source.permute(2, 0, 1, 3).reshape(k, -1), ep.index, E, C, P)
     out = place_rows(rows, mine, tokens, P * (E // P) * C).view(E, C, -1)
     # the combine's share: each TP shard's routes of every source (TP member t reads shard t's rows)
-    gates = ep_gather(tp_shard(plan.gates.t(), tp, meter, phase).contiguous(), ep, meter, phase)  # [P * Sh, k]
+    gates = ep_gather(tp_shard(plan.gates.t(), tp, meter, phase).contiguous(), ep, meter, phase, "meta")
     src = torch.arange(P).view(1, P, 1).expand(k, P, sh).reshape(k, -1)
     shares = [
         used_rows(*expert_rows(routes[t].permute(1, 0, 2).reshape(k, -1), src, ep.index, E, C, P))

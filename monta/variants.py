@@ -495,9 +495,10 @@ def _cmd(args) -> int:
     load_plugins()
     rows = [(n, get(n)) for n in names()]
     w = max(len(n) for n, _ in rows)
-    print(f"{'variant':>{w}}  {'exchange':<9} {'schedule':<10} {'sync':<15} origin")
+    we = max(len("exchange"), *(len(v.exchange) for _, v in rows))
+    print(f"{'variant':>{w}}  {'exchange':<{we}} {'schedule':<10} {'sync':<15} origin")
     for n, v in rows:
-        print(f"{n:>{w}}  {v.exchange:<9} {v.schedule.name:<10} {v.sync.name:<15} {v.origin}")
+        print(f"{n:>{w}}  {v.exchange:<{we}} {v.schedule.name:<10} {v.sync.name:<15} {v.origin}")
     print("\nexchanges: " + ", ".join(f"{e.name} ({e.origin})" for e in _R.exchanges.values()))
     print("schedules: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.schedules.values()))
     print("syncs: " + ", ".join(f"{s.name} ({s.origin})" for s in _R.syncs.values()))

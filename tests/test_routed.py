@@ -59,3 +59,51 @@ def test_matches_stock_deepspeed(dist_world, tp, ep, experts, k, exchange):
             ok, worst = _close(r, FP32_RTOL)
             assert ok, f"rank {r['rank']}: worst diff {worst}"
         assert r["inter_bytes"] > 0 or ep <= 4, r  # EP of 8 (or 4 x 2 nodes) crosses the nodes
+
+
+@pytest.mark.parametrize("dtype_k", [("bfloat16", 2), ("bfloat16", 8)])
+def test_bf16_within_tolerance(dist_world, dtype_k):
+    dtype, k = dtype_k
+    for exchange in NEW:
+        results = dist_world(8).run(
+            moe_cases.compare_case,
+            nodes=2,
+            gpn=4,
+            tp=2,
+            ep=4,
+            k=k,
+            expert_tp=True,
+            exchange=exchange,
+            chunks=1,
+            experts=16,
+            tokens=64,
+            dtype=dtype,
+        )
+        for r in results:
+            assert r["dtype"] == "torch.bfloat16"
+            ok, worst = _close(r, BF16_RTOL)
+            assert ok, f"{exchange} rank {r['rank']}: worst diff {worst}"
+
+
+# (tp, ep, experts): 8 and 4 experts per node on 2 nodes
+@pytest.mark.parametrize("tp,ep,experts", [(1, 8, 16), (2, 4, 8)])
+def test_node_dedup_saves_inter_node_bytes_only_beyond_top1(dist_world, tp, ep, experts):
+    """Balanced routing, every exchange's expert input equal; node-dedup's inter-node payload (summed over
+    the ranks) equals deepspeed's at top-1 and is smaller at top-k >= 2 (4+ experts per node); every
+    exchange's payload equals its formula."""
+    import routed_cases
+
+    for k in (1, 2, 4):
+        res = dist_world(8).run(routed_cases.dispatch_bytes_case, nodes=2, gpn=4, tp=tp, ep=ep, experts=experts, k=k)
+        for r in res:
+            assert all(r[n]["equal"] for n in NEW), r
+            assert r["2dh"]["payload"] == r["deepspeed"]["payload"] > 0
+        # Over the cluster (a TP rank's token shard need not hold exactly 1/TP of the remote routes)
+        ds, dd = (sum(r[n]["payload"] for r in res) for n in ("deepspeed", "node-dedup"))
+        if k == 1:
+            assert dd == ds, (k, ds, dd)
+        else:
+            assert dd < ds, (k, ds, dd)
+        r0 = res[0]
+        for n in ("deepspeed",) + NEW:
+            assert r0[n]["payload"] == r0[n]["formula"], (n, k, r0)

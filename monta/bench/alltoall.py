@@ -43,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
+    p.add_argument(
+        "--topk",
+        type=int,
+        default=1,
+        help="routes per token: the buffer holds E x C / topk tokens, routed top-k, balanced (default 1)",
+    )
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument(
         "--iters",
@@ -200,6 +206,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         chunks = sorted({v["chunks"].resolve(s, layout, capacity_slice(s // row, tp), choose) for s in sizes})
     else:
         chunks = v["chunks"]
+    _check_routing(args.topk, experts, args.hidden, elsize, sizes, tp, variants)
     if rep["max_iters"] < args.iters:
         raise UsageError(f"--max-iters {rep['max_iters']} is below --iters {args.iters}; use --max-iters >= --iters")
     if args.timeout is not None:
@@ -234,8 +241,28 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         "inject_fault": args.inject_fault,
         "topology": {**topo.to_dict(), "description": topo.describe()},
         "chunks_arg": args.chunks,
+        "topk": args.topk,
     }
     return AlltoallConfig(**fields)
+
+
+def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:
+    """--topk fits every size: E x C routes make whole tokens, split over TP for the token-level exchanges."""
+    from monta import variants as registry
+    from monta.validate import UsageError
+
+    if not isinstance(k, int) or not 1 <= k <= experts:
+        raise UsageError(f"--topk {k}: must be between 1 and the experts ({experts})")
+    routed = [v for v in variants if registry.exchange(v).routed]
+    for s in sizes:
+        routes = s // (hidden * elsize)  # E x C
+        if routes % k:
+            raise UsageError(f"--topk {k}: size {s} B holds {routes} routes, not a whole number of top-{k} tokens")
+        if routed and (routes // k) % tp:
+            raise UsageError(
+                f"--topk {k}: size {s} B holds {routes // k} tokens, which {', '.join(routed)} cannot split over "
+                f"TP {tp}; use sizes whose token count TP divides"
+            )
 
 
 # Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).

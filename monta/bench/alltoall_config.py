@@ -42,6 +42,7 @@ class AlltoallConfig:
     inject_fault: bool  # TEST AID: monta.testaids.FAULT during the check
     topology: dict[str, Any]  # Topology.to_dict() plus its "description"
     chunks_arg: str  # --chunks as given (e.g. "auto")
+    topk: int = 1  # routes per token of the balanced routing (monta.bench.routes)
 
     def __post_init__(self) -> None:
         for name in ("sizes", "variants", "chunks"):

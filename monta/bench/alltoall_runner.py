@@ -15,6 +15,7 @@ import torch.distributed as dist
 from monta.bench.adaptive import StopRule
 from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.hostload import HostLoad, own_run_delay_s
+from monta.bench.routes import SizeInput, make_input
 from monta.comm import exchange as ex
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
@@ -45,10 +46,9 @@ def buffer_shape(size_bytes: int, experts: int, hidden: int, elsize: int, tp: in
     return experts, size_bytes // per_row, hidden
 
 
-def rank_input(dp_index: int, size_idx: int, shape, dtype, salt: int = 0) -> torch.Tensor:
-    # Small integers are exact in every dtype, so #wrong counts real misplacements only.
-    g = torch.Generator().manual_seed(1_000_003 * (size_idx + 1) + 7919 * dp_index + salt)
-    return torch.randint(-64, 64, shape, generator=g).to(dtype)
+def rank_input(dp_index: int, size_idx: int, shape, dtype, salt: int = 0, k: int = 1) -> SizeInput:
+    """This rank's tokens, routing and buffer for one size (``monta.bench.routes.make_input``)."""
+    return make_input(dp_index, size_idx, shape, dtype, k, salt)
 
 
 def variant_rows(cfg: AlltoallConfig) -> list[tuple[str, int]]:
@@ -90,10 +90,24 @@ class Runner:
         self.groups = ex.exchange_groups(self.pgs.ep, self.pgs.tp, self.layout, self.pgs.rank, self.transport)
         self.meter = TrafficMeter(self.layout, self.pgs.rank)
         self.rank = self.pgs.rank
-        # plugins' exchanges: their pass functions, looked up once (not on every timed call)
-        self.plugin_pass = {v: ex.pass_function(v) for v in cfg.variants if v not in SPECS}
+        # plugins' exchanges: their pass functions (or token-level modules), looked up once
+        from monta import variants as registry
 
-    def run(self, variant: str, chunks: int, x: torch.Tensor) -> torch.Tensor:
+        self.routed = {}
+        self.plugin_pass = {}
+        for v in cfg.variants:
+            if v in SPECS:
+                continue
+            if registry.exchange(v).routed:
+                self.routed[v] = ex.TokenExchange(v, self.groups, 1, cfg.tp > 1, self.meter).routed
+            else:
+                self.plugin_pass[v] = ex.pass_function(v)
+
+    def run(self, variant: str, chunks: int, inp: SizeInput) -> torch.Tensor:
+        """One dispatch of ``variant``: a pass over the buffer, or a token-level exchange of the tokens."""
+        if variant in self.routed:
+            return self.routed[variant].dispatch(inp.tokens, inp.plan, self.groups, self.meter, variant)[0]
+        x = inp.buffer
         if variant == "ag":
             tp = self.groups.tp_size
             E, C, M = x.shape
@@ -109,14 +123,16 @@ class Runner:
     def expected(self, variant: str, size_idx: int, shape, dtype, salt: int) -> torch.Tensor:
         """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""
         E, C, M = shape
-        tp, tpr = self.groups.tp_size, self.groups.tp_rank
+        tp, tpr, k = self.groups.tp_size, self.groups.tp_rank, self.cfg.topk
         if variant == "ag":
-            x = rank_input(self.rank // tp, size_idx, shape, dtype, salt)
+            x = rank_input(self.rank // tp, size_idx, shape, dtype, salt, k).buffer
             return x.view(E, tp, C // tp, M).transpose(0, 1).contiguous()
         ep_ranks = self.groups.ep_ranks
         me = ep_ranks.index(self.rank)
         nle = E // len(ep_ranks)
-        blocks = [rank_input(r // tp, size_idx, shape, dtype, salt)[me * nle : (me + 1) * nle] for r in ep_ranks]
+        blocks = [
+            rank_input(r // tp, size_idx, shape, dtype, salt, k).buffer[me * nle : (me + 1) * nle] for r in ep_ranks
+        ]
         full = torch.cat(blocks, 0)
         if variant == "a2a":
             return full.view(E, tp, C // tp, M)[:, tpr].contiguous()
@@ -135,7 +151,7 @@ def warm_up(r: Runner, variants, inputs, sizes, warmup: int) -> None:
         for v, c in variants:
             for _ in range(warmup):
                 r.run(v, c, x)
-    sync(inputs[0])
+    sync(inputs[0].buffer)
 
 
 def _grid(n_sizes: int, n_variants: int) -> list[list[list]]:
@@ -155,6 +171,7 @@ class Timings:
     stop_note: list = field(init=False)  # per size: why its iterations ended
     waits: torch.Tensor = field(init=False)  # [size, variant, (scheduler run delay, wall time)] of this rank
     bytes_per_call: dict = field(default_factory=dict)  # (size, variant) -> (inter, intra) bytes this rank sent
+    meta_per_call: dict = field(default_factory=dict)  # (size, variant) -> inter-node routing metadata bytes
 
     def __post_init__(self) -> None:
         self.times = _grid(self.n_sizes, self.n_variants)
@@ -188,7 +205,7 @@ def time_sizes(
                 dist.barrier()
                 c0, t0 = time.process_time(), time.perf_counter()
                 r.run(v, c, x)
-                sync(x)
+                sync(x.buffer)
                 took = time.perf_counter() - t0
                 if slowdown.applies(v):  # TEST AID (--inject-slowdown): a measured delay after the call
                     round_clean[vi] = took
@@ -203,6 +220,7 @@ def time_sizes(
                 if load is not None:
                     tm.spans[si][vi].append((t0, t1))
                 tm.bytes_per_call[(si, vi)] = (r.meter.inter, r.meter.intra)
+                tm.meta_per_call[(si, vi)] = r.meter.bytes("inter", op="meta")
             dist.all_reduce(round_t, op=dist.ReduceOp.MAX)  # an iteration lasts until its slowest rank is done
             if slowdown.variant is not None:
                 dist.all_reduce(round_clean, op=dist.ReduceOp.MAX)
@@ -243,7 +261,8 @@ def check(r: Runner, variants, shapes, sizes, dtype, device, inject_fault: bool)
         for si, shp in enumerate(shapes):
             beat(f"checking size {format_size(sizes[si])}")
             for vi, (v, c) in enumerate(variants):
-                x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, salt=1).to(device)  # fresh data
+                x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk)  # fresh data
+                x = SizeInput(x.tokens.to(device), x.plan, x.buffer.to(device))
                 got = r.run(v, c, x)
                 wrong[si, vi] = int((got.cpu() != r.expected(v, si, shp, dtype, salt=1)).sum())
     finally:

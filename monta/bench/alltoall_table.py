@@ -89,6 +89,25 @@ def print_table(records) -> None:
             f"{m['inter_bytes']:>10} {m['intra_bytes']:>10} {m['cpu_us']:>10.0f} {wrong:>6} {sp:>20}"
         )
     print_footer(records)
+    print_formulas(records)
+
+
+def print_formulas(records) -> None:
+    """Inter-node payload per dispatch beside each exchange's byte formula (rank 0's routing)."""
+    rows = [r for r in records if "inter_formula" in r["metrics"]]
+    if not rows:
+        return
+    print(
+        "# inter-node bytes per dispatch, rank 0 (B = E C M bytes of the buffer, b = M bytes of a token, "
+        "T tokens, P EP ranks, L per node): formula = value | measured payload (+ routing metadata)"
+    )
+    for r in rows:
+        p, m = r["params"], r["metrics"]
+        ok = "OK" if m["inter_formula_bytes"] == m["inter_payload_bytes"] else "MISMATCH"
+        print(
+            f"#   {format_size(p['size_bytes']):>6} {p['variant']:>10}: {m['inter_formula']:<24} = "
+            f"{m['inter_formula_bytes']:>10} | {m['inter_payload_bytes']:>10} (+ {m['inter_meta_bytes']}) {ok}"
+        )
 
 
 def fmt_ci(point, ci) -> str:

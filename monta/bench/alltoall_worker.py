@@ -32,6 +32,7 @@ from monta.bench.alltoall_runner import (
 )
 from monta.bench.alltoall_table import print_header, print_table
 from monta.bench.hostload import HostLoad, own_run_delay_s
+from monta.bench.routes import SizeInput
 from monta.dtypes import DTYPE_BYTES, torch_dtype
 from monta.progress import beat
 from monta.results import write_records
@@ -72,7 +73,8 @@ def main(cfg_path: str) -> int:
     if rank == 0:
         print_header(cfg, r.layout, hosts, r.transport)
 
-    inputs = [rank_input(rank // cfg.tp, i, shp, dtype).to(device) for i, shp in enumerate(shapes)]
+    inputs = [rank_input(rank // cfg.tp, i, shp, dtype, 0, cfg.topk) for i, shp in enumerate(shapes)]
+    inputs = [SizeInput(x.tokens.to(device), x.plan, x.buffer.to(device)) for x in inputs]
     warm_up(r, variants, inputs, cfg.sizes, cfg.warmup)
 
     load = HostLoad().start() if rank == 0 else None
@@ -98,6 +100,7 @@ def main(cfg_path: str) -> int:
                     d, w = tm.waits[si, vi].tolist()
                     host[si][vi]["rank_wait"] = d / w if w > 0 else None
         records = build_records(cfg, r.layout, variants, tm, wrong, host, r.transport, slowdown)
+        add_formulas(records, cfg, r, inputs, tm, variants)
         print_table(records)
         if cfg.out:
             write_records(cfg.out, records, append=cfg.append)
@@ -105,6 +108,25 @@ def main(cfg_path: str) -> int:
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def add_formulas(records, cfg: AlltoallConfig, r: Runner, inputs, tm, variants) -> None:
+    """Each record's inter-node payload (bytes without routing metadata) beside its exchange's formula,
+    evaluated on this rank's routing (rank 0: member 0 of its EP group, node 0)."""
+    from monta.bench.routes import inter_formula
+    from monta.comm.routing import EPGeometry
+
+    geo = EPGeometry.of(r.groups)
+    elsize = DTYPE_BYTES[cfg.dtype]
+    at = {(size, v, c): (si, vi) for si, size in enumerate(cfg.sizes) for vi, (v, c) in enumerate(variants)}
+    for rec in records:
+        p, m = rec["params"], rec["metrics"]
+        si, vi = at[(p["size_bytes"], p["variant"], p["chunks"])]
+        meta = tm.meta_per_call.get((si, vi), 0)
+        text, value = inter_formula(p["variant"], inputs[si], geo.nodes, geo.per_node, cfg.tp, elsize)
+        m.update(inter_meta_bytes=meta, inter_payload_bytes=m["inter_bytes"] - meta)
+        if value is not None:
+            m.update(inter_formula=text, inter_formula_bytes=value)
 
 
 if __name__ == "__main__":

@@ -155,8 +155,7 @@ def _gather_even(x: torch.Tensor, c: Comm, meter, op: str, phase: str) -> torch.
     if c.size == 1:
         return x.clone()
     out = x.new_empty((c.size * x.shape[0],) + tuple(x.shape[1:]))
-    if meter is not None:
-        meter.all_gather(c.ranks, x.numel() * x.element_size(), phase)
+    _meter(meter, c, [x.numel() * x.element_size()] * c.size, op, phase)
     all_gather(out, x, c.group).wait()
     return out
 
@@ -176,14 +175,14 @@ def _reduce_scatter(x: torch.Tensor, c: Comm, meter, phase: str) -> torch.Tensor
 
 class _EPGather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, c, meter, phase):  # noqa: D401
+    def forward(ctx, x, c, meter, phase, op):  # noqa: D401
         ctx.args = (c, meter, phase)
-        return _gather_even(x.contiguous(), c, meter, "allgather", phase + "/fwd")
+        return _gather_even(x.contiguous(), c, meter, op, phase + "/fwd")
 
     @staticmethod
     def backward(ctx, grad):
         c, meter, phase = ctx.args
-        return _reduce_scatter(grad, c, meter, phase + "/bwd"), None, None, None
+        return _reduce_scatter(grad, c, meter, phase + "/bwd"), None, None, None, None
 
 
 class _EPReduceScatter(torch.autograd.Function):
@@ -261,9 +260,10 @@ def tp_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Te
     return _TPGather.apply(x, c, meter, phase) if c.size > 1 else x
 
 
-def ep_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
-    """AllGather over EP (members' rows in member order); backward: ReduceScatter (sum)."""
-    return _EPGather.apply(x, c, meter, phase) if c.size > 1 else x
+def ep_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "", op: str = "allgather") -> torch.Tensor:
+    """AllGather over EP (members' rows in member order); backward: ReduceScatter (sum). ``op``: how the
+    meter books it (``meta`` for routing data such as gates)."""
+    return _EPGather.apply(x, c, meter, phase, op) if c.size > 1 else x
 
 
 def ep_reduce_scatter(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:

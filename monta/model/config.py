@@ -1,4 +1,5 @@
-"""Model configuration of the MoE decoder: presets (moe-2x70b and its tiny mini) and overrides.
+"""Model configuration of the MoE decoder: presets (the paper's moe-2x70b, the fine-grained moe-fine,
+each with a CPU-sized mini) and overrides.
 
 Pure Python, no torch: the planner and the CLI validate a config without building a model.
 """
@@ -94,6 +95,12 @@ class ModelConfig:
     def total_params(self) -> int:
         return self.num_layers * (self.dense_params_per_layer + self.expert_params_per_layer) + self.embedding_params
 
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward uses: the dense ones and ``top_k`` experts per layer."""
+        per_layer = self.dense_params_per_layer + self.top_k * 3 * self.hidden * self.ffn
+        return self.num_layers * per_layer + self.embedding_params
+
     def with_overrides(self, **overrides: Any) -> ModelConfig:
         """This config with CLI overrides applied (``OVERRIDES``' names; None keeps a value), under the same
         name: for callers that state the overrides elsewhere (``monta plan`` records its layers in a column)."""
@@ -164,7 +171,70 @@ PRESETS: dict[str, ModelConfig] = {
         seq=128,
         micro_batch=64,
     ),
+    # A current fine-grained MoE (many small experts, top-8), next to the paper's 2 huge ones: the Qwen3-MoE
+    # shape (Qwen3-235B-A22B, Qwen3 Technical Report, arXiv 2505.09388: 94 layers, hidden 4096, SwiGLU experts
+    # of 1536, top-8, GQA, untied vocabulary 151936, RoPE theta 1e6, RMSNorm eps 1e-6, pre-trained on 4,096-token
+    # sequences) with three departures, each for this harness: 64 experts instead of 128 (the routed-expert
+    # count of DeepSeekMoE 16B and OLMoE, whose top-6/top-8 routing over 64 experts is the same regime), 32
+    # query heads of dim 128 instead of 64 (ModelConfig ties the head dim to hidden / heads: Mixtral's and
+    # Llama-3-8B's attention at hidden 4096) and 8 KV heads instead of 4, so that TP8 divides them as it does
+    # for the 2x70B. No shared expert (DeepSeek's and Qwen2's; Qwen3 has none either). 118.8B parameters,
+    # 19.4B active per token. Its per-rank dispatch buffer is [E=64, C=4096*8/64=512, M=4096] = 256 MiB in
+    # bf16, the 2x70B's size, but every token is sent to 8 experts (on 2 nodes to both but for 0.5% of
+    # tokens), ~4 per node: a node-deduplicated exchange sends it once per node. Like the 2x70B's 80 layers,
+    # its 94 do not fit 16 x 80 GB with Adam: 32 layers fit TP8 EP2 DP2 ZeRO-1 (--layers is the knob;
+    # docs/design.md#the-fine-grained-model).
+    "moe-fine": ModelConfig(
+        name="moe-fine",
+        num_layers=94,
+        hidden=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        ffn=1536,
+        vocab=151936,
+        num_experts=64,
+        top_k=8,
+        capacity_factor=1.0,
+        seq=4096,
+        micro_batch=1,
+        rope_theta=1e6,
+        norm_eps=1e-6,
+    ),
+    # Scaled as moe-2x70b-mini is (see above): the full model's tokens per micro-batch (4096 = 32 x 128),
+    # top-8, cf 1.0, heads:kv 4:1 and ffn/hidden 0.375, widths divided by 32 (hidden 128, ffn 48, 32 heads
+    # of dim 4), one layer, vocab 512. Experts 64 -> 16 (top-8 of 16 still reaches both nodes of a 2-node EP
+    # group for all but a few tokens, and 8 experts per rank at EP2 keep the CPU's per-expert GEMMs few):
+    # C = 4096 * 8 / 16 = 2048 (divisible by TP 1/2/4/8), buffer [16, 2048, 128] fp32 = 16 MiB per rank
+    # (4 MiB per TP4 slice), bandwidth-bound on the emulated links. E x C = tokens x top_k x cf does not
+    # depend on E, so the buffer-to-activation ratio is the full model's, and so is the emulated clock's D
+    # (monta.perfmodel.training.clock prices this run as moe-fine: FULL_SIZE below).
+    "moe-fine-mini": ModelConfig(
+        name="moe-fine-mini",
+        num_layers=1,
+        hidden=128,
+        num_heads=32,
+        num_kv_heads=8,
+        ffn=48,
+        vocab=512,
+        num_experts=16,
+        top_k=8,
+        capacity_factor=1.0,
+        seq=128,
+        micro_batch=32,
+        rope_theta=1e6,
+        norm_eps=1e-6,
+    ),
 }
+
+# The full-size preset each CPU-sized preset stands for: an emulated run on the clock
+# (monta.perfmodel.training.clock.full_size) is priced as this model with the run's layers and routing.
+FULL_SIZE: dict[str, str] = {"moe-2x70b-mini": "moe-2x70b", "moe-fine-mini": "moe-fine"}
+
+
+def preset_of(name: str) -> str:
+    """The preset a config's name starts from: 'moe-fine-mini[topk=4]' -> 'moe-fine-mini'."""
+    return name.partition("[")[0]
+
 
 # CLI override name -> config field.
 OVERRIDES = {

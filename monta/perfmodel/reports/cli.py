@@ -38,7 +38,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the preset's (8)")
-    p.add_argument("--model", default="moe-2x70b", help="moe-2x70b or moe-2x70b-mini")
+    from monta.model.config import PRESETS  # pure Python, no torch
+
+    p.add_argument("--model", default="moe-2x70b", help=f"model preset: {', '.join(PRESETS)}")
     p.add_argument("--seq", type=_size, default=8192, help="sequence length, e.g. 8K, 32K, 128K")
     p.add_argument("--layers", type=int, default=None, help="override the preset's layer count")
     p.add_argument("--global-batch", type=int, default=None, help="sequences per step (default: 4M tokens' worth)")

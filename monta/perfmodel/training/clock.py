@@ -12,27 +12,40 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from monta.model.config import FULL_SIZE, ModelConfig, preset_of
 from monta.model.config import PRESETS as MODEL_PRESETS
-from monta.model.config import ModelConfig
 from monta.perfmodel.network.links import PRESETS as CLUSTER_PRESETS
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import COMPUTE_PIECES, forward_pieces_us, optimizer_us, piece_flops
 from monta.perfmodel.training.memory import params_per_rank
 from monta.perfmodel.training.strategy import Strategy
 
-FULL_MODEL = "moe-2x70b"  # the model the paper trains; its 8K-token micro-batch is what the clock prices
+# The model the paper trains; its 8K-token micro-batch is what the clock prices for a run of no known preset
+# (a run of moe-fine-mini is priced as moe-fine: full_size).
+FULL_MODEL = "moe-2x70b"
 FULL_ELEM_BYTES = 2  # bf16 on the real cluster
 # A piece is CPU-bound when its real math outlasted its dilated target by more than this share of the
 # variant's step time, summed over the step (a sleep's wake-up jitter alone stays far below it).
 OVERRUN_BOUND = 0.02
 
 
-def full_size(run: ModelConfig, full: str = FULL_MODEL) -> ModelConfig:
-    """The full-size model a run stands for: ``full``'s widths and 8K tokens, the run's layers and routing."""
+def full_size(run: ModelConfig, full: str | None = None) -> ModelConfig:
+    """The full-size model a run stands for: ``full``'s widths and tokens per micro-batch, the run's layers
+    and routing. ``full`` defaults to the preset the run's own preset stands for (``FULL_SIZE``: moe-fine for
+    moe-fine-mini), the preset itself for a full-size one, ``FULL_MODEL`` for a config of no known preset.
+    Where the mini has fewer experts than its full model (16 of moe-fine's 64), the run's expert count is
+    scaled back by that ratio: the same E x C = tokens x top_k x cf, the full model's expert weights."""
+    base = preset_of(run.name)
+    if full is None:
+        full = FULL_SIZE.get(base, base if base in MODEL_PRESETS else FULL_MODEL)
+    big, small = MODEL_PRESETS[full], MODEL_PRESETS.get(base)
+    scale = 1
+    if small is not None and big.num_experts > small.num_experts and big.num_experts % small.num_experts == 0:
+        scale = big.num_experts // small.num_experts
     return replace(
-        MODEL_PRESETS[full],
+        big,
         num_layers=run.num_layers,
-        num_experts=run.num_experts,
+        num_experts=run.num_experts * scale,
         top_k=run.top_k,
         capacity_factor=run.capacity_factor,
         min_capacity=run.min_capacity,
@@ -102,11 +115,11 @@ class Clock:
         out = {
             # the 1/TP slice's AllToAll (deepspeed, monta; legacy moves TP x both, the same ratio)
             "alltoall": self._emulated_s(g * s_run / tp * cross, self.inter_gbps) / (s_full / tp * cross / (nic * 1e9)),
-            # the TP AllGather that rebuilds the buffer
-            "allgather": (
-                self._emulated_s(g * s_run * (tp - 1) / tp, self.intra_gbps) / (s_full * (tp - 1) / tp / (nvlink * 1e9))
-            ),
         }
+        if tp > 1:  # the TP AllGather that rebuilds the buffer (none at TP1)
+            out["allgather"] = self._emulated_s(g * s_run * (tp - 1) / tp, self.intra_gbps) / (
+                s_full * (tp - 1) / tp / (nvlink * 1e9)
+            )
         if tp > 1:  # the TP AllReduce of activations after attention and the experts (ring: 2 (tp-1)/tp)
             ring = 2 * (tp - 1) / tp
             out["tp_allreduce"] = self._emulated_s(g * act_run * ring, self.intra_gbps) / (
