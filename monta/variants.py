@@ -370,9 +370,13 @@ def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "mon
         raise ValueError(
             f"variant {name!r}: unknown sync {p['sync']!r}; choose from {', '.join(_R.syncs)}{_failed_note()}"
         )
-    return Variant(
-        name, p["exchange"], _R.schedules[p["schedule"]], _R.syncs[p["sync"]], p.get("chunks"), about, origin
-    )
+    ex, sched = _R.exchanges[p["exchange"]], _R.schedules[p["schedule"]]
+    if ex.routed and sched.pipelined:
+        raise ValueError(
+            f"variant {name!r}: exchange {ex.name!r} moves tokens itself, schedule {sched.name!r} pipelines "
+            "capacity chunks of a buffer exchange; use schedule=deepspeed with it (or a buffer exchange here)"
+        )
+    return Variant(name, p["exchange"], sched, _R.syncs[p["sync"]], p.get("chunks"), about, origin)
 
 
 def get(name: str) -> Variant:

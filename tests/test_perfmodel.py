@@ -4,6 +4,7 @@ chunk choice, link profiles, accuracy report and the CLI. Pure Python, no torch.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -316,6 +317,132 @@ def test_bad_degrees_and_presets_are_clear_errors():
         ParallelLayout(2, 8, tp=3)
     with pytest.raises(ValueError, match="unknown exchange variant"):
         exchange_time("nccl", MiB, LAYOUTS[0], "a800")
+
+
+# -- the fine-grained preset (moe-fine, moe-fine-mini; docs/design.md#the-fine-grained-model) -------------
+FINE, FINE_MINI = resolve_config("moe-fine"), resolve_config("moe-fine-mini")
+
+
+def test_fine_presets_validate_and_the_mini_keeps_the_regime():
+    from monta.model.config import PRESETS
+
+    for name in ("moe-fine", "moe-fine-mini"):
+        assert PRESETS[name].name == name and ModelConfig(**PRESETS[name].to_dict()) == PRESETS[name]
+    assert (FINE.hidden, FINE.num_experts, FINE.top_k, FINE.ffn, FINE.head_dim, FINE.kv_dim) == (
+        4096,
+        64,
+        8,
+        1536,
+        128,
+        1024,
+    )
+    for tp in (1, 2, 4, 8):
+        for ep in (1, 2, 4, 8, 16):
+            FINE.check_layout(tp, ep)
+            FINE_MINI.check_layout(tp, ep)
+    # the mini: the full model's tokens per micro-batch, routing and shape ratios; >= 8 experts
+    assert FINE_MINI.tokens_per_micro_batch == FINE.tokens_per_micro_batch == 4096
+    assert FINE_MINI.top_k == FINE.top_k == 8 and FINE_MINI.num_experts == 16
+    assert FINE_MINI.capacity_factor == FINE.capacity_factor == 1.0
+    assert FINE_MINI.ffn / FINE_MINI.hidden == FINE.ffn / FINE.hidden == 0.375
+    assert FINE_MINI.num_heads // FINE_MINI.num_kv_heads == FINE.num_heads // FINE.num_kv_heads == 4
+    assert FINE_MINI.num_layers == 1 and FINE_MINI.hidden == 128
+
+
+def test_fine_preset_param_counts_active_vs_total():
+    h, kv, experts, ffn, layers, vocab = 4096, 8 * 128, 64, 1536, 94, 151936
+    dense = h * (h + 2 * kv) + h * h + 2 * h + h * experts  # attention, two norms, the gate
+    expert = 3 * h * ffn  # one SwiGLU expert
+    embedding = 2 * vocab * h + h
+    assert FINE.total_params == layers * (dense + experts * expert) + embedding
+    assert FINE.active_params == layers * (dense + 8 * expert) + embedding
+    assert FINE.total_params == pytest.approx(118.8e9, rel=0.005)
+    assert FINE.active_params == pytest.approx(19.4e9, rel=0.005)
+    assert 0.1 < FINE.active_params / FINE.total_params < 0.2  # mostly top_k / E of the experts
+    assert FINE_MINI.active_params < FINE_MINI.total_params
+    # top-2 of 2 experts: every parameter of the 2x70B is active
+    big = resolve_config("moe-2x70b")
+    assert big.active_params == big.total_params
+
+
+def test_fine_preset_fits_16_a800_at_32_layers_and_predicts_finite_steps():
+    """Like the 2x70B's 80, its 94 layers do not fit 16 x 80 GB with Adam; 32 fit the paper's TP8 EP2 DP2."""
+    cl = get_cluster("a800-4nic", 2)
+    assert not memory_per_rank(FINE, Strategy(tp=8, ep=2, dp=2, zero=1), FINE.seq).fits(80)
+    m = FINE.with_overrides(layers=32)
+    assert memory_per_rank(m, Strategy(tp=8, ep=2, dp=2, zero=1), m.seq).fits(80)
+    steps = {
+        v: predict_step(m, Strategy(tp=8, ep=2, dp=2, zero=1, variant=v), cl, m.seq, 8)
+        for v in ("legacy", "deepspeed", "monta")
+    }
+    for v, b in steps.items():
+        assert math.isfinite(b.total_us) and b.total_us > 0, v
+        assert math.isfinite(b.inter_bytes) and b.inter_bytes > 0, v
+    assert steps["monta"].total_us < steps["deepspeed"].total_us < steps["legacy"].total_us
+
+
+def test_planner_ranks_finite_strategies_for_the_fine_preset():
+    cl = get_cluster("a800-4nic", 2)
+    m = FINE.with_overrides(layers=32)
+    p = plan(m, cl, m.seq)
+    assert p.choices and all(c.memory.fits(80) for c in p.choices)
+    assert all(math.isfinite(c.step.total_us) and c.step.total_us > 0 for c in p.choices)
+    pinned = plan(m, cl, m.seq, pins={"tp": 8, "ep": 2})
+    assert {(c.strategy.tp, c.strategy.ep) for c in pinned.choices} == {(8, 2)}
+    assert all(math.isfinite(c.step.total_us) and c.step.total_us > 0 for c in pinned.choices)
+    with pytest.raises(ValueError, match="--layers"):  # all 94 layers: it says what would fit
+        plan(FINE, cl, FINE.seq)
+
+
+def test_plan_cli_runs_the_fine_preset(capsys):
+    from monta.cli import main
+
+    argv = ["plan", "--cluster", "a800-4nic", "--nodes", "2", "--model", "moe-fine", "--seq", "4K", "--layers", "32"]
+    assert main([*argv, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "plan: moe-fine (32 layers, 41.3B params), seq 4096" in text and text.count("recompute=") == 2
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_top8_capacity_of_the_fine_mini_divides_by_tp(tp):
+    from monta.chunking import capacity_slice, expert_capacity
+
+    def cap(m):
+        return expert_capacity(m.tokens_per_micro_batch, m.num_experts, m.capacity_factor, m.top_k, m.min_capacity)
+
+    c = cap(FINE_MINI)
+    assert c == 4096 * 8 // 16 == 2048
+    assert c % tp == 0 and capacity_slice(c, tp) * tp == c
+    assert capacity_slice(c, tp) % 8 == 0  # up to 8 equal chunks of whole rows
+    assert cap(FINE) == 512 and cap(FINE) % 8 == 0
+    # E x C = tokens x top_k x cf: the mini's 16 experts carry the rows of the full model's 64
+    assert FINE_MINI.num_experts * c == FINE.num_experts * cap(FINE)
+
+
+def test_the_clock_prices_the_fine_mini_as_moe_fine():
+    from monta.emulate.topology import Topology
+    from monta.perfmodel.training.clock import Clock
+
+    topo = Topology.preset("a800-4nic")
+
+    def clock(cfg, tp, ep):
+        return Clock(
+            "a800-4nic", cfg, tp=tp, ep=ep, gpus_per_node=4, inter_gbps=topo.inter_gbps, intra_gbps=topo.intra_gbps
+        )
+
+    for tp, ep in ((4, 2), (2, 4), (1, 8)):
+        c = clock(FINE_MINI, tp, ep)
+        assert (c.full.name, c.full.num_experts, c.full.top_k, c.full.num_layers) == ("moe-fine", 64, 8, 1)
+        d = c.exchange_dilations()
+        assert set(d) == ({"alltoall"} if tp == 1 else {"alltoall", "allgather", "tp_allreduce"})
+        for name, v in d.items():
+            assert v == pytest.approx(c.dilation, rel=2e-3), name
+        # bytes ratio fp32 [16, 2048, 128] / bf16 [64, 512, 4096] = 1/16
+        assert c.dilation == pytest.approx(topo.link_dilation(4) / 16, rel=1e-9)
+        assert all(math.isfinite(v) and v > 0 for v in c.pieces_us.values())
+    # overrides keep the run's routing; the 2x70B mini still stands for moe-2x70b
+    assert clock(resolve_config("moe-fine-mini", topk=4), 4, 2).full.top_k == 4
+    assert clock(resolve_config("moe-2x70b-mini"), 4, 2).full.name == "moe-2x70b"
 
 
 # -- link profiles -----------------------------------------------------------------------------
@@ -661,3 +788,212 @@ def test_the_intra_node_allgather_follows_simais_nvlink_table():
             size = mib * 2**20
             busbw = size / C.allgather(size / 8, tp8, c).time_us / 1e3 * 7 / 8
             assert busbw == pytest.approx(160 * ratio / 0.81, rel=0.01), (name, mib)
+
+
+# -- the routed exchanges' own models: 2dh, allgather, node-dedup (monta/perfmodel/network/routed.py) ------
+ROUTED_LAYOUTS = [ParallelLayout(2, 8, tp=2, ep=8), ParallelLayout(4, 8, tp=4, ep=8), ParallelLayout(2, 4, tp=1, ep=8)]
+
+
+def _routed_clusters(layout):
+    """The A800 preset and the emulator (shared CPU, calibrated per-call / per-byte costs) for ``layout``."""
+    from dataclasses import replace
+
+    emu = replace(
+        emulator_profile().cluster(layout.nodes, layout.gpus_per_node),
+        host_cores=2,
+        a2a_cpu_us=(500.0, 0.002),
+        ag_cpu_us=(50.0, 0.001),
+    )
+    return get_cluster("a800", layout.nodes, layout.gpus_per_node), emu
+
+
+def _ep_geometry(layout):
+    from monta.perfmodel.network.exchange import layout_shapes
+
+    ep, tp = layout_shapes(layout)
+    return ep.size, ep.ranks_per_node, ep.nodes, tp.size
+
+
+def test_routed_exchanges_are_their_own_models():
+    from monta.perfmodel.network.exchange import modelled_as
+    from monta.perfmodel.network.routed import routed_exchange_time, routed_exchanges
+
+    assert routed_exchanges() == ("2dh", "allgather", "node-dedup")
+    layout = ROUTED_LAYOUTS[0]
+    for v in routed_exchanges():
+        assert modelled_as(v) == v
+        b = exchange_time(v, 4 * MiB, layout, "a800", top_k=2, experts=16, row_bytes=8192)
+        assert b == routed_exchange_time(v, 4 * MiB, layout, "a800", top_k=2, experts=16, row_bytes=8192)
+        assert b.variant == v and b.chunks == 1 and math.isfinite(b.total_us) and b.total_us > 0
+    # the core models ignore the routing
+    assert exchange_time("deepspeed", MiB, layout, "a800", top_k=4, experts=16) == exchange_time(
+        "deepspeed", MiB, layout, "a800"
+    )
+    with pytest.raises(ValueError, match="experts=12"):
+        routed_exchange_time("node-dedup", MiB, layout, "a800", top_k=2, experts=12)
+    with pytest.raises(ValueError, match="top_k=0"):
+        routed_exchange_time("allgather", MiB, layout, "a800", top_k=0)
+    with pytest.raises(ValueError, match="no routed model"):
+        routed_exchange_time("legacy", MiB, layout, "a800")
+
+
+@pytest.mark.parametrize("layout", ROUTED_LAYOUTS, ids=lambda lay: f"{lay.nodes}x{lay.gpus_per_node}-tp{lay.tp}")
+def test_node_dedup_sends_deepspeeds_inter_bytes_at_top1_and_fewer_beyond(layout):
+    from monta.perfmodel.network.routed import routed_exchange_time, touch_probability
+
+    S = 16 * MiB
+    P, L, N, TP = _ep_geometry(layout)
+    ds = exchange_time("deepspeed", S, layout, "a800").inter_bytes
+    assert ds == pytest.approx(S / TP * (N - 1) / N)
+    for E in (P, 2 * P, 4 * P):
+        assert routed_exchange_time("node-dedup", S, layout, "a800", experts=E).inter_bytes == pytest.approx(ds)
+    for E in (16, 32):  # >= 4 experts per node
+        assert E // N >= 4
+        for k in (2, 4, 8):
+            b = routed_exchange_time("node-dedup", S, layout, "a800", top_k=k, experts=E)
+            assert b.inter_bytes < ds
+            p = 1 - math.comb(E - E // N, k) / math.comb(E, k)
+            assert touch_probability(E, k, N) == pytest.approx(p)
+            assert b.inter_bytes == pytest.approx(S / (k * TP) * (N - 1) * p)
+
+
+@pytest.mark.parametrize("layout", ROUTED_LAYOUTS, ids=lambda lay: f"{lay.nodes}x{lay.gpus_per_node}-tp{lay.tp}")
+def test_2dh_moves_deepspeeds_inter_bytes_in_fewer_larger_messages(layout):
+    """Same inter-node bytes, (S/TP)(L-1)/L intra-node bytes in its first phase instead of the flat
+    AllToAll's (S/TP)(L-1)/P; (L-1) + (N-1) messages instead of P-1, so it wins where latency dominates
+    (against the flat exchange priced with the same per-message latency: the routed model's deepspeed)."""
+    from monta.perfmodel.network.routed import routed_exchange_time
+
+    P, L, N, TP = _ep_geometry(layout)
+    for cl in _routed_clusters(layout):
+        for S in (64 * 1024, MiB, 16 * MiB, 256 * MiB):
+            core = exchange_time("deepspeed", S, layout, cl)
+            flat = routed_exchange_time("deepspeed", S, layout, cl)
+            h = routed_exchange_time("2dh", S, layout, cl)
+            assert h.inter_bytes == pytest.approx(core.inter_bytes) and flat.inter_bytes == pytest.approx(
+                core.inter_bytes
+            )
+            assert flat.intra_bytes == pytest.approx(core.intra_bytes)
+            part = S / TP
+            assert h.intra_bytes == pytest.approx(core.intra_bytes - part * (L - 1) / P + part * (L - 1) / L)
+        # the flat reference is the core's deepspeed but for the latencies
+        big = 256 * MiB
+        assert routed_exchange_time("deepspeed", big, layout, cl).total_us == pytest.approx(
+            exchange_time("deepspeed", big, layout, cl).total_us, rel=0.02
+        )
+    a800 = _routed_clusters(layout)[0]
+    small = 64 * 1024
+    assert (
+        routed_exchange_time("2dh", small, layout, a800).total_us
+        < routed_exchange_time("deepspeed", small, layout, a800).total_us
+    )
+
+
+@pytest.mark.parametrize("layout", ROUTED_LAYOUTS, ids=lambda lay: f"{lay.nodes}x{lay.gpus_per_node}-tp{lay.tp}")
+def test_allgather_inter_bytes_do_not_grow_with_top_k_for_the_same_tokens(layout):
+    from monta.perfmodel.network.routed import routed_exchange_time
+
+    P, L, N, TP = _ep_geometry(layout)
+    tokens_bytes = 4 * MiB  # S_tok: T tokens x M x element size; the buffer is k x that
+    got = {
+        k: routed_exchange_time("allgather", k * tokens_bytes, layout, "a800", top_k=k, experts=16).inter_bytes
+        for k in (1, 2, 4, 8)
+    }
+    assert all(v == pytest.approx(tokens_bytes / TP * (P - L)) for v in got.values()), got
+
+
+@pytest.mark.parametrize("layout", ROUTED_LAYOUTS, ids=lambda lay: f"{lay.nodes}x{lay.gpus_per_node}-tp{lay.tp}")
+def test_inter_byte_formulas_equal_the_models_bytes(layout):
+    from monta.perfmodel.network.routed import inter_bytes_formula
+
+    S = 16 * MiB
+    for cl in _routed_clusters(layout):
+        for k in (1, 2, 4):
+            for v in ("legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"):
+                text, value = inter_bytes_formula(v, S, layout, top_k=k, experts=16)
+                b = exchange_time(v, S, layout, cl, top_k=k, experts=16, row_bytes=4096)
+                assert value == pytest.approx(b.inter_bytes), (v, k, text)
+                assert "S" in text
+    with pytest.raises(ValueError, match="no inter-node byte formula"):
+        inter_bytes_formula("nccl", S, layout)
+
+
+def test_routing_metadata_is_priced_apart_from_the_payload():
+    """allgather: per route an int64 slot and an fp32 gate for every token of the shard; node-dedup: two
+    count exchanges (8 B a peer) and per row sent a token index, k slots and k gates (8 + 12k B)."""
+    from monta.perfmodel.network.routed import routed_exchange_time, touch_probability
+
+    layout, S, k, E, row = ROUTED_LAYOUTS[0], 16 * MiB, 2, 16, 8192
+    P, L, N, TP = _ep_geometry(layout)
+    rows = S / (k * TP) / row  # tokens of this TP rank's shard
+    ag = routed_exchange_time("allgather", S, layout, "a800", top_k=k, experts=E, row_bytes=row)
+    assert ag.meta_inter_bytes == pytest.approx((P - L) * 12 * k * rows)
+    nd = routed_exchange_time("node-dedup", S, layout, "a800", top_k=k, experts=E, row_bytes=row)
+    p_node = touch_probability(E, k, N)
+    assert nd.meta_inter_bytes == pytest.approx(2 * 8 * (P - L) + rows * (N - 1) * p_node * (8 + 12 * k))
+    assert 0 < nd.meta_inter_bytes < 0.01 * nd.inter_bytes
+    assert "meta_inter_bytes" in nd.to_dict() and "meta_inter_bytes" not in exchange_time("monta", S, layout).to_dict()
+    # without the row size only the count exchanges are priced; the payload does not change
+    bare = routed_exchange_time("node-dedup", S, layout, "a800", top_k=k, experts=E)
+    assert bare.meta_inter_bytes == 2 * 8 * (P - L) and bare.inter_bytes == nd.inter_bytes
+    assert bare.total_us < nd.total_us
+
+
+def test_routed_models_on_the_emulator_share_its_cpu():
+    """The emulator's fluid timeline: bytes as on a real cluster, every call pays its calibrated CPU."""
+    from dataclasses import replace
+
+    from monta.perfmodel.network.routed import routed_exchange_time
+
+    layout, S = ROUTED_LAYOUTS[2], 4 * MiB
+    a800, emu = _routed_clusters(layout)
+    costly = replace(emu, a2a_cpu_us=(2000.0, 0.002))
+    for v in ("2dh", "allgather", "node-dedup"):
+        kw = {"top_k": 2, "experts": 16, "row_bytes": 4096}
+        real, e = routed_exchange_time(v, S, layout, a800, **kw), routed_exchange_time(v, S, layout, emu, **kw)
+        assert (e.inter_bytes, e.intra_bytes) == pytest.approx((real.inter_bytes, real.intra_bytes))
+        assert e.total_us >= e.copy_us + e.pack_us > 0
+        assert [o.name for o in e.ops] == [o.name for o in real.ops]
+        if v != "allgather":  # AllToAll-like calls: each pays the per-call CPU
+            assert routed_exchange_time(v, S, layout, costly, **kw).total_us > e.total_us
+
+
+def test_accuracy_prices_the_routed_exchanges_with_their_routing():
+    from monta.perfmodel.network.routed import routed_exchange_time
+
+    prof = emulator_profile()
+    layout = ParallelLayout(2, 4, tp=2, ep=4)
+    cl = prof.cluster(2, 4)
+    recs = []
+    for v in ("deepspeed", "2dh", "allgather", "node-dedup"):
+        for topk in (None, 2):
+            config = {"experts": 8, "hidden": 256, "dtype": "bfloat16"}
+            if topk is not None:
+                config["topk"] = topk
+            pred = (
+                routed_exchange_time(v, MiB, layout, cl, top_k=topk or 1, experts=8, row_bytes=512).total_us
+                if v != "deepspeed"
+                else exchange_time(v, MiB, layout, cl).total_us
+            )
+            recs.append(
+                make_record(
+                    kind="alltoall",
+                    source="emulated",
+                    experiment="test",
+                    env={},
+                    params={
+                        "size_bytes": MiB,
+                        "variant": v,
+                        "chunks": 1,
+                        "nodes": 2,
+                        "gpus_per_node": 4,
+                        "tp": 2,
+                        "ep": 4,
+                    },
+                    metrics={"time_us": pred * 1.25},
+                    config=config,
+                )
+            )
+    pts, _ = evaluate(recs, prof)
+    assert sorted({p.variant for p in pts}) == ["2dh", "allgather", "deepspeed", "node-dedup"] and len(pts) == 8
+    assert all(p.error == pytest.approx(-0.2) for p in pts), [(p.variant, p.error) for p in pts]

@@ -13,6 +13,7 @@ from monta.chunking import Auto, monta_weights, parse_chunks
 from monta.perfmodel.network.collectives import CollTime, GroupShape, allgather, alltoall
 from monta.perfmodel.network.fluid import FluidTimeline, Op
 from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.network.routed import ROUTED, routed_shapes
 from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones modelled here
 
 # Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
@@ -68,8 +69,12 @@ class Breakdown:
     intra_bytes: float
     ops: tuple[Op, ...] = field(default=(), compare=False, repr=False)
     pack_us: float = 0.0  # gathering the own capacity slice into a contiguous send buffer
+    # Routing metadata (counts, slots, gates) of the token-level exchanges (monta.perfmodel.network.routed)
+    meta_inter_bytes: float = 0.0
+    meta_intra_bytes: float = 0.0
 
     def to_dict(self) -> dict:
+        meta = {"meta_inter_bytes": self.meta_inter_bytes, "meta_intra_bytes": self.meta_intra_bytes}
         return {
             "variant": self.variant,
             "chunks": self.chunks,
@@ -80,6 +85,7 @@ class Breakdown:
             "pack_us": self.pack_us,
             "inter_bytes": self.inter_bytes,
             "intra_bytes": self.intra_bytes,
+            **(meta if self.meta_inter_bytes or self.meta_intra_bytes else {}),
         }
 
 
@@ -89,8 +95,9 @@ def _res(ct: CollTime) -> dict[str, float]:
 
 def modelled_as(variant: str) -> str:
     """The core exchange whose model prices ``variant``: itself, or what a plugin's exchange declared
-    (``model_as``); ValueError when it declared none or the name is unknown."""
-    if variant in VARIANTS:
+    (``model_as``); ValueError when it declared none or the name is unknown. The token-level and
+    hierarchical exchanges (``routed.routed_exchanges()``) are their own model."""
+    if variant in VARIANTS or variant in ROUTED:
         return variant
     from monta import variants as registry
 
@@ -110,10 +117,22 @@ def modelled_as(variant: str) -> str:
 
 @lru_cache(maxsize=65536)
 def exchange_shapes(
-    variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int = 1
+    variant: str,
+    S: float,
+    ep: GroupShape,
+    tp: GroupShape,
+    cluster: Cluster,
+    chunks: int = 1,
+    top_k: int = 1,
+    experts: int | None = None,
+    row_bytes: float | None = None,
 ) -> Breakdown:
-    """Core of :func:`exchange_time` on group shapes (cached: the planner calls it thousands of times)."""
+    """Core of :func:`exchange_time` on group shapes (cached: the planner calls it thousands of times).
+    ``top_k``, ``experts``, ``row_bytes``: the routing, for the routed exchanges' own models
+    (``monta.perfmodel.network.routed``; never chunked); the core exchanges ignore them."""
     variant = modelled_as(variant)
+    if variant in ROUTED:
+        return routed_shapes(variant, S, ep, tp, cluster, top_k, experts, row_bytes)
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
     if cluster.host_cores:
@@ -227,12 +246,22 @@ def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:
 
 
 def exchange_time(
-    variant: str, bytes_per_rank: float, layout, cluster: Cluster | str | None = None, chunks=1
+    variant: str,
+    bytes_per_rank: float,
+    layout,
+    cluster: Cluster | str | None = None,
+    chunks=1,
+    *,
+    top_k: int = 1,
+    experts: int | None = None,
+    row_bytes: float | None = None,
 ) -> Breakdown:
     """Predicted time and bytes of one token exchange (dispatch or combine) of ``bytes_per_rank``.
 
     ``chunks``: anything ``monta.chunking.parse_chunks`` reads; ``Auto`` is the model's own choice
-    among its candidates (:func:`best_chunks`).
+    among its candidates (:func:`best_chunks`). ``top_k``, ``experts`` (default: one per EP member),
+    ``row_bytes`` (one token row's bytes, for the routing metadata): the routing, which only the
+    routed exchanges' models read (``monta.perfmodel.network.routed``).
     """
     from monta.perfmodel.network.profile import get_cluster
 
@@ -246,7 +275,8 @@ def exchange_time(
         chunks = best_chunks(S, ep, tp, cluster, candidates=asked.candidates) if modelled_as(variant) == "monta" else 1
     else:
         chunks = asked.n
-    return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks))
+    routing = (top_k, experts, row_bytes) if modelled_as(variant) in ROUTED else ()  # core: its cache key as before
+    return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks), *routing)
 
 
 # Fewer chunks win ties: a chunk count has to buy at least this much to be worth its launches.

@@ -73,6 +73,21 @@ def _same_network(rec: dict, profile: LinkProfile) -> bool:
     return True
 
 
+def _routing(rec: dict) -> dict[str, Any]:
+    """The routing a record's exchange ran with (what the routed exchanges' models read; the core
+    models ignore it): top-k (``topk``, 1 when absent), the experts (None: one per EP member) and a
+    token row's bytes (hidden x the dtype's size), from its params or else its config."""
+    from monta.dtypes import DTYPE_BYTES
+
+    cfg = {**(rec.get("config") or {}), **{k: v for k, v in rec["params"].items() if v is not None}}
+    experts, hidden, dtype = cfg.get("experts"), cfg.get("hidden"), cfg.get("dtype")
+    return {
+        "top_k": int(cfg.get("topk") or 1),
+        "experts": int(experts) if experts is not None else None,
+        "row_bytes": float(int(hidden) * DTYPE_BYTES[dtype]) if hidden and dtype in DTYPE_BYTES else None,
+    }
+
+
 _UNMODELLED: set[str] = set()
 
 
@@ -113,7 +128,7 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
             raise ValueError(f"{where}: metrics.time_us (median, microseconds) is missing") from None
         if measured <= 0:
             raise ValueError(f"{where}: metrics.time_us={measured} must be > 0")
-        b = exchange_time(variant, size, layout, cluster, chunks if is_auto(chunks) else int(chunks))
+        b = exchange_time(variant, size, layout, cluster, chunks if is_auto(chunks) else int(chunks), **_routing(rec))
         pts.append(
             Point(
                 size,

@@ -16,6 +16,7 @@ from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as
 from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.network.routed import ROUTED
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
 from monta.perfmodel.training.strategy import Strategy
@@ -153,7 +154,9 @@ def predict_step(
             else:
                 chunks = asked.n
     if s.ep > 1:
-        ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks)
+        # The routed exchanges' own models read the routing (top-k, experts, a token row's bytes).
+        routing = (m.top_k, m.num_experts, m.hidden * elem_bytes) if xv in ROUTED else ()
+        ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks, *routing)
         ex_b = (
             ex
             if (pipeline_backward or xv != "monta")
