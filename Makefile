@@ -11,7 +11,7 @@ export WANDB_MODE ?= offline
 export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch-extensions
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test-plugins test test-fast reproduce pipeline-test bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
+.PHONY: setup test-plugins test test-fast reproduce pipeline-test exchange-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -52,6 +52,11 @@ reproduce: setup
 
 pipeline-test: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml
+
+# The exchange map: deepspeed, monta, 2dh, allgather and node-dedup over TP 1/2/4, two routings and two sizes
+# on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); ~10 min, not in reproduce.
+exchange-map: setup
+	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/map/map.md
 
 bench-alltoall: setup
 	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 2M:16M:2 --chunks 2,4,8 --warmup 1 --adaptive --max-iters 20 --budget-s 60 --check

@@ -31,6 +31,7 @@ include: "workflows/rules/ablation.smk"
 include: "workflows/rules/predict.smk"
 include: "workflows/rules/analysis.smk"
 include: "workflows/rules/regress.smk"
+include: "workflows/rules/map.smk"
 
 
 localrules:
@@ -45,6 +46,7 @@ localrules:
     notebook,
     report,
     regress,
+    exchange_map,
 
 
 rule all:

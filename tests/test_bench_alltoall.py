@@ -82,7 +82,8 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
         (("--chunks", "64"), "--chunks 64: 64 chunks exceed the capacity slice 16"),
         (
             ("--variants", "legacy,tutel"),
-            "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, toy-exchange",
+            "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, 2dh, allgather, "
+            "node-dedup, toy-exchange",
         ),
         (
             ("--tp", "3"),

@@ -173,7 +173,9 @@ def test_a_plugin_exchange_is_checked_when_it_registers(monkeypatch):
         registry.add_exchange("mine", run_pass=lambda *a: None, model_as="nccl")
     assert "mine" not in registry.exchanges()
     with pytest.raises(
-        ValueError, match="unknown exchange 'mine'; choose one of legacy, deepspeed, monta, toy-exchange"
+        ValueError,
+        match="unknown exchange 'mine'; choose one of legacy, deepspeed, monta, 2dh, allgather, node-dedup, "
+        "toy-exchange",
     ):
         registry.exchange("mine")
 

@@ -288,7 +288,7 @@ def routed_shapes(
     ``exchange.Breakdown``. ``experts``: E (default: one per EP member); ``row_bytes``: bytes of one
     token row (hidden x element size), which the row metadata needs (None: only the count exchanges
     are priced as metadata)."""
-    from monta.perfmodel.network.exchange import Breakdown, Timeline, _res
+    from monta.perfmodel.network.timeline import Breakdown, Timeline, _res
 
     if variant not in ROUTED and variant != REFERENCE:
         raise ValueError(f"no routed model for {variant!r}: choose one of {', '.join(ROUTED + (REFERENCE,))}")
@@ -374,8 +374,8 @@ def routed_exchange_time(
     row_bytes: float | None = None,
 ):
     """:func:`routed_shapes` on a ``monta.parallel.ParallelLayout`` (``cluster``: as ``exchange_time``)."""
-    from monta.perfmodel.network.exchange import layout_shapes
     from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.network.timeline import layout_shapes
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
     ep, tp = layout_shapes(layout)
@@ -388,7 +388,7 @@ def inter_bytes_formula(
     """Expected inter-node payload bytes one rank sends in one dispatch pass of ``variant`` (any core or
     routed exchange): the formula as text (S: ``bytes_per_rank``, N nodes, L EP members per node,
     TP, E experts, k top-k) and its value on ``layout``."""
-    from monta.perfmodel.network.exchange import layout_shapes
+    from monta.perfmodel.network.timeline import layout_shapes
 
     ep, tp = layout_shapes(layout)
     S, N, L, TP = float(bytes_per_rank), ep.nodes, ep.ranks_per_node, tp.size
