@@ -576,3 +576,63 @@ def test_a_plugin_exchange_gets_its_own_column_in_the_alltoall_summary():
     assert row["toy-exchange_us"] == 2500.0 and row["monta_us"] == pytest.approx(1048.576)
     shown = display.humanize(summary)
     assert "toy-exchange" in shown.columns and "2.50 ms" in set(shown["toy-exchange"])
+
+
+def _map_record(tp, variant, time_us, experts=16, topk=8, size=2**20):
+    rec = make_record(
+        kind="alltoall",
+        source="emulated",
+        experiment="exchange-map",
+        params={"size_bytes": size, "variant": variant, "chunks": 2 if variant == "monta" else 1, "tp": tp,
+                "ep": 8 // tp, "nodes": 2, "gpus_per_node": 4},
+        metrics={"time_us": time_us, "time_us_p10": time_us * 0.98, "time_us_p90": time_us * 1.02, "iters": 10,
+                 "inter_bytes": 1000, "cpu_bound": False},
+    )  # fmt: skip
+    rec["config"] = {"nodes": 2, "gpus_per_node": 4, "ep": 8 // tp, "experts": experts, "topk": topk,
+                     "hidden": 256, "dtype": "float32"}  # fmt: skip
+    return rec
+
+
+def test_exchange_map_winner_pick_and_report():
+    """The map's verdicts: measured winner, the model's pick (here: a synthetic profile-free check of
+    the bookkeeping through ``winners``), near ties flagged, MAPE over every exchange."""
+    from monta_analysis import exchange_map as em
+
+    pts = []
+    for v, meas, pred in (("deepspeed", 100.0, 100.0), ("node-dedup", 50.0, 55.0), ("allgather", 52.0, 50.0)):
+        pts.append({"tp": 2, "ep": 4, "experts": 16, "topk": 8, "size_bytes": 2**20, "variant": v, "chunks": 1,
+                    "measured_us": meas, "p10_us": meas, "p90_us": meas, "iters": 10, "predicted_us": pred,
+                    "inter_bytes": 0, "wrong": 0, "cpu_bound": False})  # fmt: skip
+    (w,) = em.winners(pts)
+    assert (w["measured_winner"], w["model_pick"], w["agree"]) == ("node-dedup", "allgather", False)
+    assert w["margin"] == pytest.approx(1.04) and w["vs_deepspeed"] == pytest.approx(2.0)
+    text = em.report(pts, [w], [])
+    assert "at **0 of 1** points" in text and "MAPE over all exchanges **4.6%**" in text
+    pts[1]["measured_us"] = 51.5  # within 3% of allgather: a near tie
+    (w,) = em.winners(pts)
+    assert "(near tie)" in em.report(pts, [w], [])
+
+
+def test_exchange_map_prices_every_exchange_from_records(tmp_path):
+    """From bench records and a profile: one point per exchange, each with the model's prediction."""
+    from monta.perfmodel.network.profile import LinkProfile
+    from monta_analysis import exchange_map as em
+
+    profile = LinkProfile.from_dict(
+        {
+            "schema": "monta.linkprofile/1",
+            "name": "test-emu",
+            "source": "emulated",
+            "topology": {"nodes": 2, "gpus_per_node": 4, "intra_group": [0, 1, 2, 3], "inter_group": [0, 4]},
+            "links": {
+                "intra": {"bandwidth_GBps": 1.0, "latency_us": 60.0, "efficiency": [[4096, 0.3], [1048576, 1.0]]},
+                "inter": {"bandwidth_GBps": 0.125, "latency_us": 120.0, "efficiency": [[4096, 0.4], [1048576, 1.0]]},
+            },
+        }
+    )
+    recs = [_map_record(2, v, t) for v, t in (("deepspeed", 100.0), ("monta", 90.0), ("node-dedup", 40.0))]
+    pts = em.points(recs, profile)
+    assert [p["variant"] for p in pts] == ["deepspeed", "monta", "node-dedup"]
+    assert all(p["predicted_us"] > 0 for p in pts)
+    by = {p["variant"]: p["predicted_us"] for p in pts}
+    assert by["node-dedup"] < by["deepspeed"]  # top-8 on 16 experts: a token crosses once, not up to 8 times

@@ -417,3 +417,16 @@ def test_tiny_pipeline_end_to_end(work):
     assert "- **TP AllToAll**, emulated 2x2 TP2 @ 0.125 Gbit/s, 128 KiB per rank: monta" in summary
     assert "- **Training step**, emulated 2x2 TP2, moe-2x70b-mini" in summary and "- **Paper**" in summary
     assert not re.search(r"\bnan\b|\de[+-]\d", report, re.IGNORECASE)
+
+
+def test_dry_run_exchange_map_target(work):
+    """`make exchange-map`'s target: six sweeps (TP 1/2/4 x two routings) of every exchange with --check,
+    the calibration, then the map; not part of the default target."""
+    proc = snakemake("-n", "-p", "results/map/map.md", cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("--variants deepspeed,monta,2dh,allgather,node-dedup") == 6
+    assert "--experts 16 --topk 8" in out and "--experts 8 --topk 1" in out
+    assert "python -m monta_analysis.exchange_map" in out
+    default = snakemake("-n", cwd=work)
+    assert "results/map/" not in default.stdout + default.stderr
