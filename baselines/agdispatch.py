@@ -52,13 +52,13 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     meta = phase + "/fwd"
     routes = gather_ints(gather_ints(slots.contiguous().view(1, k, sh), ep, meter, meta), tp, meter, meta)
     routes = routes.view(tp.size, P, k, sh)
-    source = torch.arange(P).view(1, P, 1, 1).expand_as(routes)
+    source = torch.arange(P, device=routes.device).view(1, P, 1, 1).expand_as(routes)
     flat = routes.permute(2, 0, 1, 3).reshape(k, -1)  # [k, TP * P * Sh], token order of `tokens`
     rows, mine = expert_rows(flat, source.permute(2, 0, 1, 3).reshape(k, -1), ep.index, E, C, P)
     out = place_rows(rows, mine, tokens, P * (E // P) * C).view(E, C, -1)
     # the combine's share: each TP shard's routes of every source (TP member t reads shard t's rows)
     gates = ep_gather(tp_shard(plan.gates.t(), tp, meter, phase).contiguous(), ep, meter, phase, "meta")
-    src = torch.arange(P).view(1, P, 1).expand(k, P, sh).reshape(k, -1)
+    src = torch.arange(P, device=routes.device).view(1, P, 1).expand(k, P, sh).reshape(k, -1)
     shares = [
         used_rows(*expert_rows(routes[t].permute(1, 0, 2).reshape(k, -1), src, ep.index, E, C, P))
         for t in range(tp.size)

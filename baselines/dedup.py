@@ -51,7 +51,7 @@ def _send_plan(need: torch.Tensor, targets: list[int], P: int) -> tuple[torch.Te
     """Rows to send to each member: ``need[i]`` ([n] bool) marks the rows for member ``targets[i]``;
     returns the row indices in member order and the count per member."""
     per = {t: need[i].nonzero().squeeze(1) for i, t in enumerate(targets)}
-    empty = torch.zeros(0, dtype=torch.long)
+    empty = torch.zeros(0, dtype=torch.long, device=need.device)
     idx = [per.get(p, empty) for p in range(P)]
     return torch.cat(idx), [int(i.numel()) for i in idx]
 
@@ -66,24 +66,25 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     sh = xs.shape[0]
     slots = plan.slots[:, tp.index * sh : (tp.index + 1) * sh]  # [k, Sh]
     k = slots.shape[0]
-    node_of = torch.tensor(geo.node + (-1,))  # member -1 (dropped) -> node -1
+    dev = x_SM.device
+    node_of = torch.tensor(geo.node + (-1,), device=dev)  # member -1 (dropped) -> node -1
     mem = route_members(slots, E, C, P)
     nd = node_of[mem]
     # 1. rails: one row per (token, touched node), to the node's member of this rank's local index
     gateways = [geo.member(n, geo.my_local) for n in range(N)]
     idx1, send1 = _send_plan(torch.stack([(nd == n).any(0) for n in range(N)]), gateways, P)
-    recv1 = exchange_counts(send1, ep, meter, meta)
+    recv1 = exchange_counts(send1, ep, meter, meta, dev)
     x1 = a2av_rows(xs.index_select(0, idx1), send1, ep, recv1, meter, "alltoall", phase)
     g1 = a2av_rows(gs.index_select(0, idx1), send1, ep, recv1, meter, "meta", phase)
     m1 = torch.cat([idx1.unsqueeze(1), slots[:, idx1].t()], 1)  # [n, 1 + k]: token, slots
     m1 = torch.cat(a2av(list(m1.split(send1)), ep, recv1, meter, "meta", meta))
-    src1 = torch.repeat_interleave(torch.arange(P), torch.tensor(recv1))  # source member of each row
+    src1 = torch.repeat_interleave(torch.arange(P, device=dev), torch.tensor(recv1, device=dev))  # row's source
     # 2. forward inside the node: one copy per (row, destination member on this node)
     slots1 = m1[:, 1:].t()
     mem1 = route_members(slots1, E, C, P)
     local = geo.node_members(geo.my_node)
     idx2, send2 = _send_plan(torch.stack([(mem1 == q).any(0) for q in local]), local, P)
-    recv2 = exchange_counts(send2, ep, meter, meta)
+    recv2 = exchange_counts(send2, ep, meter, meta, dev)
     x2 = a2av_rows(x1.index_select(0, idx2), send2, ep, recv2, meter, "alltoall", phase)
     g2 = a2av_rows(g1.index_select(0, idx2), send2, ep, recv2, meter, "meta", phase)
     m2 = torch.cat([src1[idx2].unsqueeze(1), m1[idx2, 1:]], 1)  # [n, 1 + k]: source member, slots
@@ -106,7 +107,7 @@ def combine(y_ECM, plan, h: Handle, g, meter=None, phase=""):
     ys = tp_select(y_ECM.reshape(E * C, M), h.used, tp, meter, phase)  # the rows this TP rank's routes read
     part = weighted_partials(ys, h.local, h.gates)  # [R2, M] per received row
     back2 = a2av_rows(part, h.recv2, ep, h.send2, meter, "alltoall", phase)  # to the gateways
-    node = torch.zeros(sum(h.recv1), M, dtype=part.dtype).index_add(0, h.idx2, back2)  # the node's sum per row
+    node = part.new_zeros(sum(h.recv1), M).index_add(0, h.idx2, back2)  # the node's sum per row
     back1 = a2av_rows(node, h.recv1, ep, h.send1, meter, "alltoall", phase)  # once per (token, node)
-    shard = torch.zeros(h.shard_tokens, M, dtype=part.dtype).index_add(0, h.idx1, back1)
+    shard = part.new_zeros(h.shard_tokens, M).index_add(0, h.idx1, back1)
     return tp_gather(shard, tp, meter, phase)

@@ -107,3 +107,18 @@ def test_node_dedup_saves_inter_node_bytes_only_beyond_top1(dist_world, tp, ep, 
         r0 = res[0]
         for n in ("deepspeed",) + NEW:
             assert r0[n]["payload"] == r0[n]["formula"], (n, k, r0)
+
+
+def test_local_arithmetic_check_runs_on_cpu():
+    """tools/gpu_routed_check.py (the one-GPU check) on this machine's CPU: dispatch == encode,
+    combine == decode at EP 1, for each token-level exchange."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "tools/gpu_routed_check.py", "--device", "cpu"], cwd=root, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("OK")

@@ -84,8 +84,8 @@ def place_rows(rows: torch.Tensor, mine: torch.Tensor, table: torch.Tensor, tota
     (``index_select``) from a zero-padded table, as DeepSpeed's ``_sparse_encode`` builds its buffer."""
     n = table.shape[0]
     k = rows.shape[0]
-    source = torch.full((total_rows + 1,), n, dtype=torch.long)
-    token_of = torch.arange(n).expand(k, n)
+    source = torch.full((total_rows + 1,), n, dtype=torch.long, device=rows.device)
+    token_of = torch.arange(n, device=rows.device).expand(k, n)
     target = torch.where(mine, rows, torch.full_like(rows, total_rows))
     source.scatter_(0, target.reshape(-1), token_of.reshape(-1))
     padded = torch.cat([table, table.new_zeros((1,) + tuple(table.shape[1:]))])
@@ -98,7 +98,7 @@ def used_rows(rows: torch.Tensor, mine: torch.Tensor) -> tuple[torch.Tensor, tor
     flat = mine.reshape(-1)
     used = rows.reshape(-1)[flat]
     local = torch.full_like(rows.reshape(-1), int(used.numel()))
-    local[flat] = torch.arange(int(used.numel()))
+    local[flat] = torch.arange(int(used.numel()), device=rows.device)
     return used, local.view(rows.shape)
 
 

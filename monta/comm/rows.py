@@ -50,12 +50,15 @@ def _meter(meter: TrafficMeter | None, c: Comm, nbytes: list[int], op: str, phas
         meter.sends({c.ranks[p]: n for p, n in enumerate(nbytes)}, op, phase)
 
 
-def exchange_counts(counts: list[int], c: Comm, meter: TrafficMeter | None, phase: str) -> list[int]:
+def exchange_counts(
+    counts: list[int], c: Comm, meter: TrafficMeter | None, phase: str, device: torch.device | str = "cpu"
+) -> list[int]:
     """Rows this rank will receive from each member, given the rows it sends to each (an int64
-    AllToAll: the 'notify' step of an uneven exchange; metered as ``meta``)."""
+    AllToAll: the 'notify' step of an uneven exchange; metered as ``meta``; on ``device``, the data's:
+    NCCL moves CUDA tensors only)."""
     if c.size == 1:
         return list(counts)
-    send = torch.tensor(counts, dtype=torch.int64)
+    send = torch.tensor(counts, dtype=torch.int64, device=device)
     recv = torch.empty_like(send)
     _meter(meter, c, [8] * c.size, "meta", phase)
     all_to_all(recv, send, c.group).wait()
@@ -74,7 +77,7 @@ def a2av(
     member sent here. ``recv_rows``: the counts when known (else exchanged first). No autograd."""
     tail, dtype = tuple(sends[0].shape[1:]), sends[0].dtype
     if recv_rows is None:
-        recv_rows = exchange_counts([int(s.shape[0]) for s in sends], c, meter, phase)
+        recv_rows = exchange_counts([int(s.shape[0]) for s in sends], c, meter, phase, sends[0].device)
     me = c.index
     recvs = [
         sends[me].clone() if p == me else sends[me].new_empty((n,) + tail, dtype=dtype) for p, n in enumerate(recv_rows)
@@ -217,7 +220,7 @@ def tp_gather_v(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> tuple[
     """Every TP member's rows (any count each), concatenated in member order, and the counts."""
     if c.size == 1:
         return x, [int(x.shape[0])]
-    rows = exchange_counts([int(x.shape[0])] * c.size, c, meter, phase + "/fwd")
+    rows = exchange_counts([int(x.shape[0])] * c.size, c, meter, phase + "/fwd", x.device)
     return _TPGatherV.apply(x, c, rows, meter, phase), rows
 
 
