@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from monta_baselines.pipeline import pipelined_experts
+from monta_baselines.pipeline import pipelined_experts, routed_pipeline
 
 
 class LinaSchedule:
@@ -25,5 +25,7 @@ class LinaSchedule:
         layer = moe.deepspeed_moe
         x_SM = x.reshape(-1, x.shape[-1])
         plan = layer._timed("gate", layer.route, x_SM)
+        if layer.exchange.routed is not None:  # an exchange that routes tokens itself: windows of its routing
+            return routed_pipeline(layer, x_SM, plan, self.chunks).reshape(x.shape), plan.l_aux
         y_ECM = pipelined_experts(layer, layer.encode(x_SM, plan), self.chunks, exchange_chunks=plan.chunks)
         return layer.decode(y_ECM, plan).reshape(x.shape), plan.l_aux

@@ -7,6 +7,7 @@ the capacity left by chunks < i and the kept tokens are exactly the unchunked la
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -15,7 +16,7 @@ from torch.autograd.function import once_differentiable
 
 from monta.chunking import equal_split
 from monta.model import clock
-from monta.model.transformer import timed_exchange, timed_exchange_backward
+from monta.model.transformer import timed_exchange, timed_exchange_backward, timed_routed
 
 
 def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
@@ -45,6 +46,61 @@ def pipelined_experts(
     sizes = capacity_chunks(x_ECM.shape[1], tp, chunks)
     pieces = list(x_ECM.split(sizes, dim=1))
     return pipeline_pieces(layer, pieces, pipeline_backward=pipeline_backward, exchange_chunks=exchange_chunks)
+
+
+def window_plan(plan, lo: int, hi: int):
+    """The routing restricted to capacity slots [lo, hi) of every expert, as a plan of capacity hi - lo
+    (the other routes parked on the scratch slot, as DeepSpeed parks dropped ones)."""
+    E, C, w = plan.num_experts, plan.capacity, hi - lo
+    c = plan.slots % C
+    keep = (plan.slots < E * C) & (c >= lo) & (c < hi)
+    slots = torch.where(keep, (plan.slots // C) * w + c - lo, torch.full_like(plan.slots, E * w))
+    return dataclasses.replace(plan, slots=slots, capacity=w)
+
+
+def routed_pipeline(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tensor:
+    """Lina's split for an exchange that routes tokens itself: capacity windows of the routing (slots fill
+    in token order, so a window is a run of tokens), the dispatch of window i+1 on the comm thread while
+    the experts of window i run, each window's combine queued behind it, the windows' outputs summed.
+    The forward is pipelined; the backward is autograd's, window after window (the exchange's
+    backward runs inside autograd, not on the comm thread)."""
+    if chunks > plan.capacity:
+        raise ValueError(f"chunks={chunks} exceeds the expert capacity {plan.capacity}; use fewer chunks")
+    bounds = [0]
+    for w in equal_split(plan.capacity, chunks):
+        bounds.append(bounds[-1] + w)
+    plans = [window_plan(plan, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    grad_on = torch.is_grad_enabled()
+    times = {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
+
+    def comm(name, *args):
+        with torch.set_grad_enabled(grad_on):  # grad mode is per thread
+            return timed_routed(layer, name, *args)
+
+    pending = _POOL.submit(comm, "dispatch", x_SM, plans[0])
+    parts = []
+    for i, p in enumerate(plans):
+        t0 = time.perf_counter()
+        got, handle = pending.result()
+        clock.restart()  # waited for the comm thread: not compute
+        times["dispatch"] += time.perf_counter() - t0
+        if i + 1 < len(plans):
+            pending = _POOL.submit(comm, "dispatch", x_SM, plans[i + 1])
+        t0 = time.perf_counter()
+        y = layer.run_experts(got)
+        times["experts"] += time.perf_counter() - t0
+        parts.append(_POOL.submit(comm, "combine", y, p, handle))
+    t0 = time.perf_counter()
+    outs = [f.result() for f in parts]
+    clock.restart()
+    times["combine"] += time.perf_counter() - t0
+    if layer.record_times:
+        for k, v in times.items():
+            layer.times[k] = layer.times.get(k, 0.0) + v
+    out = outs[0]
+    for o in outs[1:]:  # window by window, in order
+        out = out + o
+    return out
 
 
 def launch_dispatch(layer, piece: torch.Tensor) -> Future:

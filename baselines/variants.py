@@ -85,6 +85,7 @@ def register(registry) -> None:
         build=_lina,
         hidden_us=_lina_hidden,
         pipelined=True,
+        routed=True,
         about="AllToAll split along tokens, each chunk's experts started while the next chunk is in flight "
         "(forward and backward)",
     )

@@ -113,6 +113,7 @@ class Schedule:
     check_model: Callable[[Any], None] | None = None
     hidden_us: Callable[[OverlapInputs], tuple[float, float]] | None = None
     pipelined: bool = False  # runs the exchange in pieces (chunks) of its own
+    routed: bool = False  # also pipelines a token-level exchange (windows of its routing)
     about: str = ""
     origin: str = "monta"
 
@@ -371,10 +372,10 @@ def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "mon
             f"variant {name!r}: unknown sync {p['sync']!r}; choose from {', '.join(_R.syncs)}{_failed_note()}"
         )
     ex, sched = _R.exchanges[p["exchange"]], _R.schedules[p["schedule"]]
-    if ex.routed and sched.pipelined:
+    if ex.routed and sched.pipelined and not sched.routed:
         raise ValueError(
             f"variant {name!r}: exchange {ex.name!r} moves tokens itself, schedule {sched.name!r} pipelines "
-            "capacity chunks of a buffer exchange; use schedule=deepspeed with it (or a buffer exchange here)"
+            "capacity chunks of a buffer exchange; use schedule=deepspeed or lina with it (or a buffer exchange here)"
         )
     return Variant(name, p["exchange"], sched, _R.syncs[p["sync"]], p.get("chunks"), about, origin)
 

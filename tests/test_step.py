@@ -15,12 +15,21 @@ import torch
 
 REF = Path(__file__).parent / "data" / "reference_loss_mini.json"
 # toy: the test plugin's variant (tests/plugins/monta_toy_variant): monta's exchange, DeepSpeed's ops
-EXACT = ("legacy", "monta", "monta+priority", "toy")
+# 2dh moves the same blocks; allgather and node-dedup sum at most two routes per token (top-2): exact.
+EXACT = ("legacy", "monta", "monta+priority", "toy", "2dh", "allgather", "node-dedup")
 # Per-chunk experts and partitioned gate sum dW in a different order; the compositions (MoNTA's
 # exchange inside Lina's / Lancet's schedule, monta.variants) are held to the same tolerance.
 # The last composes Lancet's dW deferral with the priority sync (a deferred dW is final only when it
 # ran: monta.comm.priority ignores autograd's early hook for it; before, step 0 raised "no gradient").
-REORDERED = ("lina", "lancet", "monta+lina", "monta+lancet", "exchange=monta,schedule=lancet,sync=priority")
+# A token-level exchange inside Lina's schedule sums its capacity windows' outputs (exchange=node-dedup,...).
+REORDERED = (
+    "lina",
+    "lancet",
+    "monta+lina",
+    "monta+lancet",
+    "exchange=monta,schedule=lancet,sync=priority",
+    "exchange=node-dedup,schedule=lina,sync=lina-microops",
+)
 PARAM_TOL = 5e-6  # observed 1.5e-6 (lina) after 5 Adam steps at lr 1e-3 on the mini preset
 LOSS_RTOL = 1e-6
 # The stored reference must hold on other machines, whose CPU kernels (AVX-512, AVX2, none) sum in

@@ -308,3 +308,13 @@ def test_analysis_names_each_variants_parts():
         "monta+lancet": "monta / lancet / after-backward",
         "toy": "monta / toy-phases / after-backward",
     }
+
+
+def test_token_level_exchanges_run_in_lina_and_are_refused_by_lancet_up_front():
+    """allgather / node-dedup move tokens: Lina's schedule runs them on windows of their routing;
+    Lancet's (windows of the encoded buffer during attention) refuses them with a one-line reason."""
+    assert registry.get("exchange=node-dedup,schedule=lina").exchange == "node-dedup"
+    assert registry.get("exchange=2dh,schedule=lancet").exchange == "2dh"  # a buffer exchange: any schedule
+    for ex in ("allgather", "node-dedup"):
+        with pytest.raises(ValueError, match=f"exchange '{ex}' moves tokens itself, schedule 'lancet'"):
+            registry.get(f"exchange={ex},schedule=lancet")
