@@ -122,3 +122,16 @@ def test_local_arithmetic_check_runs_on_cpu():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("OK")
+
+
+def test_a_holder_without_rows_weights_nothing():
+    """A rank that received no rows in a window (Lina's windows of a top-8 routing) combines an empty
+    share: weighted_partials of 0 rows is [0, M], not an error (which desynchronized the ranks)."""
+    import torch
+
+    from monta.comm.routing import weighted_partials
+
+    table = torch.randn(3, 5)
+    empty = torch.zeros(8, 0, dtype=torch.long)
+    out = weighted_partials(table, empty, torch.zeros(8, 0))
+    assert out.shape == (0, 5) and out.dtype == table.dtype

@@ -109,5 +109,5 @@ def weighted_partials(table: torch.Tensor, local: torch.Tensor, gates: torch.Ten
     DeepEP's and Megatron's combines send it)."""
     k, n = local.shape
     padded = torch.cat([table, table.new_zeros(1, table.shape[-1])])
-    routed = padded.index_select(0, local.reshape(-1)).view(k, n, -1)
+    routed = padded.index_select(0, local.reshape(-1)).view(k, n, table.shape[-1])  # n may be 0
     return (routed * gates.unsqueeze(-1)).sum(0).to(table.dtype)
