@@ -97,6 +97,8 @@ def winners(pts: list[dict]) -> list[dict]:
                 "measured_winner": meas[0]["variant"],
                 "margin": meas[1]["measured_us"] / meas[0]["measured_us"] if len(meas) > 1 else 1.0,
                 "vs_deepspeed": ds["measured_us"] / meas[0]["measured_us"] if ds else None,
+                # why, in bytes: the winner's inter-node payload over deepspeed's (rank 0)
+                "bytes_vs_deepspeed": meas[0]["inter_bytes"] / ds["inter_bytes"] if ds and ds["inter_bytes"] else None,
                 "model_pick": pred[0]["variant"],
                 "agree": meas[0]["variant"] == pred[0]["variant"],
                 "cpu_bound": any(p["cpu_bound"] for p in ps),
@@ -159,15 +161,16 @@ def report(pts: list[dict], wins: list[dict], real: list[dict]) -> str:
         f"{100 * TIE:.0f}% or more: {sum(w['agree'] for w in clear)} of {len(clear)} agree (closer ones are "
         "marked *near tie*: the order of the two is within the run-to-run spread).",
         "",
-        "| TP | EP | experts | top-k | size | measured winner | by (vs 2nd) | vs deepspeed | model's pick | agree "
-        "| CPU-bound |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| TP | EP | experts | top-k | size | measured winner | by (vs 2nd) | vs deepspeed | its inter-node bytes "
+        "/ deepspeed's | model's pick | agree | CPU-bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in wins:
         vs = f"{w['vs_deepspeed']:.2f}x" if w["vs_deepspeed"] else "-"
+        by = f"{w['bytes_vs_deepspeed']:.2f}" if w.get("bytes_vs_deepspeed") is not None else "-"
         lines.append(
             f"| {w['tp']} | {w['ep']} | {w['experts']} | {w['topk']} | {_fmt_size(w['size_bytes'])} | "
-            f"{w['measured_winner']} | {w['margin']:.2f}x{tie(w)} | {vs} | {w['model_pick']} | "
+            f"{w['measured_winner']} | {w['margin']:.2f}x{tie(w)} | {vs} | {by} | {w['model_pick']} | "
             f"{'yes' if w['agree'] else 'NO'} | {'yes' if w['cpu_bound'] else ''} |"
         )
     lines += ["", "Per exchange (measured median / predicted, us; inter-node payload bytes of rank 0):", ""]
