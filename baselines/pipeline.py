@@ -48,6 +48,13 @@ def pipelined_experts(
     return pipeline_pieces(layer, pieces, pipeline_backward=pipeline_backward, exchange_chunks=exchange_chunks)
 
 
+def _record(layer, times: dict[str, float]) -> None:
+    """Add a pipeline's phase seconds to the layer's breakdown (when it records one)."""
+    if layer.record_times:
+        for k, v in times.items():
+            layer.times[k] = layer.times.get(k, 0.0) + v
+
+
 def window_plan(plan, lo: int, hi: int):
     """The routing restricted to capacity slots [lo, hi) of every expert, as a plan of capacity hi - lo
     (the other routes parked on the scratch slot, as DeepSpeed parks dropped ones)."""
@@ -94,9 +101,7 @@ def routed_pipeline(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
     outs = [f.result() for f in parts]
     clock.restart()
     times["combine"] += time.perf_counter() - t0
-    if layer.record_times:
-        for k, v in times.items():
-            layer.times[k] = layer.times.get(k, 0.0) + v
+    _record(layer, times)
     out = outs[0]
     for o in outs[1:]:  # window by window, in order
         out = out + o
@@ -162,9 +167,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
     out = torch.cat([f.result() for f in combined], dim=1)
     clock.restart()
     times["combine"] += time.perf_counter() - t0
-    if layer.record_times:
-        for k, v in times.items():
-            layer.times[k] = layer.times.get(k, 0.0) + v
+    _record(layer, times)
     return out
 
 
@@ -246,7 +249,5 @@ class _PipelinedMoE(torch.autograd.Function):
         grads = [f.result() for f in dx]
         clock.restart()
         waited["dispatch_bwd_wait"] += time.perf_counter() - t0
-        if layer.record_times:
-            for k, v in waited.items():
-                layer.times[k] = layer.times.get(k, 0.0) + v
+        _record(layer, waited)
         return None, None, None, *grads

@@ -10,6 +10,7 @@ member p) is (p * E/P + e % (E/P)) * C + c.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -28,16 +29,21 @@ class EPGeometry:
 
     @classmethod
     def of(cls, g) -> EPGeometry:
+        """The geometry of ``g``'s EP group (computed once per group and rank: exchanges ask per call)."""
         if g.layout is None:
             raise ValueError("this exchange needs the layout in its groups (monta.comm.exchange.exchange_groups)")
-        phys = [g.layout.node_of(r) for r in g.ep_ranks]
+        return _geometry(tuple(g.ep_ranks), g.rank, g.layout)
+
+    @classmethod
+    def build(cls, ep_ranks: tuple[int, ...], rank: int, layout) -> EPGeometry:
+        phys = [layout.node_of(r) for r in ep_ranks]
         order = list(dict.fromkeys(phys))
         node = tuple(order.index(n) for n in phys)
         local = tuple(sum(1 for q in range(i) if node[q] == node[i]) for i in range(len(node)))
         counts = {n: node.count(n) for n in set(node)}
         if len(set(counts.values())) != 1:
-            raise ValueError(f"EP group {list(g.ep_ranks)} holds different rank counts per node {counts}")
-        return cls(tuple(g.ep_ranks), node, local, len(order), counts[0], g.ep_ranks.index(g.rank))
+            raise ValueError(f"EP group {list(ep_ranks)} holds different rank counts per node {counts}")
+        return cls(ep_ranks, node, local, len(order), counts[0], ep_ranks.index(rank))
 
     @property
     def size(self) -> int:
@@ -59,6 +65,11 @@ class EPGeometry:
 
     def node_members(self, node: int) -> list[int]:
         return [i for i, n in enumerate(self.node) if n == node]
+
+
+@lru_cache(maxsize=256)
+def _geometry(ep_ranks: tuple[int, ...], rank: int, layout) -> EPGeometry:
+    return EPGeometry.build(ep_ranks, rank, layout)
 
 
 def route_members(slots: torch.Tensor, experts: int, capacity: int, members: int) -> torch.Tensor:

@@ -96,7 +96,6 @@ def a2av(
             [s if s is not None else empty for s in src],
             group=c.group,
         )
-        recvs[me] = sends[me].clone()
     return recvs
 
 
