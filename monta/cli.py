@@ -14,6 +14,7 @@ import sys
 # Only the module of the subcommand being run is imported: torch/deepspeed take seconds to load.
 _TOPICS = [
     ("bench", "monta.bench.cli", "run a benchmark: alltoall (TP exchange sweep), step (MoE training step)"),
+    ("calibrate", "monta.perfmodel.reports.calibrate", "fit the model's link curves to your cluster's nccl-tests logs"),
     ("emulate", "monta.emulate.cli", "emulated multi-node cluster: run, probe, calibrate, presets"),
     ("plan", "monta.perfmodel.reports.cli", "rank parallel strategies for a cluster, model and sequence length"),
     ("predict", "monta.perfmodel.reports.cli", "performance-model predictions: paper, alltoall, accuracy"),

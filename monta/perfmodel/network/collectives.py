@@ -116,33 +116,46 @@ def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = Fal
     return CollTime(ti + tn, ti, tn, shuffle, remote)
 
 
-def allgather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
-    """Ring AllGather of ``in_bytes`` per rank (output n x in_bytes); each rank forwards (n-1) x in."""
+def _ring_op(cluster: Cluster, cls: str, ops: tuple[str, ...]) -> str:
+    """The first of ``ops`` with its own measured curve on ``cls`` (nccl-tests calibration of a
+    ReduceScatter or AllReduce); the last one otherwise, whose lookup falls back to the plain link."""
+    have = {key for key, _ in cluster.collective_links}
+    return next((op for op in ops if (op, cls) in have), ops[-1])
+
+
+def allgather(in_bytes: float, g: GroupShape, cluster: Cluster, _ops: tuple[str, ...] = ("allgather",)) -> CollTime:
+    """Ring AllGather of ``in_bytes`` per rank (output n x in_bytes); each rank forwards (n-1) x in.
+
+    ``_ops``: the curves to look up, most specific first (ReduceScatter and AllReduce reuse this ring)."""
     n, p, c = g.size, g.ranks_per_node, g.concurrent_per_node
     if n == 1 or in_bytes <= 0:
         return ZERO
     sent = (n - 1) * in_bytes
     size = n * in_bytes  # nccl-tests size of an AllGather is the output
     m = g.nodes
-    ti = _intra_us(cluster, sent, size, "allgather", c) if p > 1 else 0.0
+    ti = _intra_us(cluster, sent, size, _ring_op(cluster, "intra", _ops), c) if p > 1 else 0.0
     # One ring edge per spanned node leaves the node; c/p rings pass through each node.
-    tn = _inter_us(cluster, sent * c / p, size, "allgather") if m > 1 else 0.0
+    tn = _inter_us(cluster, sent * c / p, size, _ring_op(cluster, "inter", _ops)) if m > 1 else 0.0
     if m == 1:
         return CollTime(ti, ti, 0.0, sent, 0.0)
     # Ring order keeps a node's ranks adjacent: m of the n ring edges cross a node boundary.
     return CollTime(max(ti, tn), ti, tn, sent * (n - m) / n, sent * m / n)
 
 
-def reducescatter(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
-    """Ring ReduceScatter of ``in_bytes`` per rank (output in_bytes / n): the mirror of AllGather."""
-    return allgather(in_bytes / g.size, g, cluster)
+def reducescatter(
+    in_bytes: float, g: GroupShape, cluster: Cluster, _ops: tuple[str, ...] = ("reducescatter", "allgather")
+) -> CollTime:
+    """Ring ReduceScatter of ``in_bytes`` per rank (output in_bytes / n): the mirror of AllGather.
+    A curve calibrated on reduce_scatter_perf is used where present, AllGather's otherwise."""
+    return allgather(in_bytes / g.size, g, cluster, _ops)
 
 
 def allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
-    """Ring AllReduce = ReduceScatter + AllGather; busbw = algbw x 2(n-1)/n."""
+    """Ring AllReduce = ReduceScatter + AllGather; busbw = algbw x 2(n-1)/n. A curve calibrated on
+    all_reduce_perf (per link class) is used where present, then ReduceScatter's, then AllGather's."""
     if g.size == 1 or S <= 0:
         return ZERO
-    half = reducescatter(S, g, cluster)
+    half = reducescatter(S, g, cluster, ("allreduce", "reducescatter", "allgather"))
     return half + half
 
 
