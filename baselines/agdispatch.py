@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from monta.comm.dispatcher import TokenDispatcher
 from monta.comm.routing import expert_rows, place_rows, used_rows, weighted_partials
 from monta.comm.rows import (
     ep_comm,
@@ -73,3 +74,13 @@ def combine(y_ECM, plan, handle, g, meter=None, phase=""):
     partial = weighted_partials(ys, handle.local, handle.gates)  # [P * Sh, M]
     mine = ep_reduce_scatter(partial, ep, meter, phase)  # [Sh, M]: this shard of this rank's tokens
     return tp_gather(mine, tp, meter, phase)
+
+
+class AllGatherDispatcher(TokenDispatcher):
+    """Megatron-Core's AllGather dispatcher on this rank's groups (``monta.comm.dispatcher.Dispatcher``)."""
+
+    def dispatch(self, x_SM, plan):
+        return dispatch(x_SM, plan, self.groups, self.meter, "dispatch")
+
+    def combine(self, y_ECM, plan, handle):
+        return combine(y_ECM, plan, handle, self.groups, self.meter, "combine")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from monta.comm.dispatcher import TokenDispatcher
 from monta.comm.routing import EPGeometry, expert_rows, place_rows, route_members, used_rows, weighted_partials
 from monta.comm.rows import (
     a2av,
@@ -111,3 +112,13 @@ def combine(y_ECM, plan, h: Handle, g, meter=None, phase=""):
     back1 = a2av_rows(node, h.recv1, ep, h.send1, meter, "alltoall", phase)  # once per (token, node)
     shard = part.new_zeros(h.shard_tokens, M).index_add(0, h.idx1, back1)
     return tp_gather(shard, tp, meter, phase)
+
+
+class NodeDedupDispatcher(TokenDispatcher):
+    """Node-deduplicated dispatch on this rank's groups (``monta.comm.dispatcher.Dispatcher``)."""
+
+    def dispatch(self, x_SM, plan):
+        return dispatch(x_SM, plan, self.groups, self.meter, "dispatch")
+
+    def combine(self, y_ECM, plan, handle):
+        return combine(y_ECM, plan, handle, self.groups, self.meter, "combine")

@@ -22,11 +22,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from deepspeed.moe.sharded_moe import _route_slots, _sparse_encode, gumbel_rsample
 
+from monta.comm.timing import BACKWARD_CLOCK
 from monta.model import clock
 from monta.model.tp import DeferredWeightGrad
-from monta.model.transformer import BACKWARD_CLOCK
 from monta.moe import RoutingPlan
-from monta_baselines.pipeline import capacity_chunks, launch_dispatch, pipeline_pieces
+from monta_baselines.pipeline import capacity_chunks, capacity_passes, launch_dispatch, pipeline_pieces
 
 
 class CarryRouter:
@@ -223,13 +223,14 @@ class LancetSchedule:
             raise ValueError(
                 "the lancet variant carries capacity for DeepSpeed's top-2 gate with dropping; use --topk 2"
             )
-        g = layer.exchange.groups
+        passes = capacity_passes(layer)  # the capability the registry requires of its exchange (needs=)
+        g = passes.groups
         if g.ep_size > 1 and self.control is None:
             raise ValueError("LancetSchedule needs control= (a spare group over the EP ranks) when EP > 1")
         B, M = x_BSM.shape[0], x_BSM.shape[-1]
         S, E = x_BSM.numel() // M, layer.ep_size * layer.num_local_experts
         C = layer.expected_capacity(S)
-        layer.exchange.check(C)
+        passes.check_capacity(C)
         noise = None
         if gate.top2_2nd_expert_sampling:  # one draw for the whole batch, as DeepSpeed's gate does
             noise = gumbel_rsample((S, E), device=x_BSM.device)
@@ -258,11 +259,11 @@ class LancetSchedule:
         self.early_slots, self.capacity = lo, C
         x_SM = torch.cat(ms)
         if lo < C:
-            rest = layer.encode(x_SM, plan)[:, lo:]  # slots [0, lo) left early, from their windows
+            rest = passes.encode(x_SM, plan)[:, lo:]  # slots [0, lo) left early, from their windows
             chunks = min(self.partitions, (C - lo) // g.tp_size)
             pieces += list(rest.split(capacity_chunks(C - lo, g.tp_size, chunks), dim=1))
         y_ECM = pipeline_pieces(layer, pieces, launched)
-        out = layer.decode(y_ECM, plan).reshape(x_BSM.shape)
+        out = passes.decode(y_ECM, plan).reshape(x_BSM.shape)
         h = torch.cat(hs) if hs[0] is not None else None
         return h, out, plan.l_aux
 

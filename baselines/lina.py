@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from monta_baselines.pipeline import pipelined_experts, routed_pipeline
+from monta_baselines.pipeline import pipelined_experts, routing_windows
 
 
 class LinaSchedule:
     """MoE forward: gate, then (dispatch, experts, combine) per token chunk, pipelined (its backward
-    too); then decode."""
+    too); then decode. An exchange with passes over capacity windows (the capability) is pipelined per
+    capacity chunk of its buffer; any other through its own dispatch and combine, per window of the routing."""
 
     def __init__(self, chunks: int = 4):
         if not isinstance(chunks, int) or chunks < 1:
@@ -25,7 +26,8 @@ class LinaSchedule:
         layer = moe.deepspeed_moe
         x_SM = x.reshape(-1, x.shape[-1])
         plan = layer._timed("gate", layer.route, x_SM)
-        if layer.exchange.routed is not None:  # an exchange that routes tokens itself: windows of its routing
-            return routed_pipeline(layer, x_SM, plan, self.chunks).reshape(x.shape), plan.l_aux
-        y_ECM = pipelined_experts(layer, layer.encode(x_SM, plan), self.chunks, exchange_chunks=plan.chunks)
-        return layer.decode(y_ECM, plan).reshape(x.shape), plan.l_aux
+        passes = layer.exchange.capacity_passes
+        if passes is None:  # the capability check: no capacity passes, so windows of the routing
+            return routing_windows(layer, x_SM, plan, self.chunks).reshape(x.shape), plan.l_aux
+        y_ECM = pipelined_experts(layer, passes.encode(x_SM, plan), self.chunks, exchange_chunks=plan.chunks)
+        return passes.decode(y_ECM, plan).reshape(x.shape), plan.l_aux

@@ -15,8 +15,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from monta.chunking import equal_split
+from monta.comm.timing import timed_combine, timed_dispatch, timed_pass, timed_pass_backward
 from monta.model import clock
-from monta.model.transformer import timed_exchange, timed_exchange_backward, timed_routed
 
 
 def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
@@ -31,6 +31,15 @@ def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
 _POOL = ThreadPoolExecutor(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
 
 
+def capacity_passes(layer):
+    """The layer's exchange's passes over capacity windows (the capability these pipelines need);
+    ValueError for an exchange without them (the registry refuses such a composition up front)."""
+    passes = layer.exchange.capacity_passes
+    if passes is None:
+        raise ValueError(f"exchange {layer.exchange.name!r} offers no passes over capacity windows to pipeline")
+    return passes
+
+
 def pipelined_experts(
     layer, x_ECM: torch.Tensor, chunks: int, pipeline_backward: bool = True, exchange_chunks: int | None = None
 ) -> torch.Tensor:
@@ -42,7 +51,7 @@ def pipelined_experts(
     (``_PipelinedMoE``); without it autograd replays the chunks one after another (the reference).
     ``exchange_chunks``: each piece's exchange chunks (the plan's; None: the exchange's default).
     """
-    tp = layer.exchange.groups.tp_size
+    tp = capacity_passes(layer).groups.tp_size
     sizes = capacity_chunks(x_ECM.shape[1], tp, chunks)
     pieces = list(x_ECM.split(sizes, dim=1))
     return pipeline_pieces(layer, pieces, pipeline_backward=pipeline_backward, exchange_chunks=exchange_chunks)
@@ -65,12 +74,13 @@ def window_plan(plan, lo: int, hi: int):
     return dataclasses.replace(plan, slots=slots, capacity=w)
 
 
-def routed_pipeline(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tensor:
-    """Lina's split for an exchange that routes tokens itself: capacity windows of the routing (slots fill
-    in token order, so a window is a run of tokens), the dispatch of window i+1 on the comm thread while
-    the experts of window i run, each window's combine queued behind it, the windows' outputs summed.
-    The forward is pipelined; the backward is autograd's, window after window (the exchange's
-    backward runs inside autograd, not on the comm thread)."""
+def routing_windows(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tensor:
+    """Lina's split through the exchange's own dispatch and combine (any exchange; the one for those
+    without capacity passes): capacity windows of the routing (slots fill in token order, so a window is
+    a run of tokens), the dispatch of window i+1 on the comm thread while the experts of window i run,
+    each window's combine queued behind it, the windows' outputs summed. The forward is pipelined; the
+    backward is autograd's, window after window (the exchange's backward runs inside autograd, not on
+    the comm thread)."""
     if chunks > plan.capacity:
         raise ValueError(f"chunks={chunks} exceeds the expert capacity {plan.capacity}; use fewer chunks")
     bounds = [0]
@@ -82,7 +92,7 @@ def routed_pipeline(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
 
     def comm(name, *args):
         with torch.set_grad_enabled(grad_on):  # grad mode is per thread
-            return timed_routed(layer, name, *args)
+            return (timed_dispatch if name == "dispatch" else timed_combine)(layer.exchange, *args)
 
     pending = _POOL.submit(comm, "dispatch", x_SM, plans[0])
     parts = []
@@ -111,10 +121,11 @@ def routed_pipeline(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
 def launch_dispatch(layer, piece: torch.Tensor) -> Future:
     """Start ``piece``'s dispatch on the comm thread now (no graph: ``pipeline_pieces`` runs its
     transposed exchange in the pipelined backward). Lancet sends its early capacity windows so."""
+    passes = capacity_passes(layer)
 
     def run():
         with torch.no_grad():
-            return layer.dispatch(piece)
+            return passes.dispatch_pass(piece)
 
     return _POOL.submit(run)
 
@@ -130,6 +141,7 @@ def pipeline_pieces(
     holds the dispatches already started (``launch_dispatch``) for the first pieces; every piece's
     exchange runs ``exchange_chunks`` chunks (None: the exchange's default)."""
     launched = list(launched)
+    passes = capacity_passes(layer)
     if pipeline_backward and torch.is_grad_enabled() and any(p.requires_grad for p in pieces):
         return _PipelinedMoE.apply(layer, launched, exchange_chunks, *pieces)
     grad_on = torch.is_grad_enabled()
@@ -138,7 +150,7 @@ def pipeline_pieces(
 
     def comm(name, t):
         with torch.set_grad_enabled(grad_on):  # grad mode is per thread
-            return timed_exchange(layer, name, t, exchange_chunks)
+            return timed_pass(passes, name, t, exchange_chunks)
 
     return _forward(layer, pieces, comm, layer.run_experts, launched)
 
@@ -185,10 +197,11 @@ class _PipelinedMoE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layer, launched, exchange_chunks, *pieces):
         graphs = []
+        passes = capacity_passes(layer)
 
         def comm(name, t):
             with torch.no_grad():  # the backward below runs the transposed exchanges itself
-                return getattr(layer, name)(t, exchange_chunks)
+                return getattr(passes, f"{name}_pass")(t, exchange_chunks)
 
         def experts(got):
             with torch.enable_grad():  # Function.forward runs without grad; this subgraph is kept
@@ -209,10 +222,11 @@ class _PipelinedMoE(torch.autograd.Function):
         if graphs is None:
             raise RuntimeError("the pipelined MoE backward ran twice; retain_graph=True is not supported")
         ctx.graphs = None  # each expert subgraph is freed as its backward runs
+        passes = capacity_passes(layer)
 
         def comm(name, g):
             with torch.no_grad():
-                return timed_exchange_backward(layer, name, g, exchange_chunks)
+                return timed_pass_backward(passes, name, g, exchange_chunks)
 
         # Last chunk first: the order autograd's replay takes (the comm thread's nodes carry lower
         # sequence numbers than the experts'), so dW sums in the same order and equal bitwise.

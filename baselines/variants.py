@@ -4,12 +4,17 @@
 ``lina``, ``lancet`` (their published form, on DeepSpeed's exchange), ``monta+lina`` and
 ``monta+lancet`` (MoNTA's exchange inside their schedules).
 
-Torch-free at import: the schedules' modules are imported when a variant is built.
+Each exchange carries its model (``monta_baselines.models``: the steps of its timeline, its byte
+formulas), so the performance model, the benches and the exchange map price and count it by its entry.
+
+Torch-free at import: the exchanges' and schedules' modules are imported when a rank builds them, the
+models when the performance model first prices one.
 """
 
 from __future__ import annotations
 
-from monta.variants import LINA_CHUNK_BYTES  # Lina's gradient AllReduce micro-op size (default 30 MB)
+from monta.exchanges import slice_bytes, slice_routing_bytes
+from monta.variants import CAPACITY_PASSES, LINA_CHUNK_BYTES  # LINA_CHUNK_BYTES: Lina's micro-op size (30 MB)
 
 
 def _lina(ctx):
@@ -61,22 +66,58 @@ def _run_pass_2dh(*args, **kwargs):
     return run_pass_2dh(*args, **kwargs)
 
 
+def _allgather(spec):
+    from monta_baselines.agdispatch import AllGatherDispatcher
+
+    return AllGatherDispatcher(spec)
+
+
+def _node_dedup(spec):
+    from monta_baselines.dedup import NodeDedupDispatcher
+
+    return NodeDedupDispatcher(spec)
+
+
+def _model(name: str):
+    """A function of ``monta_baselines.models``, imported at its first call (the model is pure Python,
+    but registering every plugin must stay cheap for the CLI)."""
+
+    def hook(*args):
+        from monta_baselines import models
+
+        return getattr(models, name)(*args)
+
+    hook.__name__ = hook.__qualname__ = name
+    return hook
+
+
 def register(registry) -> None:
     registry.add_exchange(
         "2dh",
         run_pass=_run_pass_2dh,
+        price=_model("steps_2dh"),
+        inter_bytes=slice_bytes,  # the core's: the 1/TP capacity slice crosses, only by another route
+        routing_inter_bytes=slice_routing_bytes,
         about="Tutel's 2D hierarchical AllToAll: intra-node AllToAll to the same-local-index peer, then one "
         "inter-node AllToAll among those peers (N-1 large messages); drop and AllGather over TP as deepspeed",
     )
     registry.add_exchange(
         "allgather",
-        routed="monta_baselines.agdispatch",
+        dispatcher=_allgather,
+        splits_tokens=True,
+        price=_model("steps_allgather"),
+        inter_bytes=_model("shard_gathered_bytes"),
+        routing_inter_bytes=_model("shard_gathered_routing_bytes"),
         about="Megatron-Core's AllGather dispatcher: every token gathered over EP (1/TP shards across nodes, "
         "then over TP), local experts' routes kept; combine by ReduceScatter",
     )
     registry.add_exchange(
         "node-dedup",
-        routed="monta_baselines.dedup",
+        dispatcher=_node_dedup,
+        splits_tokens=True,
+        price=_model("steps_node_dedup"),
+        inter_bytes=_model("shard_per_node_bytes"),
+        routing_inter_bytes=_model("shard_per_node_routing_bytes"),
         about="DeepEP-style node-deduplicated dispatch: a token crosses to each node once, forwarded inside "
         "the node to its experts' ranks; the combine reduces inside the node before crossing back",
     )
@@ -84,8 +125,6 @@ def register(registry) -> None:
         "lina",
         build=_lina,
         hidden_us=_lina_hidden,
-        pipelined=True,
-        routed=True,
         about="AllToAll split along tokens, each chunk's experts started while the next chunk is in flight "
         "(forward and backward)",
     )
@@ -94,7 +133,7 @@ def register(registry) -> None:
         build=_lancet,
         check_model=_lancet_check,
         hidden_us=_lancet_hidden,
-        pipelined=True,
+        needs=(CAPACITY_PASSES,),  # it dispatches capacity windows of the encoded buffer during attention
         about="norm, attention and gate partitioned along the batch, each partition's final capacity window "
         "dispatched during the next one's attention; the rest pipelined with the experts; dW deferred "
         "into the backward AllToAlls",

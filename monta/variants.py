@@ -8,8 +8,8 @@ variants up here; nothing else keeps a list of them.
 Parts:
 
 - exchange: ``legacy`` | ``deepspeed`` | ``monta`` (``monta.comm``), with ``chunks`` (``None`` =
-  the run's ``--chunks``; only ``monta`` chunks its exchange) here; others by any package, as a
-  function running one exchange pass (``add_exchange``);
+  the run's ``--chunks``; only a chunked exchange, ``monta``, takes it) here; others by any package
+  (``add_exchange``: what an entry carries is ``monta.exchanges``);
 - schedule: ``deepspeed`` (DeepSpeed's MoE forward) here; ``lina`` and ``lancet`` are registered by
   ``baselines`` (``monta_baselines.variants``), others by any package (below);
 - sync: ``after-backward`` (DeepSpeed's reduction after backward), ``priority`` (a background thread
@@ -36,13 +36,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from monta.exchanges import (  # noqa: F401  (plugins read them here)
+    CAPACITY_PASSES,
+    CORE,
+    Exchange,
+    full_buffer_bytes,
+    full_buffer_routing_bytes,
+    make_exchange,
+    slice_bytes,
+    slice_routing_bytes,
+)
+
+EXCHANGES = CORE  # the core's, the one list of them; plugins add more: exchanges()
+
 ENTRY_POINT_GROUP = "monta.variants"
-EXCHANGES = ("legacy", "deepspeed", "monta")  # the core's, the one list of them; plugins add more: exchanges()
 KEYS = ("exchange", "schedule", "sync", "chunks")
 DEFAULT_PARTS = {"exchange": "deepspeed", "schedule": "deepspeed", "sync": "after-backward"}
 # Lina's gradient AllReduce micro-op size (its default, 30 MB): the lina-microops sync, the priority sync's
 # default micro-op and the performance model's price of one.
 LINA_CHUNK_BYTES = 30 * 2**20
+# Lancet's batch partitions / Lina's AllToAll token chunks (a decision, a knob), living with the schedules:
+# the default of the engine, the step benchmark and the performance model.
+PARTITIONS = 4
 
 
 @dataclass(frozen=True)
@@ -73,47 +88,20 @@ class ScheduleContext:
 
 
 @dataclass(frozen=True)
-class Exchange:
-    """A token exchange. The core's (``legacy``, ``deepspeed``, ``monta``) live in ``monta.comm.exchange``.
-    A plugin's ``run_pass(x, spec, groups, chunks, meter, phase)`` runs one pass over ``x`` [E, C, M]
-    exactly as ``monta.comm.exchange.run_pass`` defines it (``spec.drop_in``: keep this TP rank's
-    capacity slice; AllToAll over ``groups.ep``; ``spec.gather_out``: AllGather over ``groups.tp``)
-    and returns the same values; monta wraps it for autograd (backward = the transposed pass) and
-    checks it against the core in ``monta bench alltoall --check``. ``chunked``: it takes the run's
-    chunk count (else 1). ``model_as``: the core exchange whose performance model prices it (``None``:
-    the model has none, predictions leave it out and say so).
-
-    A token-level exchange (one that moves tokens rather than capacity buffers: an AllGather
-    dispatcher, node-deduplicated dispatch) names ``routed``, a module (imported when used) with
-    ``dispatch(x_SM, plan, groups, meter, phase) -> (expert_in [E, C, M], handle)`` and
-    ``combine(y_ECM, plan, handle, groups, meter, phase) -> out [S, M]``, both differentiable; they
-    replace DeepSpeed's encode + dispatch pass and combine pass + decode (``plan``:
-    ``monta.moe.layer.RoutingPlan``). The expert input must equal the core exchange's, the output its
-    decode's."""
-
-    name: str
-    run_pass: Callable[..., Any] | None = None
-    chunked: bool = False
-    model_as: str | None = None
-    about: str = ""
-    origin: str = "monta"
-    routed: str | None = None  # module of a token-level exchange (below)
-
-
-@dataclass(frozen=True)
 class Schedule:
     """An MoE schedule. ``build(ctx)`` (on every rank, collective where it makes groups) returns the
     object ``MoETransformer.set_schedule`` takes, or ``None`` for DeepSpeed's own forward; an object with
     ``begin_backward``/``end_backward`` gets them called around each backward. ``check_model(cfg)``
     raises ValueError for a model the schedule cannot run. ``hidden_us(OverlapInputs)`` returns the
-    (forward, backward) exchange time per layer the schedule hides behind compute (performance model)."""
+    (forward, backward) exchange time per layer the schedule hides behind compute (performance model).
+    ``needs``: the exchange capabilities it cannot run without (``monta.exchanges``, e.g.
+    ``CAPACITY_PASSES``); a composition with an exchange that lacks one is refused up front."""
 
     name: str
     build: Callable[[Any], Any] | None = None
     check_model: Callable[[Any], None] | None = None
     hidden_us: Callable[[OverlapInputs], tuple[float, float]] | None = None
-    pipelined: bool = False  # runs the exchange in pieces (chunks) of its own
-    routed: bool = False  # also pipelines a token-level exchange (windows of its routing)
+    needs: frozenset[str] = frozenset()
     about: str = ""
     origin: str = "monta"
 
@@ -175,26 +163,16 @@ _CURRENT_ORIGIN = ["monta"]
 
 
 def add_exchange(name: str, **kw: Any) -> Exchange:
+    """Register exchange ``name``: what it carries is ``monta.exchanges`` (ValueError says what to change)."""
     _check_part_name(name, "exchange")
-    if name in EXCHANGES and _CURRENT_ORIGIN[0] != "monta":
-        raise ValueError(f"exchange {name!r} is the core's; a plugin names its own")
-    model_as = kw.get("model_as")
-    if model_as is not None and model_as not in EXCHANGES:
-        raise ValueError(f"exchange {name!r}: model_as={model_as!r} must be one of {', '.join(EXCHANGES)}")
-    if _CURRENT_ORIGIN[0] != "monta" and not callable(kw.get("run_pass")) and not kw.get("routed"):
-        raise ValueError(
-            f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase) "
-            "or routed='module' (a token-level exchange)"
-        )
-    if kw.get("routed") and (kw.get("run_pass") or kw.get("chunked")):
-        raise ValueError(f"exchange {name!r}: a token-level (routed) exchange has no run_pass and no chunks")
-    e = Exchange(name, origin=_CURRENT_ORIGIN[0], **kw)
+    e = make_exchange(name, _CURRENT_ORIGIN[0], **kw)
     _R.exchanges[name] = e
     return e
 
 
 def add_schedule(name: str, **kw: Any) -> Schedule:
     _check_part_name(name, "schedule")
+    kw["needs"] = frozenset(kw.get("needs", ()))
     s = Schedule(name, origin=_CURRENT_ORIGIN[0], **kw)
     _R.schedules[name] = s
     return s
@@ -236,13 +214,26 @@ def _check_part_name(name: str, what: str) -> None:
 
 
 # The core's parts and today's names (their meaning unchanged).
-add_exchange("legacy", model_as="legacy", about="every TP rank AllToAlls its full buffer (DeepSpeed < 0.14.5)")
-add_exchange("deepspeed", model_as="deepspeed", about="drop to the capacity slice, AllToAll, AllGather over TP")
+# The core's exchanges: buffer exchanges over monta.comm.exchange.run_pass, priced by
+# monta.perfmodel.network.exchange (model_as: themselves).
+_CORE_BYTES = {"inter_bytes": slice_bytes, "routing_inter_bytes": slice_routing_bytes}
+add_exchange(
+    "legacy",
+    full_buffer=True,
+    model_as="legacy",
+    inter_bytes=full_buffer_bytes,
+    routing_inter_bytes=full_buffer_routing_bytes,
+    about="every TP rank AllToAlls its full buffer (DeepSpeed < 0.14.5)",
+)
+add_exchange(
+    "deepspeed", model_as="deepspeed", about="drop to the capacity slice, AllToAll, AllGather over TP", **_CORE_BYTES
+)
 add_exchange(
     "monta",
     chunked=True,
     model_as="monta",
     about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i",
+    **_CORE_BYTES,
 )
 add_schedule("deepspeed", about="DeepSpeed's MoE forward; the exchange runs whole")
 add_sync("after-backward", about="DeepSpeed's gradient reduction after backward")
@@ -372,10 +363,12 @@ def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "mon
             f"variant {name!r}: unknown sync {p['sync']!r}; choose from {', '.join(_R.syncs)}{_failed_note()}"
         )
     ex, sched = _R.exchanges[p["exchange"]], _R.schedules[p["schedule"]]
-    if ex.routed and sched.pipelined and not sched.routed:
+    missing = sorted(sched.needs - ex.capabilities)
+    if missing:
+        fits = [n for n, s in _R.schedules.items() if s.needs <= ex.capabilities]
         raise ValueError(
-            f"variant {name!r}: exchange {ex.name!r} moves tokens itself, schedule {sched.name!r} pipelines "
-            "capacity chunks of a buffer exchange; use schedule=deepspeed or lina with it (or a buffer exchange here)"
+            f"variant {name!r}: schedule {sched.name!r} needs {', '.join(missing)}, which exchange {ex.name!r} "
+            f"does not offer; use schedule={'|'.join(fits)} with it (or an exchange that offers it)"
         )
     return Variant(name, p["exchange"], sched, _R.syncs[p["sync"]], p.get("chunks"), about, origin)
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.chunking import is_auto
 from monta.dtypes import DTYPE_BYTES, torch_dtype
 
 _state: dict[str, Any] = {"layout_key": None, "pgs": {}, "refs": {}}
@@ -145,11 +146,17 @@ def compare_case(
         seed=seed,
     )
     ref = reference(pgs, **common)
+    chooser = None
+    if is_auto(chunks):  # the test is the top of the stack: it injects the model's chooser
+        from monta.perfmodel.network.chunks import model_chooser
+
+        chooser = model_chooser()
     layer = MoE(
         expert=_expert(hidden),
         exchange=exchange,
         chunks=chunks,
         groups=pgs,
+        chunk_chooser=chooser,
         **_ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity),
     ).to(DTYPES[dtype])
     layer.load_state_dict(ref["state"])

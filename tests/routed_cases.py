@@ -11,10 +11,10 @@ from moe_cases import setup_layout
 
 
 def dispatch_bytes_case(*, nodes, gpn, tp, ep, experts, k, hidden=16, capacity=32) -> dict[str, Any]:
-    from monta import variants
     from monta.bench.routes import inter_formula, make_input
     from monta.comm import exchange as ex
     from monta.comm.accounting import TrafficMeter
+    from monta.comm.dispatcher import build_dispatcher
     from monta.comm.routing import EPGeometry
 
     pgs = setup_layout(nodes, gpn, tp, ep, True)
@@ -25,10 +25,8 @@ def dispatch_bytes_case(*, nodes, gpn, tp, ep, experts, k, hidden=16, capacity=3
     ref = None
     for name in ("deepspeed", "2dh", "allgather", "node-dedup"):
         meter = TrafficMeter(pgs.layout, pgs.rank)
-        if variants.exchange(name).routed:
-            got = ex.TokenExchange(name, g, 1, tp > 1, meter).dispatch_tokens(inp.tokens, inp.plan)[0]
-        else:
-            got = ex.pass_function(name)(inp.buffer, ex.PassSpec(True, True), g, 1, meter, "dispatch")
+        # one interface: tokens and routing in, the expert input out (a buffer exchange encodes first)
+        got = build_dispatcher(name, g, 1, tp > 1, meter).dispatch(inp.tokens, inp.plan)[0]
         ref = got if ref is None else ref
         text, value = inter_formula(name, inp, geo.nodes, geo.per_node, tp, 4) if pgs.rank == 0 else (None, None)
         out[name] = {

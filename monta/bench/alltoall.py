@@ -247,20 +247,20 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
 
 
 def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:
-    """--topk fits every size: E x C routes make whole tokens, split over TP for the token-level exchanges."""
+    """--topk fits every size: E x C routes make whole tokens, split over TP for the exchanges that split them."""
     from monta import variants as registry
     from monta.validate import UsageError
 
     if not isinstance(k, int) or not 1 <= k <= experts:
         raise UsageError(f"--topk {k}: must be between 1 and the experts ({experts})")
-    routed = [v for v in variants if registry.exchange(v).routed]
+    split = [v for v in variants if registry.exchange(v).splits_tokens]
     for s in sizes:
         routes = s // (hidden * elsize)  # E x C
         if routes % k:
             raise UsageError(f"--topk {k}: size {s} B holds {routes} routes, not a whole number of top-{k} tokens")
-        if routed and (routes // k) % tp:
+        if split and (routes // k) % tp:
             raise UsageError(
-                f"--topk {k}: size {s} B holds {routes // k} tokens, which {', '.join(routed)} cannot split over "
+                f"--topk {k}: size {s} B holds {routes // k} tokens, which {', '.join(split)} cannot split over "
                 f"TP {tp}; use sizes whose token count TP divides"
             )
 

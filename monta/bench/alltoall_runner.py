@@ -19,21 +19,16 @@ from monta.bench.routes import SizeInput, make_input
 from monta.comm import exchange as ex
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
+from monta.comm.dispatcher import build_dispatcher
 from monta.groups import build_process_groups
 from monta.parallel import ParallelLayout
 from monta.progress import beat
 from monta.testaids import FAULT, Slowdown
 from monta.units import format_size
 
-# Each variant: how one dispatch pass runs. a2a/ag are the two halves alone (for the overlap bound).
-# A plugin's exchange (monta.variants.add_exchange) runs its own pass with the deepspeed/monta spec.
-SPECS = {
-    "legacy": ex.PassSpec(False, False),
-    "deepspeed": ex.PassSpec(True, True),
-    "monta": ex.PassSpec(True, True),
-    "a2a": ex.PassSpec(True, False),
-}
-PLUGIN_SPEC = ex.PassSpec(True, True)
+# The rows that are no exchange: the two halves of the core pass alone (for the overlap bound).
+COMPONENTS = ("a2a", "ag")
+A2A_SPEC = ex.PassSpec(True, False)  # drop to the capacity slice, AllToAll, no gather
 
 
 def buffer_shape(size_bytes: int, experts: int, hidden: int, elsize: int, tp: int) -> tuple[int, int, int]:
@@ -90,24 +85,14 @@ class Runner:
         self.groups = ex.exchange_groups(self.pgs.ep, self.pgs.tp, self.layout, self.pgs.rank, self.transport)
         self.meter = TrafficMeter(self.layout, self.pgs.rank)
         self.rank = self.pgs.rank
-        # plugins' exchanges: their pass functions (or token-level modules), looked up once
-        from monta import variants as registry
-
-        self.routed = {}
-        self.plugin_pass = {}
-        for v in cfg.variants:
-            if v in SPECS:
-                continue
-            if registry.exchange(v).routed:
-                self.routed[v] = ex.TokenExchange(v, self.groups, 1, cfg.tp > 1, self.meter).routed
-            else:
-                self.plugin_pass[v] = ex.pass_function(v)
+        # every exchange (the core's or a plugin's) as the MoE layer builds it, once
+        self.dispatchers = {v: build_dispatcher(v, self.groups, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
 
     def run(self, variant: str, chunks: int, inp: SizeInput) -> torch.Tensor:
-        """One dispatch of ``variant``: a pass over the buffer, or a token-level exchange of the tokens."""
-        if variant in self.routed:
-            return self.routed[variant].dispatch(inp.tokens, inp.plan, self.groups, self.meter, variant)[0]
+        """One dispatch of exchange ``variant`` (or a component row): the expert input [E, C, M]."""
         x = inp.buffer
+        if variant == "a2a":
+            return ex.run_pass(x, A2A_SPEC, self.groups, chunks, self.meter, variant)
         if variant == "ag":
             tp = self.groups.tp_size
             E, C, M = x.shape
@@ -116,9 +101,12 @@ class Runner:
             self.meter.all_gather(self.groups.tp_ranks, local.numel() * local.element_size(), "ag")
             all_gather(out, local, self.groups.tp).wait()
             return out
-        if variant in SPECS:
-            return ex.run_pass(x, SPECS[variant], self.groups, chunks, self.meter, variant)
-        return self.plugin_pass[variant](x, PLUGIN_SPEC, self.groups, chunks, self.meter, variant)
+        d = self.dispatchers[variant]
+        passes = d.capacity_passes
+        if passes is not None:  # a buffer exchange: its pass alone (DeepSpeed's encode is the layer's compute)
+            return passes.run_pass(x, chunks, variant)
+        with torch.no_grad():
+            return d.dispatch(inp.tokens, inp.plan)[0]
 
     def expected(self, variant: str, size_idx: int, shape, dtype, salt: int) -> torch.Tensor:
         """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""

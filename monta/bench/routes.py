@@ -1,9 +1,10 @@
 """The AllToAll bench's tokens and routing: per rank S tokens [S, M] and a balanced top-k routing (every
 expert exactly C routes, each token k distinct experts, near-uniformly random), the [E, C, M] buffer the
-capacity exchanges move (DeepSpeed's encode of them), and each exchange's inter-node byte formula.
+capacity exchanges move (DeepSpeed's encode of them), and each exchange's inter-node byte formula
+(its registered ``routing_inter_bytes``) on this routing.
 
-Balanced because a capacity buffer is then full: the exchanges that move tokens (allgather, node-dedup)
-and those that move buffers (deepspeed, monta, 2dh) carry the same routes, so bytes compare exactly.
+Balanced because a capacity buffer is then full: the exchanges that move tokens and those that move
+buffers carry the same routes, so bytes compare exactly.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import torch
 
 @dataclass(frozen=True)
 class Plan:
-    """What a token-level exchange reads of a routing (``monta.moe.layer.RoutingPlan``'s fields)."""
+    """What an exchange reads of a routing (``monta.moe.layer.RoutingPlan``'s fields)."""
 
     slots: torch.Tensor  # [k, S] flat slot e * C + c
     gates: torch.Tensor  # [k, S] fp32
     capacity: int
     num_experts: int
     num_tokens: int
+    chunks: int | None = None  # a chunked exchange's count (None: its default)
 
 
 @dataclass(frozen=True)
@@ -102,23 +104,26 @@ def make_input(
 
 
 def inter_formula(variant: str, inp: SizeInput, geo_nodes: int, per_node: int, tp: int, elsize: int):
-    """(formula, bytes) of the payload this rank sends across nodes in one dispatch, from its routing:
+    """(formula, bytes) of the payload this rank sends across nodes in one dispatch of exchange
+    ``variant``, from its routing (its registered ``routing_inter_bytes``; ``("-", None)`` without one):
     P EP members on N nodes (L per node), buffer B = E C M bytes, token row b = M bytes, T tokens."""
+    from monta import variants
+    from monta.exchanges import RoutingBytes
+
+    e = variants.exchanges().get(variant)
+    if e is None or e.routing_inter_bytes is None:
+        return "-", None
     E, C, M = inp.buffer.shape
-    P, N, L = geo_nodes * per_node, geo_nodes, per_node
-    B, b, T = E * C * M * elsize, M * elsize, inp.plan.num_tokens
-    if variant == "legacy":
-        return "B (P-L)/P", B * (P - L) // P
-    if variant in ("deepspeed", "monta", "2dh"):
-        return "B/TP (P-L)/P", B // tp * (P - L) // P
-    if variant == "allgather":
-        return "b T/TP (P-L)", b * T // tp * (P - L)
-    if variant == "node-dedup":
-        sh = T // tp
-        me = 0  # the formula is rank 0's: member 0 on node 0
-        slots = inp.plan.slots[:, :sh]  # TP rank 0's shard
-        member = (slots // C) // (E // P)
-        node = member // L
-        remote = sum(int((node == n).any(0).sum()) for n in range(N) if n != me)
-        return "b #(token, remote node)", b * remote
-    return "-", None
+    r = RoutingBytes(
+        buffer_bytes=E * C * M * elsize,
+        row_bytes=M * elsize,
+        tokens=inp.plan.num_tokens,
+        members=geo_nodes * per_node,
+        nodes=geo_nodes,
+        per_node=per_node,
+        tp=tp,
+        experts=E,
+        capacity=C,
+        slots=inp.plan.slots,
+    )
+    return e.routing_inter_bytes(r)

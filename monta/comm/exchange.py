@@ -1,5 +1,7 @@
-"""Token exchange strategies for the MoE dispatch/combine under tensor parallelism:
-``legacy`` (redundant full AllToAll), ``deepspeed`` (drop, AllToAll, AllGather) and ``monta`` (chunked pipeline).
+"""The pass of the buffer exchanges for the MoE dispatch/combine under tensor parallelism: ``legacy``
+(redundant full AllToAll), ``deepspeed`` (drop, AllToAll, AllGather) and ``monta`` (chunked pipeline),
+and the groups every exchange binds (``exchange_groups``). A rank's exchange is built around it as a
+``monta.comm.dispatcher.Dispatcher``.
 
 Notation: E experts (all EP ranks), C capacity, Cl = C / TP the capacity slice a TP rank owns,
 M model dim, n chunks. Buffers are [E, C, M]; dim 0 splits evenly over the EP group.
@@ -187,136 +189,6 @@ def transpose_pass(
 ) -> torch.Tensor:
     """The backward of pass ``spec``: the transposed pass over the output gradient (no autograd)."""
     return (fn or run_pass)(grad.contiguous(), spec.transpose(), g, chunks, meter, phase + "/bwd")
-
-
-def pass_function(name: str):
-    """How one pass of exchange ``name`` runs: ``run_pass`` for the core's, the plugin's own otherwise."""
-    from monta import variants
-
-    return variants.exchange(name).run_pass or run_pass
-
-
-class TokenExchange:
-    """A named exchange strategy bound to its groups; ``dispatch`` and ``combine`` are differentiable.
-    ``name``: a core exchange or one a plugin registered (``monta.variants.add_exchange``).
-
-    ``expert_tp``: experts are tensor-parallel (each TP rank needs the full capacity), the
-    MoNTA/paper setting. Without it each TP rank's expert replica serves its own capacity slice.
-
-    ``chunks``: the count a call runs unless it passes its own (``dispatch(x, chunks=n)``: the MoE
-    layer passes the count it resolved for that call, ``RoutingPlan.chunks``); read-only, so no
-    caller changes it for the next one. An exchange that is not chunked always runs 1.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        groups: ExchangeGroups,
-        chunks: int = 1,
-        expert_tp: bool = True,
-        meter: TrafficMeter | None = None,
-    ):
-        validate_exchange(name, chunks)
-        from monta import variants
-
-        registered = variants.exchange(name)
-        self.name = name
-        self.groups = groups
-        self.chunked = registered.chunked
-        self.routed = None
-        if registered.routed:
-            if groups.tp_size > 1 and not expert_tp:
-                raise ValueError(
-                    f"exchange {name!r} moves tokens to tensor-parallel experts: under TP {groups.tp_size} it needs "
-                    "expert tensor parallelism (enable_expert_tensor_parallelism=True)"
-                )
-            import importlib
-
-            self.routed = importlib.import_module(registered.routed)
-        self._chunks = chunks if self.chunked else 1
-        self._fn = registered.run_pass or run_pass
-        self.expert_tp = expert_tp
-        self.meter = meter
-        legacy_tp = name == "legacy" and expert_tp
-        # legacy = DeepSpeed before 0.14.5 with expert TP: the full buffer goes through the
-        # AllToAll on every TP rank (no drop, no gather): TP times the inter-node bytes.
-        self.dispatch_spec = PassSpec(drop_in=not legacy_tp, gather_out=expert_tp and not legacy_tp)
-        self.combine_spec = PassSpec(drop_in=expert_tp and not legacy_tp, gather_out=not legacy_tp)
-
-    @property
-    def chunks(self) -> int:
-        """The default count of a call (the one given at construction; 1 unless chunked)."""
-        return self._chunks
-
-    def count(self, chunks: int | None = None) -> int:
-        """The chunks a call runs: its own ``chunks`` (None: the default), 1 if not chunked."""
-        if not self.chunked:
-            return 1
-        return self._chunks if chunks is None else chunks
-
-    def check(self, capacity: int, chunks: int | None = None) -> None:
-        """Raise ValueError before any collective if this capacity cannot be exchanged in ``chunks``
-        (None: the default count)."""
-        if self.routed is not None:  # no capacity slices: it splits tokens (check_tokens)
-            return
-        n = self.count(chunks)
-        tp = self.groups.tp_size
-        if tp > 1 and capacity % tp:
-            raise ValueError(
-                f"expert capacity {capacity} is not divisible by the tensor-parallel size {tp}; "
-                "adjust capacity_factor/min_capacity or the token count"
-            )
-        cl = capacity // tp
-        if n > cl:
-            raise ValueError(
-                f"chunks={n} is larger than the capacity slice {cl} "
-                f"(capacity {capacity} / TP {tp}); use at most {cl} chunks"
-            )
-
-    def check_tokens(self, num_tokens: int) -> None:
-        """A token-level exchange splits the tokens over the TP group: refuse a count it cannot split."""
-        tp = self.groups.tp_size
-        if self.routed is not None and num_tokens % tp:
-            raise ValueError(
-                f"exchange {self.name!r}: {num_tokens} tokens per rank do not split over TP {tp}; "
-                "use a batch x sequence divisible by the tensor-parallel size"
-            )
-
-    # A token-level exchange (``routed``) replaces encode + dispatch and combine + decode.
-    def dispatch_tokens(self, x_SM: torch.Tensor, plan) -> tuple[torch.Tensor, Any]:
-        return self.routed.dispatch(x_SM, plan, self.groups, self.meter, "dispatch")
-
-    def combine_tokens(self, y_ECM: torch.Tensor, plan, handle) -> torch.Tensor:
-        return self.routed.combine(y_ECM, plan, handle, self.groups, self.meter, "combine")
-
-    def _pass_only(self) -> None:
-        if self.routed is not None:
-            raise ValueError(
-                f"exchange {self.name!r} routes tokens itself (dispatch_tokens/combine_tokens); it has no "
-                "capacity-buffer pass for a schedule to pipeline"
-            )
-
-    def dispatch(self, x_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        self._pass_only()
-        n = self.count(chunks)
-        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
-
-    def combine(self, y_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        self._pass_only()
-        n = self.count(chunks)
-        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
-
-    # The backward of dispatch/combine, called directly by schedules that run it off autograd's
-    # thread (the Lina/Lancet pipelined backward); the same pass autograd would run.
-    def dispatch_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        self._pass_only()
-        n = self.count(chunks)
-        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
-
-    def combine_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        self._pass_only()
-        n = self.count(chunks)
-        return transpose_pass(grad_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
 
 
 def validate_exchange(name: str, chunks: Any) -> None:

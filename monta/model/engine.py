@@ -22,8 +22,7 @@ from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
 from monta.model.tp import TPGroup
 from monta.model.transformer import MoETransformer
-from monta.perfmodel.training.step import PARTITIONS  # Lancet's batch partitions: the model's number by default
-from monta.variants import LINA_CHUNK_BYTES
+from monta.variants import LINA_CHUNK_BYTES, PARTITIONS  # PARTITIONS: Lancet's batch partitions by default
 
 
 def ds_config(cfg: ModelConfig, zero_stage: int, bf16: bool) -> dict[str, Any]:

@@ -6,8 +6,6 @@ function whatever its TP/EP split; the MoE is ``monta.moe.MoE`` with a swappable
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -18,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from monta.comm.timing import BACKWARD_CLOCK, BackwardClock  # noqa: F401  (re-exported: the step reads it)
 from monta.groups import ProcessGroups
 from monta.model.config import ModelConfig
 from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
@@ -29,125 +28,11 @@ MoESchedule = Callable[[nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tens
 
 
 def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """DeepSpeed's MoE forward phase by phase (the same ops as ``ExchangeMOELayer.forward``), with
-    the exchanges wrapped so their backward (the transposed exchange) is timed too."""
+    """DeepSpeed's MoE forward: the layer's own (``ExchangeMOELayer.forward``: route, dispatch, experts,
+    combine, each exchange's backward timed when the step records times)."""
     layer = moe.deepspeed_moe
-    x_SM = x.reshape(-1, x.shape[-1])
-    plan = layer._timed("gate", layer.route, x_SM)
-    layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
-    if layer.exchange.routed is not None:  # a token-level exchange: tokens in, tokens out
-        dispatched, handle = layer._timed("dispatch", timed_routed, layer, "dispatch", x_SM, plan)
-        expert_out = layer._timed("experts", layer.run_experts, dispatched)
-        out = layer._timed("combine", timed_routed, layer, "combine", expert_out, plan, handle)
-        return out.reshape(x.shape), plan.l_aux
-    x_ECM = layer.encode(x_SM, plan)
-    dispatched = layer._timed("dispatch", timed_exchange, layer, "dispatch", x_ECM, plan.chunks)
-    expert_out = layer._timed("experts", layer.run_experts, dispatched)
-    combined = layer._timed("combine", timed_exchange, layer, "combine", expert_out, plan.chunks)
-    return layer.decode(combined, plan).reshape(x.shape), plan.l_aux
-
-
-class _BackwardMark(torch.autograd.Function):
-    """Identity whose backward stamps a clock: 'open' after an exchange's output, 'close' before its input."""
-
-    @staticmethod
-    def forward(ctx, x, clock, key, role):
-        ctx.clock, ctx.key, ctx.role = clock, key, role
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.clock.stamp(ctx.key, ctx.role)
-        return grad, None, None, None
-
-
-class BackwardClock:
-    """Seconds spent in each exchange's backward (from its output gradient to its input gradient).
-
-    CPU autograd runs a chain in one thread, so the interval is the transposed exchange itself.
-    The Lina/Lancet pipelined backward stamps from its communication thread around each transposed
-    exchange (``timed_exchange_backward``), so there too it is the exchange's own duration.
-    """
-
-    def __init__(self):
-        self.enabled = False
-        self.times: dict[str, float] = {}
-        self.listeners: list[Callable[[str], None]] = []  # told "open"/"close" (Lancet's dW filler)
-        self._open: dict[int, tuple[str, float]] = {}
-        self._lock = threading.Lock()  # stamps come from autograd's thread and from a comm thread
-
-    @property
-    def active(self) -> bool:
-        return self.enabled or bool(self.listeners)
-
-    def stamp(self, key: tuple[int, str], role: str) -> None:
-        if self.enabled and torch.cuda.is_available():
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        with self._lock:
-            if role == "open":
-                self._open[key[0]] = (key[1], now)
-            elif key[0] in self._open:
-                name, t0 = self._open.pop(key[0])
-                if self.enabled:
-                    self.times[name] = self.times.get(name, 0.0) + now - t0
-            else:
-                return  # a close without its open (graph cut between them): nothing was in flight
-            listeners = list(self.listeners)
-        for fn in listeners:
-            fn(role)
-
-    def clear(self) -> None:
-        with self._lock:
-            self.times.clear()
-            self._open.clear()
-
-
-BACKWARD_CLOCK = BackwardClock()
-_KEYS = itertools.count()
-
-
-def timed_exchange(layer, name: str, x: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-    """``layer.dispatch`` / ``layer.combine`` of ``x`` in ``chunks`` (the plan's; None: the exchange's
-    default) with its backward timed as ``<name>_bwd``."""
-    fn = getattr(layer, name)
-    clock = BACKWARD_CLOCK
-    if not (clock.active and torch.is_grad_enabled() and x.requires_grad):
-        return fn(x, chunks)
-    key = (next(_KEYS), f"{name}_bwd")
-    return _BackwardMark.apply(fn(_BackwardMark.apply(x, clock, key, "close"), chunks), clock, key, "open")
-
-
-def timed_routed(layer, name: str, x: torch.Tensor, plan, handle=None):
-    """A token-level exchange's ``dispatch_tokens`` / ``combine_tokens`` with its backward timed as
-    ``<name>_bwd`` (``timed_exchange`` for exchanges that move tokens themselves)."""
-    ex = layer.exchange
-    args = (plan,) if name == "dispatch" else (plan, handle)
-    fn = ex.dispatch_tokens if name == "dispatch" else ex.combine_tokens
-    clock = BACKWARD_CLOCK
-    if not (clock.active and torch.is_grad_enabled() and x.requires_grad):
-        return fn(x, *args)
-    key = (next(_KEYS), f"{name}_bwd")
-    got = fn(_BackwardMark.apply(x, clock, key, "close"), *args)
-    if name == "dispatch":
-        return _BackwardMark.apply(got[0], clock, key, "open"), got[1]
-    return _BackwardMark.apply(got, clock, key, "open")
-
-
-def timed_exchange_backward(layer, name: str, grad: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-    """The transposed ``dispatch`` / ``combine`` of ``grad`` in ``chunks`` run directly (a pipelined
-    backward, off autograd), stamped as ``timed_exchange``'s backward is: ``<name>_bwd``, listeners told
-    open/close."""
-    fn = getattr(layer, f"{name}_backward")
-    clock = BACKWARD_CLOCK
-    if not clock.active:
-        return fn(grad, chunks)
-    key = (next(_KEYS), f"{name}_bwd")
-    clock.stamp(key, "open")
-    try:
-        return fn(grad, chunks)
-    finally:
-        clock.stamp(key, "close")
+    out = layer.forward(x)  # not __call__: no module hooks, as DeepSpeed's MoE.forward runs it inside its own
+    return out, layer.l_aux
 
 
 class PhaseTimer:
@@ -307,8 +192,7 @@ __all__ = [
     "DecoderLayer",
     "PhaseTimer",
     "stock_schedule",
-    "timed_exchange",
-    "timed_exchange_backward",
+    "BACKWARD_CLOCK",
     "ColumnParallelLinear",
     "RowParallelLinear",
 ]

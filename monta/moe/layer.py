@@ -1,5 +1,6 @@
 """``monta.moe.MoE``: DeepSpeed's real MoE layer (its gate, its experts, its parameter names)
-with the token exchange swapped for a named strategy; the phases are separate for schedulers.
+with the token exchange swapped for a registered one (a ``monta.comm.dispatcher.Dispatcher``); the
+phases (route, dispatch, experts, combine) are separate for schedulers.
 """
 
 from __future__ import annotations
@@ -11,12 +12,24 @@ from typing import Any
 
 import torch
 from deepspeed.moe import layer as ds_layer
-from deepspeed.moe.sharded_moe import MOELayer, _route_slots, _sparse_decode, _sparse_encode
+from deepspeed.moe.sharded_moe import MOELayer, _route_slots
 from deepspeed.utils import groups as ds_groups
 
-from monta.chunking import Auto, Chooser, Chunks, Fixed, capacity_slice, dispatch_bytes, expert_capacity, parse_chunks
+from monta.chunking import (
+    AUTO,
+    Auto,
+    Chooser,
+    Chunks,
+    Fixed,
+    capacity_slice,
+    dispatch_bytes,
+    expert_capacity,
+    parse_chunks,
+)
 from monta.comm.accounting import TrafficMeter
-from monta.comm.exchange import TokenExchange, exchange_groups, validate_exchange
+from monta.comm.dispatcher import Dispatcher, build_dispatcher
+from monta.comm.exchange import exchange_groups, validate_exchange
+from monta.comm.timing import timed_combine, timed_dispatch
 from monta.groups import ProcessGroups, init_deepspeed_groups
 
 log = logging.getLogger(__name__)
@@ -38,11 +51,12 @@ class RoutingPlan:
 
 
 class ExchangeMOELayer(MOELayer):
-    """DeepSpeed's MOELayer whose forward is cut into phases around a ``TokenExchange``.
+    """DeepSpeed's MOELayer whose forward is cut into phases around a ``Dispatcher``: route, dispatch,
+    experts, combine; the one MoE forward (DeepSpeed's schedule runs it as it is).
 
     ``chunks`` (``monta.chunking``): ``Fixed(n)`` or ``Auto``, resolved per call by ``route`` into
-    ``RoutingPlan.chunks``, which the exchange phases take (``dispatch(x, plan.chunks)``). ``chooser``
-    picks ``Auto``'s count (default: the performance model on ``$MONTA_CLUSTER``).
+    ``RoutingPlan.chunks``, which a chunked exchange's calls read. ``chooser`` picks ``Auto``'s count;
+    the top of the stack injects it (``monta.perfmodel.network.chunks.model_chooser``: the model).
     """
 
     def __init__(
@@ -58,13 +72,14 @@ class ExchangeMOELayer(MOELayer):
         self.exchange_name = exchange
         self.chunks = parse_chunks(chunks)
         if isinstance(self.chunks, Auto) and chooser is None:
-            from monta.perfmodel.network.chunks import model_chooser  # the top of the stack's default: the model
-
-            chooser = model_chooser()
+            raise ValueError(
+                f"chunks={AUTO!r} needs chunk_chooser= (e.g. monta.perfmodel.network.chunks.model_chooser(cluster)); "
+                "or give a chunk count"
+            )
         self.chooser = chooser
         self.pgs = groups
         self.expert_tp = expert_tp
-        self.exchange: TokenExchange | None = None
+        self.exchange: Dispatcher | None = None
         self.meter: TrafficMeter | None = None
         self.record_times = False
         self.times: dict[str, float] = {}
@@ -77,7 +92,7 @@ class ExchangeMOELayer(MOELayer):
         g = exchange_groups(ep_group, self.pgs.tp, self.pgs.layout, self.pgs.rank)
         self.meter = TrafficMeter(self.pgs.layout, self.pgs.rank)
         default = self.chunks.n if isinstance(self.chunks, Fixed) else 1  # a call without a plan's count
-        self.exchange = TokenExchange(self.exchange_name, g, default, self.expert_tp and g.tp_size > 1, self.meter)
+        self.exchange = build_dispatcher(self.exchange_name, g, default, self.expert_tp and g.tp_size > 1, self.meter)
 
     # -- phases ---------------------------------------------------------------------------
     def expected_capacity(self, num_tokens: int) -> int | None:
@@ -94,10 +109,10 @@ class ExchangeMOELayer(MOELayer):
         full [E, C, M] buffer; a fixed count is capped at the capacity slice, because an eval capacity
         factor or a short last batch shrinks the capacity after the layer was built and stock DeepSpeed
         runs on there (chunking never changes values; the log says so once)."""
-        if not self.exchange.chunked:
+        if not self.exchange.chunked:  # a registry property of the exchange, not its name
             return 1
         tp = self.exchange.groups.tp_size
-        cl = capacity_slice(capacity, tp)  # a capacity TP does not divide is refused by exchange.check
+        cl = capacity_slice(capacity, tp)  # a capacity TP does not divide is refused by check_capacity
         E = self.ep_size * self.num_local_experts
         nbytes = dispatch_bytes(E, capacity, x_SM.shape[-1], x_SM.element_size())
         n = self.chunks.resolve(nbytes, self.pgs.layout, cl, self.chooser)
@@ -124,39 +139,19 @@ class ExchangeMOELayer(MOELayer):
         self.exchange.check_tokens(x_SM.shape[0])
         if expected is not None:  # fail before the gate's or the exchange's collectives
             chunks = self.chunks_for(expected, x_SM)
-            self.exchange.check(expected, chunks)
+            self.exchange.check_capacity(expected, chunks)
         l_aux, C, E, indices, locations, gates, exp_counts = self.gate(x_SM, used_token, True, False)
         C = int(C)
         if expected is None:
             chunks = self.chunks_for(C, x_SM)
-            self.exchange.check(C, chunks)
+            self.exchange.check_capacity(C, chunks)
         slots = _route_slots(indices, locations, E, C)
         return RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts, chunks)
-
-    def encode(self, x_SM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
-        return _sparse_encode(x_SM, plan.slots, plan.num_experts, plan.capacity)
-
-    # The exchange phases take the plan's ``chunks`` (None: the exchange's default count).
-    def dispatch(self, x_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        return self.exchange.dispatch(x_ECM, chunks)
 
     def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
         E, C, M = x_ECM.shape
         out = self.experts(x_ECM.reshape(self.ep_size, self.num_local_experts, C, M))
         return out.reshape(E, C, M)
-
-    def combine(self, y_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        return self.exchange.combine(y_ECM, chunks)
-
-    def dispatch_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        return self.exchange.dispatch_backward(grad_ECM, chunks)
-
-    def combine_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-        return self.exchange.combine_backward(grad_ECM, chunks)
-
-    def decode(self, y_ECM: torch.Tensor, plan: RoutingPlan) -> torch.Tensor:
-        E, C, M = y_ECM.shape
-        return _sparse_decode(y_ECM.reshape(E * C, M), plan.slots, plan.gates, plan.num_tokens)
 
     def _timed(self, name: str, fn, *args):
         if not self.record_times:
@@ -176,25 +171,20 @@ class ExchangeMOELayer(MOELayer):
         x_SM = x.reshape(-1, x.shape[-1])
         plan = self._timed("gate", self.route, x_SM, used_token)
         self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
-        if self.exchange.routed is not None:  # a token-level exchange: its own encode and decode
-            dispatched, handle = self._timed("dispatch", self.exchange.dispatch_tokens, x_SM, plan)
-            expert_out = self._timed("experts", self.run_experts, dispatched)
-            out = self._timed("combine", self.exchange.combine_tokens, expert_out, plan, handle)
-            return out.reshape(x.shape)
-        x_ECM = self.encode(x_SM, plan)
-        dispatched = self._timed("dispatch", self.dispatch, x_ECM, plan.chunks)
+        dispatched, handle = self._timed("dispatch", timed_dispatch, self.exchange, x_SM, plan)
         expert_out = self._timed("experts", self.run_experts, dispatched)
-        combined = self._timed("combine", self.combine, expert_out, plan.chunks)
-        return self.decode(combined, plan).reshape(x.shape)
+        out = self._timed("combine", timed_combine, self.exchange, expert_out, plan, handle)
+        return out.reshape(x.shape)
 
 
 class MoE(ds_layer.MoE):
-    """``deepspeed.moe.layer.MoE`` with ``exchange=`` ('legacy' | 'deepspeed' | 'monta') and ``chunks=``.
+    """``deepspeed.moe.layer.MoE`` with ``exchange=`` (a registered exchange: 'legacy' | 'deepspeed' |
+    'monta' or a plugin's) and ``chunks=``.
 
     Same constructor, parameters and outputs as DeepSpeed's layer; only the token exchange
     differs, so variants compare apples to apples. ``groups`` carries the layout's process groups.
     ``chunks``: an integer, ``"auto"`` or a ``monta.chunking`` value; ``chunk_chooser`` resolves
-    ``"auto"`` (default: the performance model on ``$MONTA_CLUSTER``).
+    ``"auto"`` (required with it: ``monta.perfmodel.network.chunks.model_chooser(cluster)``, say).
     """
 
     def __init__(
@@ -266,7 +256,7 @@ class MoE(ds_layer.MoE):
         super()._create_process_groups(use_data_before_expert_parallel_)
 
     @property
-    def exchange(self) -> TokenExchange | None:
+    def exchange(self) -> Dispatcher | None:
         return self.deepspeed_moe.exchange
 
     @property

@@ -12,7 +12,7 @@ from monta.chunking import Auto, monta_weights, parse_chunks
 from monta.perfmodel.network.collectives import CollTime, GroupShape, allgather, alltoall
 from monta.perfmodel.network.fluid import FluidTimeline
 from monta.perfmodel.network.links import Cluster
-from monta.perfmodel.network.routed import ROUTED, routed_shapes
+from monta.perfmodel.network.routed import routed_shapes
 from monta.perfmodel.network.timeline import Breakdown, Timeline, _res, layout_shapes  # noqa: F401 (re-exported)
 from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones modelled here
 
@@ -25,10 +25,10 @@ from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones
 
 
 def modelled_as(variant: str) -> str:
-    """The core exchange whose model prices ``variant``: itself, or what a plugin's exchange declared
-    (``model_as``); ValueError when it declared none or the name is unknown. The token-level and
-    hierarchical exchanges (``routed.routed_exchanges()``) are their own model."""
-    if variant in VARIANTS or variant in ROUTED:
+    """The model that prices ``variant``: a core exchange's own, an exchange's own steps (a registered
+    ``price``: itself, scheduled by ``routed``), or the core exchange it declared (``model_as``);
+    ValueError when it has none or the name is unknown."""
+    if variant in VARIANTS:
         return variant
     from monta import variants as registry
 
@@ -38,10 +38,12 @@ def modelled_as(variant: str) -> str:
         raise ValueError(
             f"unknown exchange variant {variant!r}: choose one of {', '.join(VARIANTS)} or a plugin's ({err})"
         ) from None
+    if e.price is not None:
+        return variant
     if e.model_as is None:
         raise ValueError(
             f"exchange {variant!r} (plugin {e.origin}) has no performance model: its plugin can "
-            f"register it with model_as= one of {', '.join(VARIANTS)}"
+            f"register it with price= (its steps) or model_as= one of {', '.join(VARIANTS)}"
         )
     return e.model_as
 
@@ -59,10 +61,10 @@ def exchange_shapes(
     row_bytes: float | None = None,
 ) -> Breakdown:
     """Core of :func:`exchange_time` on group shapes (cached: the planner calls it thousands of times).
-    ``top_k``, ``experts``, ``row_bytes``: the routing, for the routed exchanges' own models
+    ``top_k``, ``experts``, ``row_bytes``: the routing, for the exchanges priced by their own steps
     (``monta.perfmodel.network.routed``; never chunked); the core exchanges ignore them."""
     variant = modelled_as(variant)
-    if variant in ROUTED:
+    if variant not in VARIANTS:  # priced by its own registered steps
         return routed_shapes(variant, S, ep, tp, cluster, top_k, experts, row_bytes)
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
@@ -184,7 +186,7 @@ def exchange_time(
     ``chunks``: anything ``monta.chunking.parse_chunks`` reads; ``Auto`` is the model's own choice
     among its candidates (:func:`best_chunks`). ``top_k``, ``experts`` (default: one per EP member),
     ``row_bytes`` (one token row's bytes, for the routing metadata): the routing, which only the
-    routed exchanges' models read (``monta.perfmodel.network.routed``).
+    exchanges priced by their own steps read (``monta.perfmodel.network.routed``).
     """
     from monta.perfmodel.network.profile import get_cluster
 
@@ -198,7 +200,8 @@ def exchange_time(
         chunks = best_chunks(S, ep, tp, cluster, candidates=asked.candidates) if modelled_as(variant) == "monta" else 1
     else:
         chunks = asked.n
-    routing = (top_k, experts, row_bytes) if modelled_as(variant) in ROUTED else ()  # core: its cache key as before
+    # the routing reaches the exchanges priced by their own steps; a core model's cache key stays without it
+    routing = (top_k, experts, row_bytes) if modelled_as(variant) not in VARIANTS else ()
     return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks), *routing)
 
 

@@ -1,8 +1,8 @@
-"""Performance models of the token-level and hierarchical exchanges ``2dh`` (Tutel's 2D hierarchical
-AllToAll), ``allgather`` (Megatron-Core's AllGather dispatcher) and ``node-dedup`` (DeepEP normal /
-DeepSeek-V3 node-limited dispatch), each priced for ONE dispatch pass of one rank (the combine is its
-mirror: the same bytes the other way) as the baselines implement them (``baselines/hier2d.py``,
-``agdispatch.py``, ``dedup.py``).
+"""Exchanges priced by their own timeline steps: a registered exchange's ``price`` hook
+(``monta.exchanges``; the baselines' are in ``monta_baselines.models``) returns the steps of ONE dispatch
+pass of one rank (the combine is its mirror: the same bytes the other way), and this module schedules
+them (``routed_shapes``) with the building blocks the hooks price their steps with (``call``,
+``gather``, ``counts``, ``flat_a2a``) and the flat reference (``"deepspeed"`` under these conventions).
 
 Inputs: ``S`` = bytes of one rank's DeepSpeed dispatch buffer [E, C, M]; ``experts`` E (the whole EP
 group; default one per member); ``top_k`` k; the EP group (P members on N nodes, L = P/N per node) and
@@ -21,18 +21,19 @@ Conventions (documented decisions):
 * Time: per-message latency. Each call costs the link's latency once per message the rank sends on
   that link (messages posted one after another), plus the bytes at the link's bandwidth and
   efficiency (the collectives model's size convention: an AllToAll's efficiency at its nccl-tests
-  size; the 2D AllToAll's inter phase at the size of a flat one with the same message size, S x L,
-  as ``collectives.alltoall(hierarchical=True)``). Fewer, larger messages are 2dh's advantage. The
+  size; a hierarchical AllToAll's inter phase at the size of a flat one with the same message size,
+  S x L, as ``collectives.alltoall(hierarchical=True)``), so fewer, larger messages pay off. The
   core model (``exchange.exchange_shapes``) charges one latency per collective, so the flat reference
   these models are compared with is priced here under the same convention: ``"deepspeed"`` in
   :func:`routed_shapes` (at large sizes it is the core's deepspeed to within the latencies).
+* Metadata rows: a step priced from ``row_bytes`` (one token row) is left out when it is None.
 * EP AllGathers that span nodes: a ring on real clusters (NCCL: the NICs carry the ring's bytes,
   ``collectives.allgather``; one latency per ring step), direct on the emulator (its duplex transport
   sends the shard to every peer: an AllToAll of the same block to all).
 * The emulator (``cluster.host_cores``): the fluid timeline, with the core's calibrated demands: an
   AllToAll-like call its ``a2a_cpu_us`` (fixed per call, per inter-node byte), a gather its
   ``ag_cpu_us`` (per message, per byte), copies at ``copy_GBps``; all in machine time.
-* Every step of these exchanges runs after the previous one (none is chunked or overlapped).
+* Every step runs after the previous one (none is chunked or overlapped).
 """
 
 from __future__ import annotations
@@ -45,9 +46,7 @@ from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import ZERO, CollTime, GroupShape
 from monta.perfmodel.network.links import Cluster
 
-ROUTED = ("2dh", "allgather", "node-dedup")
 REFERENCE = "deepspeed"  # the flat exchange priced under the same conventions (see above)
-CORE_FORMULAS = ("legacy", "deepspeed", "monta")
 
 COUNT_BYTES = 8  # int64 row count per peer (the 'notify' of every uneven exchange)
 SLOT_BYTES = 8  # int64 slot (or token index, or source member) per route / row
@@ -55,18 +54,40 @@ GATE_BYTES = 4  # fp32 gate per route
 
 
 def routed_exchanges() -> tuple[str, ...]:
-    """The exchanges priced by this module's own models."""
-    return ROUTED
+    """The registered exchanges priced by their own steps (a ``price`` hook), in registration order."""
+    from monta import variants
+
+    return tuple(n for n, e in variants.exchanges().items() if e.price is not None)
+
+
+class _Priced:
+    """``ROUTED``: :func:`routed_exchanges` as a live collection (``name in ROUTED``), read at each use,
+    so a plugin's exchange registered later is in it."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in routed_exchanges()
+
+    def __iter__(self):
+        return iter(routed_exchanges())
+
+    def __len__(self) -> int:
+        return len(routed_exchanges())
+
+    def __repr__(self) -> str:
+        return repr(routed_exchanges())
+
+
+ROUTED = _Priced()
 
 
 def touch_probability(experts: int, top_k: int, groups: int) -> float:
     """P(a token's uniformly random k-subset of ``experts`` hits a given one of ``groups`` equal groups
     of experts): 1 - C(E - E/groups, k) / C(E, k)."""
-    _check_routing(experts, top_k, groups)
+    check_routing(experts, top_k, groups)
     return 1.0 - comb(experts - experts // groups, top_k) / comb(experts, top_k)
 
 
-def _check_routing(experts: int, top_k: int, members: int) -> None:
+def check_routing(experts: int, top_k: int, members: int) -> None:
     if not isinstance(experts, int) or experts < 1 or experts % members:
         raise ValueError(f"experts={experts!r}: need a positive multiple of the EP group size {members}")
     if not isinstance(top_k, int) or not 1 <= top_k <= experts:
@@ -74,7 +95,9 @@ def _check_routing(experts: int, top_k: int, members: int) -> None:
 
 
 @dataclass(frozen=True)
-class _Step:
+class Step:
+    """One step of an exchange's timeline, run after the previous one."""
+
     name: str
     role: str  # a2a | ag | pack | copy | meta
     ct: CollTime = ZERO  # a call (role a2a, ag or meta)
@@ -83,11 +106,11 @@ class _Step:
     msgs: int = 0  # its messages (the emulator's per-message CPU step)
 
 
-def _lat(cluster: Cluster, cls: str, op: str | None) -> float:
+def latency(cluster: Cluster, cls: str, op: str | None) -> float:
     return cluster.link(cls, op).latency_us
 
 
-def _call(
+def call(
     cluster: Cluster,
     c: int,
     *,
@@ -114,7 +137,7 @@ def _call(
     return CollTime(max(ti, tn), ti, tn, intra_bytes, inter_bytes)
 
 
-def _gather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
+def gather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
     """AllGather of ``in_bytes`` per member over ``g``; bytes as delivered per peer (intra: members of the
     node, inter: the others). Inside a node (or on real clusters) the ring of ``collectives.allgather``
     with one latency per ring step; across the emulator's nodes direct (every peer gets the shard)."""
@@ -123,7 +146,7 @@ def _gather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
         return ZERO
     intra_b, inter_b = (p - 1) * in_bytes, (n - p) * in_bytes
     if g.nodes > 1 and cluster.host_cores:
-        return _call(
+        return call(
             cluster,
             g.concurrent_per_node,
             intra_msgs=p - 1,
@@ -136,19 +159,19 @@ def _gather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
     ring = C.allgather(in_bytes, g, cluster)
     ti, tn = ring.intra_us, ring.inter_us
     if g.nodes > 1:  # the ring's steps wait for its slowest edge: the inter-node one
-        tn += (n - 2) * _lat(cluster, "inter", "allgather")
+        tn += (n - 2) * latency(cluster, "inter", "allgather")
     elif ti > 0:
-        extra = (n - 2) * _lat(cluster, "intra", "allgather")
+        extra = (n - 2) * latency(cluster, "intra", "allgather")
         ti += extra * cluster.nodes if cluster.intra_machine_shared else extra
     return CollTime(max(ti, tn), ti, tn, intra_b, inter_b)
 
 
-def _counts(g: GroupShape, cluster: Cluster) -> CollTime:
+def counts(g: GroupShape, cluster: Cluster) -> CollTime:
     """The int64 count exchange of an uneven exchange over ``g`` (8 B to every peer)."""
     n, p = g.size, g.ranks_per_node
     if n == 1:
         return ZERO
-    return _call(
+    return call(
         cluster,
         g.concurrent_per_node,
         intra_msgs=p - 1,
@@ -159,9 +182,9 @@ def _counts(g: GroupShape, cluster: Cluster) -> CollTime:
     )
 
 
-def _flat_a2a(part: float, ep: GroupShape, cluster: Cluster) -> CollTime:
+def flat_a2a(part: float, ep: GroupShape, cluster: Cluster) -> CollTime:
     P, L = ep.size, ep.ranks_per_node
-    return _call(
+    return call(
         cluster,
         ep.concurrent_per_node,
         intra_msgs=L - 1,
@@ -172,104 +195,32 @@ def _flat_a2a(part: float, ep: GroupShape, cluster: Cluster) -> CollTime:
     )
 
 
-def _steps(
-    variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row: float | None
-) -> list[_Step]:
-    P, L, N, TP, c = ep.size, ep.ranks_per_node, ep.nodes, tp.size, ep.concurrent_per_node
-    out: list[_Step] = []
-    if variant in (REFERENCE, "2dh"):
-        part = S / TP
-        if TP > 1:
-            out.append(_Step("pack", "pack", nbytes=part))
-        if variant == REFERENCE:
-            out.append(_Step("alltoall", "a2a", _flat_a2a(part, ep, cluster)))
-        else:
-            # Phase 1, intra: to each local peer j the blocks of every node's local-j member (part / L);
-            # phase 2, inter: to each same-local-index peer the node's blocks for it (part / N, L x the
-            # flat message). Re-laid out before, between and after (three copies of the part).
-            out.append(_Step("regroup[0]", "pack", nbytes=part))
-            out.append(
-                _Step(
-                    "alltoall[intra]",
-                    "a2a",
-                    _call(cluster, c, intra_msgs=L - 1, intra_bytes=part * (L - 1) / L, size=part),
-                )
-            )
-            out.append(_Step("regroup[1]", "pack", nbytes=part))
-            out.append(
-                _Step(
-                    "alltoall[inter]",
-                    "a2a",
-                    _call(cluster, c, inter_msgs=N - 1, inter_bytes=part * (N - 1) / N, size=part * L),
-                )
-            )
-            out.append(_Step("regroup[2]", "pack", nbytes=part))
-        if TP > 1:
-            out.append(_Step("allgather", "ag", _gather(part, tp, cluster), gather=True, msgs=TP - 1))
-        out.append(_Step("copy", "copy", nbytes=S))
-        return out
-
-    sh = S / (k * TP)  # this TP rank's token shard
-    rows = sh / row if row else 0.0  # its tokens (0: row size unknown, row metadata not priced)
+def reference_steps(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster) -> list[Step]:
+    """The flat exchange (deepspeed: pack the 1/TP capacity slice, AllToAll over EP, AllGather over TP,
+    copy into place) under this module's conventions."""
+    part, TP = S / tp.size, tp.size
+    out: list[Step] = []
     if TP > 1:
-        out.append(_Step("shard", "pack", nbytes=sh))
-    if variant == "allgather":
-        out.append(_Step("allgather[ep]", "ag", _gather(sh, ep, cluster), gather=True, msgs=P - 1))
-        if TP > 1:
-            out.append(_Step("allgather[tp]", "ag", _gather(P * sh, tp, cluster), gather=True, msgs=TP - 1))
-        if rows:
-            slots = SLOT_BYTES * k * rows
-            out.append(_Step("slots[ep]", "meta", _gather(slots, ep, cluster), gather=True, msgs=P - 1))
-            if TP > 1:
-                out.append(_Step("slots[tp]", "meta", _gather(P * slots, tp, cluster), gather=True, msgs=TP - 1))
-        out.append(_Step("copy", "copy", nbytes=S))  # the local experts' slots of every source, gathered
-        if rows:
-            gates = GATE_BYTES * k * rows
-            out.append(_Step("gates[ep]", "meta", _gather(gates, ep, cluster), gather=True, msgs=P - 1))
-        return out
-
-    if variant != "node-dedup":
-        raise ValueError(f"no routed model for {variant!r}: choose one of {', '.join(ROUTED + (REFERENCE,))}")
-    p_node, p_rank = touch_probability(E, k, N), touch_probability(E, k, P)
-    # 1. rails: each token once to every node it touches, to that node's member of this local index.
-    out.append(_Step("counts[1]", "meta", _counts(ep, cluster)))
-    out.append(_Step("pack[1]", "pack", nbytes=sh * N * p_node))
-    out.append(
-        _Step(
-            "rails",
-            "a2a",
-            _call(cluster, c, inter_msgs=N - 1, inter_bytes=sh * (N - 1) * p_node, size=sh * N * p_node),
-        )
-    )
-    if rows:
-        r1 = rows * (N - 1) * p_node
-        for name, nb in (("gates[1]", GATE_BYTES * k), ("routes[1]", SLOT_BYTES * (1 + k))):
-            out.append(_Step(name, "meta", _call(cluster, c, inter_msgs=N - 1, inter_bytes=r1 * nb, size=r1 * nb)))
-    # 2. forward: the gateway's rows (from the N members of its rail) to the node's members that hold
-    # one of their experts, one copy per (row, member); its own need no send.
-    out.append(_Step("counts[2]", "meta", _counts(ep, cluster)))
-    out.append(_Step("pack[2]", "pack", nbytes=N * sh * L * p_rank))
-    out.append(
-        _Step(
-            "forward",
-            "a2a",
-            _call(cluster, c, intra_msgs=L - 1, intra_bytes=N * sh * (L - 1) * p_rank, size=N * sh * L * p_rank),
-        )
-    )
-    if rows:
-        r2 = N * rows * (L - 1) * p_rank
-        for name, nb in (("gates[2]", GATE_BYTES * k), ("routes[2]", SLOT_BYTES * (1 + k))):
-            out.append(_Step(name, "meta", _call(cluster, c, intra_msgs=L - 1, intra_bytes=r2 * nb, size=r2 * nb)))
-    # 3. the rows every TP rank received (P x its shard x p_rank), gathered over TP (uneven).
+        out.append(Step("pack", "pack", nbytes=part))
+    out.append(Step("alltoall", "a2a", flat_a2a(part, ep, cluster)))
     if TP > 1:
-        got = P * sh * p_rank
-        out.append(_Step("counts[tp]", "meta", _counts(tp, cluster)))
-        out.append(_Step("allgather[tp]", "ag", _gather(got, tp, cluster), gather=True, msgs=TP - 1))
-        if rows:
-            meta = SLOT_BYTES * (1 + k) * P * rows * p_rank  # source member + k slots per row
-            out.append(_Step("routes[tp]", "meta", _gather(meta, tp, cluster), gather=True, msgs=TP - 1))
-    out.append(_Step("copy", "copy", nbytes=S))
+        out.append(Step("allgather", "ag", gather(part, tp, cluster), gather=True, msgs=TP - 1))
+    out.append(Step("copy", "copy", nbytes=S))
     return out
+
+
+def _price(variant: str):
+    """The steps function of ``variant``: the reference's, or its registered ``price`` hook."""
+    if variant == REFERENCE:
+        return lambda S, ep, tp, cluster, k, E, row: reference_steps(S, ep, tp, cluster)
+    from monta import variants
+
+    e = variants.exchanges().get(variant)
+    if e is None or e.price is None:
+        raise ValueError(
+            f"no routed model for {variant!r}: choose one of {', '.join(routed_exchanges() + (REFERENCE,))}"
+        )
+    return e.price
 
 
 @lru_cache(maxsize=16384)
@@ -285,20 +236,24 @@ def routed_shapes(
 ):
     """One dispatch pass of ``variant`` (one of :func:`routed_exchanges`, or ``"deepspeed"``: the flat
     reference under the same conventions) for a buffer of ``S`` bytes per rank, as a
-    ``exchange.Breakdown``. ``experts``: E (default: one per EP member); ``row_bytes``: bytes of one
-    token row (hidden x element size), which the row metadata needs (None: only the count exchanges
-    are priced as metadata)."""
-    from monta.perfmodel.network.timeline import Breakdown, Timeline, _res
-
-    if variant not in ROUTED and variant != REFERENCE:
-        raise ValueError(f"no routed model for {variant!r}: choose one of {', '.join(ROUTED + (REFERENCE,))}")
+    ``exchange.Breakdown``: its registered steps, scheduled. ``experts``: E (default: one per EP member);
+    ``row_bytes``: bytes of one token row (hidden x element size), which the row metadata needs (None:
+    only the count exchanges are priced as metadata)."""
+    price = _price(variant)
     if S < 0:
         raise ValueError(f"S={S}: must be >= 0")
     E = ep.size if experts is None else experts
-    _check_routing(E, top_k, ep.size)
+    check_routing(E, top_k, ep.size)
     if row_bytes is not None and not row_bytes > 0:
         raise ValueError(f"row_bytes={row_bytes!r}: must be > 0 (or None)")
-    steps = _steps(variant, float(S), ep, tp, cluster, top_k, E, row_bytes)
+    steps = price(float(S), ep, tp, cluster, top_k, E, row_bytes)
+    return schedule_steps(variant, steps, cluster, tp.size)
+
+
+def schedule_steps(variant: str, steps: list[Step], cluster: Cluster, tp_size: int):
+    """``steps`` one after the other: on the emulator (``cluster.host_cores``) the fluid timeline with the
+    core's calibrated CPU demands, elsewhere the links' list schedule; as an ``exchange.Breakdown``."""
+    from monta.perfmodel.network.timeline import Breakdown, Timeline, _res
 
     inter = intra = meta_inter = meta_intra = 0.0
     for s in steps:
@@ -308,7 +263,7 @@ def routed_shapes(
             meta_inter, meta_intra = meta_inter + s.ct.inter_bytes, meta_intra + s.ct.intra_bytes
 
     if cluster.host_cores:
-        ops, times = _fluid(steps, cluster, tp.size)
+        ops, times = _fluid(steps, cluster, tp_size)
     else:
         tl, prev, times = Timeline(), 0.0, {}
         for s in steps:
@@ -337,7 +292,7 @@ def routed_shapes(
     )
 
 
-def _fluid(steps: list[_Step], cluster: Cluster, tp_size: int):
+def _fluid(steps: list[Step], cluster: Cluster, tp_size: int):
     """The emulator's schedule (one op after the other) with the core's calibrated CPU demands."""
     from monta.perfmodel.network.fluid import FluidTimeline
 
@@ -385,22 +340,18 @@ def routed_exchange_time(
 def inter_bytes_formula(
     variant: str, bytes_per_rank: float, layout, *, top_k: int = 1, experts: int | None = None
 ) -> tuple[str, float]:
-    """Expected inter-node payload bytes one rank sends in one dispatch pass of ``variant`` (any core or
-    routed exchange): the formula as text (S: ``bytes_per_rank``, N nodes, L EP members per node,
-    TP, E experts, k top-k) and its value on ``layout``."""
+    """Expected inter-node payload bytes one rank sends in one dispatch pass of ``variant`` (any registered
+    exchange with an ``inter_bytes`` formula): the formula as text (S: ``bytes_per_rank``, N nodes, L EP
+    members per node, TP, E experts, k top-k) and its value on ``layout``."""
+    from monta import variants
+    from monta.exchanges import LayoutBytes
     from monta.perfmodel.network.timeline import layout_shapes
 
     ep, tp = layout_shapes(layout)
-    S, N, L, TP = float(bytes_per_rank), ep.nodes, ep.ranks_per_node, tp.size
     E = ep.size if experts is None else experts
-    _check_routing(E, top_k, ep.size)
-    if variant == "legacy":
-        return "S x (N-1)/N", S * (N - 1) / N
-    if variant in ("deepspeed", "monta", "2dh"):
-        return "S/TP x (N-1)/N", S / TP * (N - 1) / N
-    if variant == "allgather":
-        return "S/(k TP) x (N-1) L", S / (top_k * TP) * (N - 1) * L
-    if variant == "node-dedup":
-        p = touch_probability(E, top_k, N)
-        return "S/(k TP) x (N-1) x [1 - C(E-E/N, k)/C(E, k)]", S / (top_k * TP) * (N - 1) * p
-    raise ValueError(f"no inter-node byte formula for {variant!r}: choose one of {', '.join(CORE_FORMULAS + ROUTED)}")
+    check_routing(E, top_k, ep.size)
+    e = variants.exchanges().get(variant)
+    if e is None or e.inter_bytes is None:
+        have = [n for n, x in variants.exchanges().items() if x.inter_bytes is not None]
+        raise ValueError(f"no inter-node byte formula for {variant!r}: choose one of {', '.join(have)}")
+    return e.inter_bytes(LayoutBytes(float(bytes_per_rank), ep.nodes, ep.ranks_per_node, tp.size, E, top_k))
