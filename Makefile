@@ -33,7 +33,7 @@ TEST_PLUGINS := $(VENV)/test-plugins
 TOY_PLUGIN   := tests/plugins/monta_toy_variant
 test-plugins: $(TEST_PLUGINS)/.installed
 
-$(TEST_PLUGINS)/.installed: $(STAMP) $(TOY_PLUGIN)/pyproject.toml $(TOY_PLUGIN)/monta_toy_variant/__init__.py
+$(TEST_PLUGINS)/.installed: $(STAMP) $(TOY_PLUGIN)/pyproject.toml $(wildcard $(TOY_PLUGIN)/monta_toy_variant/*.py)
 	rm -rf $(TEST_PLUGINS)
 	$(PY) -m pip install -q --no-deps --target $(TEST_PLUGINS) ./$(TOY_PLUGIN)
 	touch $@

@@ -313,15 +313,16 @@ def test_analysis_names_each_variants_parts():
 def test_a_schedule_is_refused_up_front_by_the_capability_it_needs():
     """Lancet dispatches capacity windows of the encoded buffer during attention: it needs the capability
     of capacity passes, which every buffer exchange offers (2dh, the toy's run_pass one) and the exchanges
-    that move tokens (allgather, node-dedup) do not; they are refused with a one-line
+    that move tokens (allgather, node-dedup, the toy's dispatcher) do not; they are refused with a one-line
     reason naming the schedules that fit. Lina needs nothing: it runs them on windows of their routing."""
     assert registry.get("exchange=node-dedup,schedule=lina").exchange == "node-dedup"
+    assert registry.get("exchange=toy-dispatcher,schedule=lina").exchange == "toy-dispatcher"
     for ex in ("legacy", "deepspeed", "monta", "2dh", "toy-exchange"):
         assert registry.CAPACITY_PASSES in registry.exchange(ex).capabilities
         assert registry.get(f"exchange={ex},schedule=lancet").exchange == ex
     assert registry.schedules()["lancet"].needs == {registry.CAPACITY_PASSES}
     assert not registry.schedules()["lina"].needs
-    for ex in ("allgather", "node-dedup"):
+    for ex in ("allgather", "node-dedup", "toy-dispatcher"):
         assert registry.exchange(ex).capabilities == frozenset()
         with pytest.raises(
             ValueError, match=f"schedule 'lancet' needs capacity-passes, which exchange '{ex}' does not offer; use "

@@ -1,8 +1,13 @@
 """A toy monta variant plugin: the schedule ``toy-phases`` runs DeepSpeed's MoE forward phase by
 phase (``monta.model.transformer.stock_schedule``) and counts the MoE layers it ran; the exchange
 ``toy-exchange`` runs each pass as two whole collectives of its own (drop, AllToAll, AllGather,
-unchunked) and counts its passes. The variant ``toy`` puts the schedule on MoNTA's exchange with
-DeepSpeed's gradient reduction; ``toy-exchange`` is the exchange under DeepSpeed's schedule.
+unchunked), counts its passes and is priced as deepspeed (``model_as``). The variant ``toy`` puts the
+schedule on MoNTA's exchange with DeepSpeed's gradient reduction; ``toy-exchange`` is the exchange
+under DeepSpeed's schedule.
+
+``toy-dispatcher`` (``monta_toy_variant.dispatcher``, the worked example of docs/exchanges.md) is an exchange
+written against the one interface, ``monta.comm.dispatcher.Dispatcher``, carrying its own model: the
+steps of its timeline, its byte formulas and its description, all in one module and one registry call.
 
 Torch-free at import: ``register`` only describes the parts; torch and monta's collectives are
 imported when a rank runs them.
@@ -87,3 +92,6 @@ def register(registry) -> None:
     registry.add_variant(
         "toy-exchange", exchange="toy-exchange", about="toy plugin variant: the toy exchange under DeepSpeed's schedule"
     )
+    from monta_toy_variant import dispatcher  # the worked example: one module, one registry call
+
+    dispatcher.register(registry)
