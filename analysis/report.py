@@ -84,18 +84,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", nargs="*", default=[], help="record files (JSONL) the summary reads")
     ap.add_argument("--paper", help="published numbers (analysis/paper.yaml) for the summary")
     ap.add_argument("--regress", help="the regression check's table (results/regress/alltoall.md), when it ran")
+    ap.add_argument("--published", help="the model against published measurements (results/tables/published.md)")
     args = ap.parse_args(argv)
     missing = [m for m in args.manifests + ([args.paper] if args.paper else []) if not Path(m).exists()]
     if missing:
         print(f"report: error: input(s) not found: {', '.join(missing)}; run the notebooks first", file=sys.stderr)
         return 2
     text = render(args.manifests, args.out, args.experiment, _summary(args))
+    if args.published:
+        text += published_section(args.published, args.out)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)
     print(f"wrote {args.out}")
     return 0
+
+
+def published_section(path: str | Path, out: str | Path) -> str:
+    """The model against measurements made elsewhere (``monta predict published --md``), as the last section."""
+    rel = os.path.relpath(path, Path(out).parent)
+    return (
+        "\n## Checked against the world: published measurements\n\n"
+        f"`monta predict published` on the project's table (data/published/, [md]({rel})).\n\n"
+        + Path(path).read_text().strip()
+        + "\n"
+    )
 
 
 def _summary(args: argparse.Namespace) -> list[str]:

@@ -236,8 +236,20 @@ def test_the_files_hold_the_old_literal_presets_numbers():
     _same_cluster(get_cluster("a800"), get_cluster("a800-4nic"))
 
 
+@pytest.fixture
+def conversion_only(tmp_path, monkeypatch):
+    """The shipped files without what came after the conversion from the literals: the ``nccl`` block (the
+    AllReduce algorithms beyond the ring, collectives.allreduce), so the conversion itself stays checked."""
+    for f in CF.clusters_dir().glob("*.yaml"):
+        doc = yaml.safe_load(f.read_text())
+        doc.pop("nccl", None)
+        doc["sources"] = {k: v for k, v in doc.get("sources", {}).items() if not k.startswith("nccl.")}
+        (tmp_path / f.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.setenv(CF.ENV_DIR, str(tmp_path))
+
+
 @pytest.mark.parametrize("name", sorted(FIXED))
-def test_predictions_are_the_literal_presets_outputs(name):
+def test_predictions_are_the_literal_presets_outputs(name, conversion_only):
     from monta.perfmodel.reports.paper import alltoall_setup, step_setup
 
     exp = FIXED[name]

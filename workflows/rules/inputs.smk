@@ -49,11 +49,14 @@ def get_report_input(wildcards):
     }
     if config["regress"]["enabled"] and config["alltoall"]["enabled"]:
         files["regress"] = "results/regress/alltoall.md"
+    if PRED["enabled"]:
+        files["published"] = "results/tables/published.md"
     return files
 
 
 def report_regress_arg(wildcards, input):
-    return f"--regress {input.regress}" if "regress" in input.keys() else ""
+    args = f"--regress {input.regress}" if "regress" in input.keys() else ""
+    return args + (f" --published {input.published}" if "published" in input.keys() else "")
 
 
 REG = config["regress"]

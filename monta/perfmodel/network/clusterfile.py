@@ -58,7 +58,14 @@ _TOP = {
     "collectives": ("map", False),
     "sources": ("map", False),
     "calibration": ("any", False),  # free-form notes of `monta calibrate` (what it fitted, residuals)
+    "nccl": ("map", False),  # what the collective library does beyond rings (collectives.allreduce)
 }
+_NCCL = {
+    "allreduce": ("strlist", False),
+    "nvls_algbw_GBps": ("pos", False),
+    "note": ("str", False),
+}
+ALLREDUCE_ALGORITHMS = ("ring", "tree", "nvls")
 _GPU = {
     "model": ("str", False),
     "peak_tflops": ("pos", True),
@@ -332,6 +339,13 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
             )
             coll.append(((op, cls), link))
     coll.sort(key=lambda kv: (OPS.index(kv[0][0]), LINK_CLASSES.index(kv[0][1])))
+    nccl = ck.section(top.get("nccl") or {}, _NCCL, "nccl")
+    algos = tuple(nccl.get("allreduce", ("ring",)))
+    for a in algos:
+        if a not in ALLREDUCE_ALGORITHMS:
+            ck.fail("nccl.allreduce", f"unknown algorithm {a!r} (choose from {', '.join(ALLREDUCE_ALGORITHMS)})")
+    if "nvls" in algos and "nvls_algbw_GBps" not in nccl:
+        ck.fail("nccl.nvls_algbw_GBps", "nvls needs its algorithm bandwidth per GPU (GB/s)")
     sources = top.get("sources") or {}
     for k, v in sources.items():
         if not isinstance(v, str) or not v.strip():
@@ -356,6 +370,8 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
         hbm_GBps=gpu["hbm_GBps"],
         collective_links=tuple(coll),
         source=f"{desc} [{_display(path)}{note}]",
+        allreduce_algorithms=algos,
+        nvls_algbw_GBps=float(nccl.get("nvls_algbw_GBps", 0.0)),
     )
     return ClusterFile(cluster, doc, Path(path), unsourced)
 
@@ -481,6 +497,10 @@ def to_doc(
         coll.setdefault(op, {})[cls] = entry or {"bandwidth_GBps": link.bandwidth_GBps}
     if coll:
         doc["collectives"] = coll
+    if cluster.allreduce_algorithms != ("ring",) or cluster.nvls_algbw_GBps:
+        doc["nccl"] = {"allreduce": list(cluster.allreduce_algorithms)}
+        if cluster.nvls_algbw_GBps:
+            doc["nccl"]["nvls_algbw_GBps"] = cluster.nvls_algbw_GBps
     src = {}
     bsrc = bdoc.get("sources") or {}
     for p in _number_paths(doc):

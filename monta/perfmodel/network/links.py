@@ -125,6 +125,12 @@ class Cluster:
     # ((op, link class), Link) pairs, op in alltoall / allgather.
     collective_links: tuple[tuple[tuple[str, str], Link], ...] = ()
     source: str = ""
+    # The AllReduce algorithms the collective library picks from (monta.perfmodel.network.collectives.allreduce):
+    # "ring" always; "tree" (NCCL's double binary tree: on 2 nodes half the ring's network bytes); "nvls"
+    # (NVLink SHARP, NVSwitch gen 3: the switch reduces, at ``nvls_algbw_GBps`` of algorithm bandwidth per GPU).
+    # An emulator profile (gloo) runs rings only; a cluster file states what its NCCL runs.
+    allreduce_algorithms: tuple[str, ...] = ("ring",)
+    nvls_algbw_GBps: float = 0.0
     # Emulator: every rank of every node runs on this many shared CPU cores (0 = each device has
     # its own host, as on real GPU nodes). Then the exchange timelines add the machine's CPU as a
     # resource that overlapping operations share (monta.perfmodel.network.fluid).

@@ -11,9 +11,9 @@ is the interface, so a file the project has never seen is priced the same way.
   (:data:`GPU_FILES`; NVLink, compute), its nodes and GPUs per node, its NICs and their rate (each NIC at the
   cluster file's effective fraction of its nominal rate).
 - **calibrated**: the same cluster with its link curves fitted (``monta calibrate``'s fit,
-  :mod:`monta.perfmodel.network.nccl_fit`) on the OTHER rows of the same hardware and link class (same GPU
-  file, GPUs per node, NICs and rate; single-node rows fit NVLink, multi-node rows the NICs); null where
-  there is no other such row.
+  :mod:`monta.perfmodel.network.nccl_fit`) on the OTHER rows of the same hardware and node count (same GPU
+  file, GPUs per node, NICs and rate; single-node rows fit NVLink, multi-node rows the NICs) that their
+  sources call healthy (:data:`CALIBRATE_FROM`); null where there is no such row.
 
 Every null prediction, and every row whose blind error is above :data:`EXPLAIN_ABOVE`, carries a ``reason``
 derived from the row itself (its health, notes, hardware columns, size), never from its id.
@@ -228,13 +228,19 @@ def predict_row(row: Row, cluster: Cluster) -> tuple[float | None, str | None]:
 
 
 def _hardware_key(row: Row, cluster: Cluster) -> tuple:
+    """Rows that calibrate each other: the same node type (GPU file, GPUs, NICs and their rate) and node count.
+    The node count matters: a 2-node AllReduce runs NCCL's tree, whose network gain a fitted curve absorbs."""
     return (
         row.text("cluster") or gpu_file(row.text("gpu")),
         cluster.gpus_per_node,
         cluster.nics_per_node if cluster.nodes > 1 else 0,
         round(cluster.inter.bandwidth_GBps, 3) if cluster.nodes > 1 else 0,
-        cluster.nodes > 1,
+        cluster.nodes,
     )
+
+
+# Rows a calibration may learn from: what their sources call healthy, or healthy but read off approximately.
+CALIBRATE_FROM = ("healthy", "approximate")
 
 
 def _fit_point(row: Row, cluster: Cluster):
@@ -285,6 +291,11 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
         return "below 1 MiB: latency-bound, and the model's latencies are preset figures, not fitted"
     if size is None:
         return "a plateau figure without its size: priced at 8 GiB"
+    if size < 64 * 2**20 and err > 0:
+        return (
+            "below 64 MiB the time is latency- and protocol-bound: the model's latencies are the cluster file's "
+            "preset figures, not fitted (calibrate on this cluster's logs)"
+        )
     if cluster is not None and cluster.nodes > 1 and row.text("collective").lower() == "all_reduce_perf":
         wire = cluster.nics_per_node * (row.num("nic_gbps") or 0) / 8
         if err < 0 and wire and measured > wire:
@@ -299,7 +310,7 @@ def price(rows: list[Row]) -> list[dict[str, Any]]:
     built = [(r, *blind_cluster(r)) for r in rows]
     points: dict[tuple, list[tuple[str, dict]]] = {}
     for r, c, _ in built:
-        if c is not None and (p := _fit_point(r, c)) is not None:
+        if c is not None and r.health in CALIBRATE_FROM and (p := _fit_point(r, c)) is not None:
             points.setdefault(_hardware_key(r, c), []).append((r.id, p))
     out = []
     for r, c, why in built:
@@ -329,7 +340,7 @@ def price(rows: list[Row]) -> list[dict[str, Any]]:
                 except ValueError as e:  # too few points of a collective/link to fit
                     rec["reason_calibrated"] = str(e)
             elif blind is not None:
-                rec["reason_calibrated"] = "no other row of this hardware and link class to calibrate from"
+                rec["reason_calibrated"] = "no other healthy nccl-tests row of this hardware and node count"
         if rec["measured"] and rec["predicted_blind"] is not None:
             rec["error_blind"] = (rec["predicted_blind"] - rec["measured"]) / rec["measured"]
             if abs(rec["error_blind"]) > EXPLAIN_ABOVE:

@@ -12,6 +12,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.0f}%"
 
 
+def _abs_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f}%"
+
+
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
@@ -49,10 +53,12 @@ def source_table(summ: dict) -> str:
     from tabulate import tabulate
 
     rows = [
-        [s, v["rows"], _pct(v["median_blind_error"]), _pct(v["median_calibrated_error"])]
+        [s, v["rows"], _abs_pct(v["median_blind_error"]), _abs_pct(v["median_calibrated_error"])]
         for s, v in sorted(summ["per_source"].items())
     ]
-    return tabulate(rows, ["source", "rows", "median |blind err|", "median |calibrated err|"], tablefmt="github")
+    return tabulate(
+        rows, ["source", "rows", "median abs. blind error", "median abs. calibrated error"], tablefmt="github"
+    )
 
 
 def headline(summ: dict, recs: list[dict]) -> str:
@@ -64,7 +70,7 @@ def headline(summ: dict, recs: list[dict]) -> str:
 
     return (
         f"{summ['rows']} rows from {summ['sources']} sources; priced blind {summ['priced_blind']}, calibrated "
-        f"{summ['priced_calibrated']}. Healthy nccl-tests rows: {summ['healthy_nccl_rows']}, median |error| blind "
+        f"{summ['priced_calibrated']}. Healthy nccl-tests rows: {summ['healthy_nccl_rows']}, median abs. error blind "
         f"{pct(summ['median_blind_error'])}, calibrated {pct(summ['median_calibrated_error'])}. "
         f"{len(big)} rows above {EXPLAIN_ABOVE:.0%} blind error and {len(unpriced)} unpriced, each with its reason."
     )
@@ -77,17 +83,12 @@ def _cmd(args) -> int:
 
     recs = price(read_rows(args.data))
     summ = summary(recs)
-    print(f"# Published measurements priced by the model ({args.data})\n")
-    print(table(recs) + "\n")
-    print(source_table(summ) + "\n")
     claims = check_claims(args.claims) if args.claims else []
-    if claims:
-        from tabulate import tabulate
-
-        rows = [[c["id"], c["kind"], c["verdict"], "; ".join(x["model"] for x in c["checks"]) or c.get("why", "")]
-                for c in claims]  # fmt: skip
-        print(tabulate(rows, ["claim", "kind", "model", "what the model says"], tablefmt="github") + "\n")
-    print(headline(summ, recs))
+    text = markdown(args.data, recs, summ, claims)
+    print(text)
+    if args.md:
+        _write_text(args.md, text)
+        print(f"wrote {args.md}")
     if args.out:
         out = [{"kind": "published", **r} for r in recs]
         out += [{"kind": "published-claim", **c} for c in claims]
@@ -99,7 +100,36 @@ def _cmd(args) -> int:
     return 0
 
 
-def _write_jsonl(path: str, recs: list[dict]) -> None:
+def claims_table(claims: list[dict]) -> str:
+    from tabulate import tabulate
+
+    rows = [[c["id"], c["kind"], c["verdict"], "; ".join(x["model"] for x in c["checks"]) or c.get("why", "")]
+            for c in claims]  # fmt: skip
+    return tabulate(rows, ["claim", "kind", "model", "what the model says"], tablefmt="github")
+
+
+def markdown(data: str, recs: list[dict], summ: dict, claims: list[dict]) -> str:
+    """The whole page: the headline, per source, the claims, then every row."""
+    parts = [
+        f"Published measurements ({data}) priced by the model from their hardware alone (blind) and fitted on "
+        "the other healthy rows of the same hardware (calibrated). Error = (model - measured) / measured.",
+        "",
+        headline(summ, recs),
+        "",
+        source_table(summ),
+        "",
+    ]
+    if claims:
+        parts += [claims_table(claims), ""]
+    parts += [table(recs), ""]
+    return "\n".join(parts)
+
+
+def _write_text(path: str, text: str) -> None:
+    _write_jsonl(path, [text], raw=True)
+
+
+def _write_jsonl(path: str, recs: list, raw: bool = False) -> None:
     """Atomic: a temp file in the same folder, renamed over the target (no half-written file on an error)."""
     import json
     import os
@@ -112,7 +142,7 @@ def _write_jsonl(path: str, recs: list[dict]) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             for r in recs:
-                f.write(json.dumps(r) + "\n")
+                f.write(r if raw else json.dumps(r) + "\n")
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -132,5 +162,6 @@ def register(sub) -> None:
     p.add_argument("--data", default="data/published/collectives.csv", help="CSV of published measurements")
     p.add_argument("--claims", default=None, help="also check stated expectations (data/published/claims.csv)")
     p.add_argument("--out", default=None, help="write one JSONL record per row (plus claims and a summary)")
+    p.add_argument("--md", default=None, help="also write the tables as one Markdown page (the report's section)")
     p.add_argument("--summary-json", default=None, help=__import__("argparse").SUPPRESS)
     p.set_defaults(func=_cmd)
