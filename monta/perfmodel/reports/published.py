@@ -279,23 +279,23 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
     health = row.health
     if health not in HEALTHY:
         return f"the source marks it {health}" + (f": {notes[:120]}" if notes else "")
+    size = row.num("size_bytes")
+    if size is not None and size < 64 * 2**20 and err > 0:
+        return (
+            "below 64 MiB the time is latency- and protocol-bound: the model's latencies are the cluster file's "
+            "preset figures, not fitted (calibrate on this cluster's logs)"
+        )
     if "nvls" in low or "sharp" in low:
-        return "NVLS / SHARP reduces in the switch: its busbw is not a wire rate (the model prices a ring)"
+        return "NVLS / SHARP reduces in the switch: its busbw is not a wire rate (where the model has no NVLS: a ring)"
     kind = kernel_kind(row.text("collective"))
     if kind == "moe-normal" and cluster is not None and cluster.nodes > 2 and err < 0:
         return "node-deduplicated RDMA (DeepEP): bytes counted per GPU exceed its NIC share"
     if kind == "moe-normal":
         return "a MoE kernel's bottleneck bandwidth: the kernel's own efficiency is not in the model"
-    size = row.num("size_bytes")
     if size is not None and size < 2**20:
         return "below 1 MiB: latency-bound, and the model's latencies are preset figures, not fitted"
     if size is None:
         return "a plateau figure without its size: priced at 8 GiB"
-    if size < 64 * 2**20 and err > 0:
-        return (
-            "below 64 MiB the time is latency- and protocol-bound: the model's latencies are the cluster file's "
-            "preset figures, not fitted (calibrate on this cluster's logs)"
-        )
     if cluster is not None and cluster.nodes > 1 and row.text("collective").lower() == "all_reduce_perf":
         wire = cluster.nics_per_node * (row.num("nic_gbps") or 0) / 8
         if err < 0 and wire and measured > wire:
