@@ -108,3 +108,16 @@ def test_the_vendors_expectations_and_the_crossovers():
         "crossover_dispatcher",
     ):
         assert by_kind[kind] == {"agrees"}, kind
+
+
+def test_the_report_carries_the_published_table_and_the_contention_ablation(tmp_path):
+    from monta_analysis.report import contention_section, published_section
+
+    md = tmp_path / "tables" / "published.md"
+    md.parent.mkdir()
+    assert main(["predict", "published", "--claims", str(CLAIMS), "--md", str(md)]) == 0
+    page = published_section(md, tmp_path / "report.md")
+    assert "## Checked against the world" in page and "](tables/published.md)" in page and "| P01 " in page
+    txt = tmp_path / "contention.txt"
+    txt.write_text("variant c = 0\n# c = 0 is no contention: overlap gains are upper bounds\n")
+    assert "upper bounds" in contention_section(txt) and "variant c = 0" in contention_section(txt)

@@ -149,9 +149,11 @@ rule ablation_contention:
 
 
 # The model's side: every variant of moe-2x70b on the A800 (2 x 8, TP8) at c = 0, 0.1, 0.2, 0.3.
+# Its printed table goes into the report (the default pipeline), the records into the emulated ablation's table.
 rule predict_contention:
     output:
-        "results/predict/contention.jsonl",
+        records="results/predict/contention.jsonl",
+        text="results/tables/contention-model.txt",
     log:
         "results/logs/predict/contention.log",
     localrule: True
@@ -160,13 +162,13 @@ rule predict_contention:
     conda:
         "../envs/monta.yaml"
     shell:
-        "monta predict contention --cluster {params.p[cluster]} --out {output} > {log} 2>&1"
+        "monta predict contention --cluster {params.p[cluster]} --out {output.records} > {output.text} 2> {log}"
 
 
 rule contention_table:
     input:
         expand("results/ablation/contention/{c}.jsonl", c=CONTENTION),
-        "results/predict/contention.jsonl",
+        rules.predict_contention.output.records,
     output:
         "results/tables/contention.md",
         "results/tables/contention.csv",
