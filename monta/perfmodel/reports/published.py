@@ -8,8 +8,8 @@ which one when several are filled; ``size_bytes``). Nothing here is keyed to a r
 is the interface, so a file the project has never seen is priced the same way.
 
 - **blind**: the model on a cluster built from the row's hardware alone: the cluster file of its GPU
-  (:data:`GPU_FILES`; NVLink, compute), its nodes and GPUs per node, its NICs and their rate (each NIC at the
-  cluster file's effective fraction of its nominal rate).
+  (:data:`GPU_FILES`; NVLink, compute), its nodes and GPUs per node, its NICs and their rate (each NIC at
+  :data:`NIC_LINE_RATE_FRACTION` of its line rate).
 - **calibrated**: the same cluster with its link curves fitted (``monta calibrate``'s fit,
   :mod:`monta.perfmodel.network.nccl_fit`) on the OTHER rows of the same hardware and node count (same GPU
   file, GPUs per node, NICs and rate; single-node rows fit NVLink, multi-node rows the NICs) that their
@@ -136,11 +136,10 @@ def gpu_file(gpu: str) -> str | None:
     return None
 
 
-def _nic_efficiency(base: Cluster, nominal_gbps: float | None) -> float:
-    """The base file's effective / nominal NIC rate (e.g. HDR 23.5 / 25 GB/s): how a stated NIC rate is derated."""
-    if nominal_gbps:
-        return base.inter.bandwidth_GBps / (nominal_gbps / 8)
-    return 0.93  # no nominal rate in the base file: the HDR/NDR derating (23.5/25, 46/50), documented
+# A stated NIC at this fraction of its line rate: what NVIDIA's engineers say nccl-tests reaches (an NDR 400 Gb/s
+# NIC 46-48 GB/s of 50, an HDR 200 Gb/s one ~24 of 25: data/published/claims.csv C01, C03). Taken for every
+# stated NIC, whatever its kind: a fabric that reaches less (EFA) shows as the model's error, not a fitted rate.
+NIC_LINE_RATE_FRACTION = 0.94
 
 
 def blind_cluster(row: Row) -> tuple[Cluster | None, str | None]:
@@ -165,18 +164,8 @@ def blind_cluster(row: Row) -> tuple[Cluster | None, str | None]:
         nics, gbps = row.int("nic_per_node"), row.num("nic_gbps")
         if not nics or not gbps:
             return None, "NICs per node or their rate not stated: the inter-node link cannot be built"
-        eff = _nic_efficiency(base, _base_nominal_gbps(name))
-        c = replace(c, nics_per_node=nics, inter=replace(c.inter, bandwidth_GBps=gbps / 8 * eff))
+        c = replace(c, nics_per_node=nics, inter=replace(c.inter, bandwidth_GBps=gbps / 8 * NIC_LINE_RATE_FRACTION))
     return c, None
-
-
-def _base_nominal_gbps(name: str) -> float | None:
-    """The nominal per-NIC rate (Gb/s) the cluster file states, if it states one."""
-    try:
-        from monta.perfmodel.network.clusterfile import nominal_nic_gbps
-    except ImportError:  # pragma: no cover - the loader is part of the package
-        return None
-    return nominal_nic_gbps(name)
 
 
 def kernel_kind(collective: str) -> str | None:
