@@ -290,8 +290,8 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
         if err < 0 and wire and measured > wire:
             return f"busbw {measured:g} GB/s above the stated NICs' line rate ({wire:g} GB/s): not a ring over them"
     if err > 0:
-        return "the model over-predicts: this setup reaches less than the cluster file's effective rates"
-    return "the model under-predicts: this setup beats the cluster file's effective rates"
+        return "the model over-predicts: this setup reaches less than its NICs at 94% of line rate and its GPU's NVLink"
+    return "the model under-predicts: this setup beats its NICs at 94% of line rate and its GPU's NVLink"
 
 
 def price(rows: list[Row]) -> list[dict[str, Any]]:
