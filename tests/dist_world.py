@@ -29,7 +29,8 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-# Idle, 8 ranks are up in well under a minute on 2 cores; a busy core and other jobs make that minutes.
+# 8 ranks start and run their first case in 15 s idle on 2 cores, 17 s with one core busy, 59 s with
+# other jobs' load on top (test_routed, measured): a limit of minutes per rank is slow, never stuck.
 START_S_PER_RANK = 120.0
 # Cases take seconds; the first of a module also builds its process groups.
 CALL_S = 600.0
