@@ -42,6 +42,7 @@ localrules:
     predict_alltoall,
     predict_plan,
     predict_accuracy,
+    predict_published,
     ablation_seq,
     notebook,
     report,

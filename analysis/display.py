@@ -47,6 +47,8 @@ HEADERS = {
     "grad_sync_ms": "grad sync",
     "capacity_factor": "capacity factor",
     "ours_source": "ours from",
+    "contention": "contention c",
+    "slowdown_pct": "vs c = 0",
 }
 COUNTS = frozenset(
     {"chunks", "best_chunks", "n", "wrong", "layers", "seq", "topk", "tp", "nodes", "gpus_per_node", "points"}

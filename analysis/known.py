@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from monta.perfmodel.network.links import PRESETS
+from monta.perfmodel.network import clusterfile
 
 
 def fill(row: dict[str, Any], rec: Mapping[str, Any]) -> None:
@@ -24,11 +24,11 @@ def fill(row: dict[str, Any], rec: Mapping[str, Any]) -> None:
                 row["inter_gbps"] = float(topo["inter_gbps"])
         else:
             row["cluster"] = "emulator links (calibrated profile)"
-    elif row.get("source") == "predicted" and cluster in PRESETS:
+    elif row.get("source") == "predicted" and cluster in {*clusterfile.cluster_names(), *clusterfile.aliases()}:
         if rec.get("kind") == "step" and row.get("topk") is None:
             _preset_routing(row)
         if row.get("inter_gbps") is None:
-            c = PRESETS[cluster]()  # per node and direction, as the emulator's inter_gbps
+            c = clusterfile.load_cluster(cluster)  # per node and direction, as the emulator's inter_gbps
             row["inter_gbps"] = round(c.inter.bandwidth_GBps * c.nics_per_node * 8, 1)
         if rec.get("kind") == "alltoall" and row.get("inter_bytes") is None:
             _model_bytes(row, cluster)

@@ -361,6 +361,29 @@ def step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return _with_parts(out.drop(columns="_t_ds").reset_index(drop=True))
 
 
+CONTENTION_FOOTER = "c = 0 is no contention: overlap gains are upper bounds"
+
+
+def contention_ablation(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Median step time per (point, variant) at each contention factor c (``params.contention``: `monta bench
+    step --contention`, `monta predict contention`), its speedup vs deepspeed at the same c and its slowdown
+    vs itself at c = 0."""
+    df = to_frame(records, "step")
+    if df.empty or "contention" not in df.columns:
+        return pd.DataFrame()
+    df = _ensure(df[df["contention"].notna()], STEP_POINT + ["variant", "contention", "step_ms"])
+    keys = STEP_POINT + ["contention"]
+    out = df.groupby(keys + ["variant"], dropna=False)["step_ms"].median().reset_index()
+    ds = out[out["variant"] == "deepspeed"].groupby(keys, dropna=False)["step_ms"].min().rename("_t_ds")
+    out = out.merge(ds.reset_index(), on=keys, how="left")
+    free = out[out["contention"] == 0].groupby(STEP_POINT + ["variant"], dropna=False)["step_ms"].min()
+    out = out.merge(free.rename("_t_free").reset_index(), on=STEP_POINT + ["variant"], how="left")
+    out["speedup_vs_deepspeed"] = out.pop("_t_ds") / out["step_ms"]
+    out["slowdown_pct"] = 100.0 * (out["step_ms"] / out.pop("_t_free") - 1.0)
+    out = out.sort_values("contention", kind="stable").reset_index(drop=True)
+    return _with_parts(out)
+
+
 def step_accuracy(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The model's step time on the emulated clock vs the measured one, per variant (``monta predict
     accuracy`` records): compute is the model's there, so this scores exchanges, overlap and scheduling."""
@@ -605,10 +628,10 @@ def _base_model(model: Any, columns: Iterable[str]) -> Any:
 CONTEXT = ("dtype", "kind", "experiment", "ep")
 
 
-def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str) -> list[Path]:
+def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, footer: str = "") -> list[Path]:
     """Write results/tables/<name>.{md,csv,tex}; an empty frame becomes a 'no data' table. The
     markdown and LaTeX tables are for people (human units, 3 significant digits); the CSV keeps
-    the raw numbers."""
+    the raw numbers. ``footer``: a line under the markdown table (and the LaTeX caption's end)."""
     tables = Path(out_dir) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     if df.empty:
@@ -618,7 +641,9 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str) 
         caption = f"{caption} ({notes})" if notes else caption
         shown = display.humanize(df)
     paths = [tables / f"{name}.md", tables / f"{name}.csv", tables / f"{name}.tex"]
-    paths[0].write_text(f"**{caption}**\n\n" + shown.to_markdown(index=False, disable_numparse=True) + "\n")
+    below = f"\n{footer}\n" if footer else ""
+    paths[0].write_text(f"**{caption}**\n\n" + shown.to_markdown(index=False, disable_numparse=True) + "\n" + below)
     df.to_csv(paths[1], index=False)
-    paths[2].write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{name}", escape=True))
+    cap = f"{caption}. {footer}" if footer else caption
+    paths[2].write_text(shown.to_latex(index=False, caption=cap, label=f"tab:{name}", escape=True))
     return paths

@@ -28,7 +28,14 @@ def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
     return [s * tp for s in equal_split(capacity // tp, chunks)]
 
 
-_POOL = ThreadPoolExecutor(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
+class _CommThread(ThreadPoolExecutor):
+    """The exchange's thread: each task runs as an exchange in flight on the compute clock (its contention)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(clock.EXCHANGE.run, fn, *args, **kwargs)
+
+
+_POOL = _CommThread(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
 
 
 def capacity_passes(layer):

@@ -32,12 +32,28 @@ def default_dir() -> Path | None:
     return None
 
 
+def ninja_dir() -> Path | None:
+    """The folder of this interpreter's ``ninja`` (the pip one DeepSpeed depends on), or None."""
+    d = Path(sys.executable).parent
+    return d if os.access(d / "ninja", os.X_OK) else None
+
+
 def configure(env: MutableMapping[str, str]) -> None:
-    """Point ``env`` at this venv's build folder unless it already names one."""
+    """Point ``env`` at this venv's build folder unless it already names one, and at this venv's ninja.
+
+    torch runs the first ``ninja`` on PATH. The venv's (1.13) and a system one (1.11) keep build logs of
+    different versions, and each throws the other's away and rebuilds the op ("build log version is too
+    old; starting over"): the set-up's build ran the system ninja, ranks started by snakemake (which puts
+    the venv first) the venv's, so a rank rebuilt the op, for minutes on a loaded machine, and was killed
+    as stalled while holding the build lock. One ninja for every process: the venv's."""
     if not env.get(ENV):
         d = default_dir()
         if d is not None:
             env[ENV] = str(d)
+    nd = ninja_dir()
+    path = env.get("PATH", "")
+    if nd is not None and path.split(os.pathsep)[0] != str(nd):
+        env["PATH"] = os.pathsep.join(filter(None, [str(nd), path]))
 
 
 def build_root(env: MutableMapping[str, str] | None = None) -> Path:

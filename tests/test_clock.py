@@ -142,3 +142,96 @@ def test_install_restarts_the_count_after_every_collective_and_wait():
         clock.install(None)
     assert dist.all_reduce is orig and clock.CLOCK is None
     assert getattr(dist.distributed_c10d.Work.wait, "__wrapped__", None) is None
+
+
+# -- contention: compute waited under the harness's exchange lasts (1 + c) x ----------------------------------
+def test_stretch_arithmetic():
+    """A piece's progress since its count started: full speed outside the exchange, 1 / (1 + c) inside."""
+    from monta.model.clock import stretched_left_s
+
+    # 1 s elapsed, 0.6 s of it under the exchange at c = 0.5: progress 0.4 + 0.6 / 1.5 = 0.8 s
+    assert stretched_left_s(1.0, 1.0, 0.6, 0.5) == pytest.approx(0.2)
+    assert stretched_left_s(1.0, 1.0, 0.6, 0.0) == pytest.approx(0.0)  # c = 0: the exchange costs nothing
+    # wholly under the exchange, a target t is reached after (1 + c) t
+    assert stretched_left_s(0.3, 0.3 * 1.25, 0.3 * 1.25, 0.25) == pytest.approx(0.0)
+
+
+def test_exchange_window_counts_overlapping_tasks_once():
+    from monta.model.clock import ExchangeWindow
+
+    w = ExchangeWindow()
+    t0 = time.perf_counter()
+    w.enter()
+    w.enter()  # a second exchange in flight at once
+    time.sleep(0.01)
+    w.exit()
+    time.sleep(0.01)
+    w.exit()
+    a, b = w._spans[-1]
+    t1 = time.perf_counter()
+    assert len(w._spans) == 1 and t0 <= a < b <= t1
+    assert w.in_flight_s(t0, t1) == pytest.approx(b - a)
+    assert w.in_flight_s(a, (a + b) / 2) == pytest.approx((b - a) / 2)
+    assert w.in_flight_s(b, t1 + 1) == 0.0
+    with pytest.raises(RuntimeError, match="without a matching enter"):
+        w.exit()
+
+
+def _exchange_for(seconds: float) -> threading.Thread:
+    from monta.model.clock import EXCHANGE
+
+    th = threading.Thread(target=lambda: EXCHANGE.run(time.sleep, seconds))
+    th.start()
+    return th
+
+
+def test_a_piece_under_the_exchange_waits_its_stretched_target():
+    """c = 1: the 20 ms the exchange is in flight advance a piece 10 ms, so a 60 ms target ends 10 ms later;
+    the stretch is exactly c / (1 + c) of the window the piece saw, and the piece lasts its target plus it."""
+    from monta.model.clock import EXCHANGE, ComputeClock
+
+    ck = ComputeClock({"experts": 1.0}, contention=1.0)
+    t0 = time.perf_counter()
+    ck.restart()
+    th = _exchange_for(0.02)
+    ck.charge("experts", time.perf_counter(), flops=60_000)  # a 60 ms target
+    elapsed = time.perf_counter() - t0
+    th.join()
+    a, b = EXCHANGE._spans[-1]
+    assert t0 <= a and b <= t0 + elapsed  # the window lay inside the piece
+    s = ck.stats()
+    assert s["contention_s"]["experts"] == pytest.approx((b - a) / 2, rel=1e-9)
+    assert elapsed >= 0.060 + s["contention_s"]["experts"]
+    # without an exchange in flight the same clock adds nothing
+    ck.reset_stats()
+    ck.restart()
+    ck.charge("experts", time.perf_counter(), flops=5_000)
+    assert ck.stats()["contention_s"] == {}
+
+
+def test_without_contention_the_exchange_changes_no_wait():
+    from monta.model.clock import ComputeClock
+
+    ck = ComputeClock({"experts": 1.0})
+    ck.restart()
+    th = _exchange_for(0.02)
+    ck.charge("experts", time.perf_counter(), flops=10_000)
+    th.join()
+    assert ck.stats()["contention_s"] == {} and ck.contention == 0.0
+
+
+def test_the_comm_thread_runs_every_task_as_an_exchange_in_flight():
+    from monta.model.clock import EXCHANGE
+    from monta_baselines.pipeline import _POOL
+
+    assert not EXCHANGE._count
+    assert _POOL.submit(lambda x: (x, EXCHANGE._count), 7).result() == (7, 1)
+    assert not EXCHANGE._count
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.2"])
+def test_contention_must_be_a_finite_factor(bad):
+    from monta.model.clock import ComputeClock
+
+    with pytest.raises(ValueError, match="factor >= 0"):
+        ComputeClock({"experts": 1.0}, contention=bad)

@@ -97,6 +97,20 @@ def test_a_venv_gets_its_own_build_folder_unless_one_is_named():
     assert extensions.build_root({"XDG_CACHE_HOME": "/c"}) == Path("/c/torch_extensions")
 
 
+def test_every_process_runs_the_venvs_ninja():
+    """torch runs the first ninja on PATH; two ninja versions discard each other's build log and rebuild."""
+    nd = extensions.ninja_dir()
+    if nd is None:
+        pytest.skip(f"no ninja beside {sys.executable}")
+    env = {"PATH": "/usr/bin:/bin"}
+    extensions.configure(env)
+    assert env["PATH"] == os.pathsep.join([str(nd), "/usr/bin", "/bin"])
+    extensions.configure(env)  # idempotent: not prepended twice
+    assert env["PATH"] == os.pathsep.join([str(nd), "/usr/bin", "/bin"])
+    found = subprocess.run(["sh", "-c", "command -v ninja"], env=env, capture_output=True, text=True).stdout.strip()
+    assert found == str(nd / "ninja")
+
+
 RANK = """
 import datetime, deepspeed, torch, torch.distributed as dist
 deepspeed.init_distributed(dist_backend="gloo", verbose=False, timeout=datetime.timedelta(seconds=60))
@@ -114,7 +128,8 @@ def test_a_rank_killed_holding_the_build_lock_does_not_hang_the_next_run(tmp_pat
     root = tmp_path / "ext"
     built = extensions.build_root({**os.environ, **_configured()}) / "deepspeed_shm_comm"
     if (built / "deepspeed_shm_comm.so").exists():
-        shutil.copytree(built, root / "deepspeed_shm_comm")  # the venv's build: ranks only check it (no 45 s build)
+        # the venv's build: ranks only check it (no 45 s build); not a lock a killed process left there
+        shutil.copytree(built, root / "deepspeed_shm_comm", ignore=shutil.ignore_patterns("lock"))
     (root / "deepspeed_shm_comm").mkdir(parents=True, exist_ok=True)
     lock = root / "deepspeed_shm_comm" / "lock"
     holder = _holder(lock)
@@ -134,3 +149,49 @@ def _configured() -> dict[str, str]:
     env: dict[str, str] = {}
     extensions.configure(env)
     return env
+
+
+def test_ranks_waiting_on_a_held_build_lock_are_not_stalled(tmp_path, monkeypatch):
+    """A rank rebuilding the op (minutes on a loaded machine) uses no CPU of its own (the compiler is its
+    child) and its peers wait on the lock: not a stall while a live process holds the lock; one once it
+    is gone."""
+    from monta.emulate.ranks import layout
+    from monta.emulate.supervisor import Supervisor
+    from monta.emulate.topology import Topology
+
+    root = tmp_path / "ext"
+    (root / "deepspeed_shm_comm").mkdir(parents=True)
+    lock = root / "deepspeed_shm_comm" / "lock"
+    monkeypatch.setenv(extensions.ENV, str(root))
+    s = Supervisor(
+        {
+            "mode": "plain",
+            "nodes": 1,
+            "gpus_per_node": 2,
+            "topology": Topology(name="unshaped").to_dict(),
+            "log_dir": str(tmp_path / "logs"),
+            "argv": ["true"],
+            "stall_s": 30,
+        }
+    )
+    s.progress_dir.mkdir(parents=True)
+    ranks = layout(1, 2, ["127.0.0.1"], ["node0"], "lo")
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    holder = _holder(lock)
+    try:
+        s.procs = dict(enumerate(procs))
+        for r in (0, 1):  # both reported joining the process group 40 s ago and used no CPU since
+            (s.progress_dir / f"rank{r}").write_text(f"1 {time.time() - 40:.3f} joining the process group\n")
+        s.cpu_samples = [(time.monotonic() - 40, {0: 0.0, 1: 0.0})]
+        assert s._stalled(ranks) is None
+        holder.kill()
+        holder.wait()
+        s.cpu_samples = [(time.monotonic() - 40, {0: 0.0, 1: 0.0})]
+        failure = s._stalled(ranks)
+        assert failure is not None and "no rank made progress or used CPU for 30 s" in failure["message"]
+    finally:
+        holder.kill()
+        holder.wait()
+        for p in procs:
+            p.kill()
+            p.wait()

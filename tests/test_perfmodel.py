@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -167,7 +168,8 @@ def test_collective_byte_accounting():
     assert flat.inter_bytes == hier.inter_bytes == 16 * MiB * 8 / 16
     ag = C.allgather(MiB, GroupShape(8, 8, 8), cl)
     assert ag.intra_bytes == 7 * MiB and ag.inter_bytes == 0
-    ar, rs = C.allreduce(8 * MiB, g, cl), C.reducescatter(8 * MiB, g, cl)
+    ring = replace(cl, allreduce_algorithms=("ring",))  # the ring's accounting (the 2-node tree: test_nccl_algorithms)
+    ar, rs = C.allreduce(8 * MiB, g, ring), C.reducescatter(8 * MiB, g, ring)
     assert ar.inter_bytes + ar.intra_bytes == pytest.approx(2 * (rs.inter_bytes + rs.intra_bytes))
     assert ar.inter_bytes + ar.intra_bytes == pytest.approx(2 * 15 / 16 * 8 * MiB)
     assert C.alltoall(MiB, GroupShape(1, 1, 8), cl).time_us == 0.0
@@ -779,11 +781,10 @@ def test_the_intra_node_allgather_follows_simais_nvlink_table():
     normalised to its largest size) x 160 GB/s: ~89 / 128 / 136 / 152 GB/s at 16 / 64 / 128 / 1024 MiB."""
     from monta.perfmodel.network import collectives as C
     from monta.perfmodel.network.collectives import GroupShape
-    from monta.perfmodel.network.links import PRESETS
 
     tp8 = GroupShape.strided(8, 1, 8)
     for name in ("a800-4nic", "a800-8nic"):
-        c = PRESETS[name]()
+        c = get_cluster(name)
         for mib, ratio in ((16, 0.45), (64, 0.65), (128, 0.69), (1024, 0.77)):
             size = mib * 2**20
             busbw = size / C.allgather(size / 8, tp8, c).time_us / 1e3 * 7 / 8
@@ -997,3 +998,120 @@ def test_accuracy_prices_the_routed_exchanges_with_their_routing():
     pts, _ = evaluate(recs, prof)
     assert sorted({p.variant for p in pts}) == ["2dh", "allgather", "deepspeed", "node-dedup"] and len(pts) == 8
     assert all(p.error == pytest.approx(-0.2) for p in pts), [(p.variant, p.error) for p in pts]
+
+
+# -- contention: compute overlapped by communication runs (1 + c) x as long -------------------------------
+def _paper_steps(c: float, **kw) -> dict:
+    """Every variant's moe-2x70b step on the paper's A800 setup (2 x 8, TP8 EP2 DP2) at contention c."""
+    from monta.perfmodel.reports.paper import step_variants
+
+    m, cl = resolve_config("moe-2x70b", layers=16), get_cluster("a800-4nic", 2)
+    return {
+        v: predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v, **kw), cl, 8192, 2, contention=c)
+        for v in step_variants()
+    }
+
+
+def test_contention_zero_is_the_model_without_it():
+    """c = 0 (the default) adds nothing: the same breakdown as a call that does not name it, no contention
+    time, and the parts still add up to the step."""
+    m, cl = resolve_config("moe-2x70b", layers=16), get_cluster("a800-4nic", 2)
+    for kw in ({}, {"recompute": "full"}, {"recompute": "selective", "zero": 3}):
+        for v, b in _paper_steps(0.0, **kw).items():
+            assert b == predict_step(m, Strategy(tp=8, ep=2, dp=2, variant=v, **kw), cl, 8192, 2), (v, kw)
+            assert b.contention_us == 0.0 and b.extra["contention"] == 0.0
+            parts = ("compute", "recompute", "exchange", "tp", "cp", "pp", "grad", "optimizer")
+            assert sum(getattr(b, f"{p}_us") for p in parts) == pytest.approx(b.total_us, rel=1e-12), v
+
+
+def test_contention_never_speeds_a_variant_up_and_its_time_adds_up():
+    shapes = ({}, {"recompute": "full"}, {"micro_batch": 1, "zero": 3})
+    for kw in shapes:
+        steps = [_paper_steps(c, **kw) for c in (0.0, 0.1, 0.2, 0.3, 1.0)]
+        for v in steps[0]:
+            totals = [s[v].total_us for s in steps]
+            assert totals == sorted(totals), (v, kw, totals)
+            for s in steps:
+                b = s[v]
+                parts = ("compute", "recompute", "exchange", "tp", "cp", "pp", "grad", "optimizer", "contention")
+                assert sum(getattr(b, f"{p}_us") for p in parts) == pytest.approx(b.total_us, rel=1e-12), v
+
+
+def test_contention_slows_variants_that_overlap_more_by_more():
+    """Lancet hides more exchange behind compute than Lina, which hides some; legacy, deepspeed and monta hide
+    none (monta overlaps AllToAll with AllGather, communication with communication), so the gradient sync's
+    overlap with the last backward is all that slows them, alike. MoNTA's and Lancet's gains over deepspeed
+    fall as c grows, Lancet's faster."""
+    base = _paper_steps(0.0)
+    gains = {"monta": [], "lancet": []}
+    for c in (0.1, 0.2, 0.3):
+        s = _paper_steps(c)
+        slow = {v: s[v].total_us - base[v].total_us for v in s}
+        assert slow["lancet"] > slow["lina"] > slow["deepspeed"] > 0
+        assert slow["legacy"] == pytest.approx(slow["deepspeed"]) and slow["monta"] == pytest.approx(slow["deepspeed"])
+        # the sync's stretch: c x the compute it overlaps (the sync is shorter than the backward here)
+        t_grad = base["deepspeed"].extra["grad_sync_us"]
+        assert slow["deepspeed"] == pytest.approx(c * t_grad)
+        # legacy's exchange is untouched: no compute overlaps it
+        assert (s["legacy"].exchange_us, s["legacy"].exchange_hidden_us) == (base["legacy"].exchange_us, 0.0)
+        for v in gains:
+            gains[v].append(1 - s[v].total_us / s["deepspeed"].total_us)
+    for v, g in gains.items():
+        g0 = 1 - base[v].total_us / base["deepspeed"].total_us
+        assert [g0, *g] == sorted([g0, *g], reverse=True) and g[-1] < g0, (v, g0, g)
+    assert gains["lancet"][0] - gains["lancet"][-1] > gains["monta"][0] - gains["monta"][-1]
+
+
+def test_contention_of_a_schedule_by_hand():
+    """Lina's forward (exchange E, experts M, p pieces: hides min(E/2, M)(1 - 1/p)). Compute-bound, the
+    overlapped compute just takes c x longer; exchange-bound, the slower compute first fills the exchange's
+    slack: the layer grows by (1 - 1/p) max(0, M (1 + c) - E/2)."""
+    from monta.perfmodel.training import contention as K
+    from monta.variants import OverlapInputs
+    from monta_baselines.variants import _lina_hidden
+
+    q = 1 - 1 / 4
+    for ex, moe, c in ((100.0, 20.0, 0.5), (100.0, 20.0, 2.0), (40.0, 50.0, 0.3)):
+        o = OverlapInputs(ex, ex, attn_fwd_us=10.0, moe_fwd_us=moe, top_k=2, micro_batch=1, partitions=4)
+        hid = K.clamp_hidden(_lina_hidden(o), (ex, ex))
+        (added, _), (hidden, _) = K.schedule_overlap(_lina_hidden, o, hid, c)
+        assert hid[0] == pytest.approx(min(ex / 2, moe) * q)
+        assert added == pytest.approx(c * hid[0])
+        assert added - (hidden - hid[0]) == pytest.approx(
+            q * (max(0.0, moe * (1 + c) - ex / 2) if moe < ex / 2 else c * ex / 2)
+        )
+
+
+def test_contention_where_the_sync_outlasts_the_backward_is_hidden_under_it():
+    """A gradient sync longer than the backward: the stretched backward still ends under it, so the step is
+    unchanged (legacy on one layer, where the sync dwarfs the backward)."""
+    m, cl = resolve_config("moe-2x70b", layers=1, seq=1024), get_cluster("a800-4nic", 2)
+    s = Strategy(tp=8, ep=2, dp=2, variant="legacy")
+    b0 = predict_step(m, s, cl, 1024, 2)
+    assert b0.extra["grad_sync_us"] > 2 * (b0.compute_us * 2 / 3)  # the setting: sync > 2x the backward
+    b = predict_step(m, s, cl, 1024, 2, contention=0.5)
+    assert b.total_us == pytest.approx(b0.total_us) and b.contention_us > 0  # stretched, and hidden
+
+
+def test_contention_cli_table_and_errors(tmp_path, capsys):
+    from monta.cli import main
+
+    out = tmp_path / "contention.jsonl"
+    assert main(["predict", "contention", "--layers", "16", "--values", "0,0.2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "c = 0.2" in text and "\n# c = 0 is no contention: overlap gains are upper bounds\nwrote 26" in text
+    recs = read_records(out)
+    assert {r["params"]["contention"] for r in recs} == {0.0, 0.2}
+    assert {r["experiment"] for r in recs} == {"contention"}
+    by = {(r["params"]["variant"], r["params"]["contention"]): r["metrics"]["step_time_us"] for r in recs}
+    assert by[("lancet", 0.2)] == pytest.approx(_paper_steps(0.2)["lancet"].total_us)
+    assert main(["predict", "paper", "--cluster", "a800-4nic", "--layers", "16"]) == 0
+    assert "contention c = 0 (no contention: overlap gains are an upper bound)" in capsys.readouterr().out
+    for argv, expect in (
+        (["predict", "contention", "--values", "0,-0.1"], "--values=-0.1"),
+        (["predict", "contention", "--values", "x"], "not a number"),
+        (["predict", "paper", "--contention", "-1"], "--contention=-1.0"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("monta: error:") and expect in err and "\n" not in err, err

@@ -360,6 +360,19 @@ def test_lancet_partitions_are_their_own_knob():
         step._spec(_args(lancet_partitions=0))
 
 
+def test_contention_is_a_knob_of_the_clock():
+    """--contention (default 0) goes into the spec the ranks and the records read; it stretches the clock's
+    compute, so a run without the clock refuses it."""
+    from monta.bench import step
+
+    assert step._spec(_args())["contention"] == 0.0
+    assert step._spec(_args(compute="modeled", contention=0.2))["contention"] == 0.2
+    with pytest.raises(ValueError, match="--contention 0.2 stretches compute on the emulated clock"):
+        step._spec(_args(contention=0.2))
+    with pytest.raises(ValueError, match="contention"):
+        step._spec(_args(compute="modeled", contention=-0.1))
+
+
 def test_default_emulated_topology_is_shaped():
     """No shaping flag: the 4-NIC A800 at the default emulated rate (intra:inter 13.6); any flag:
     exactly what it says."""
@@ -456,7 +469,7 @@ CLOCKED = ("deepspeed", "lina", "lancet")
 US_PER_FLOP = 2e-6  # small targets (a few hundred us a GEMM): the test checks accounting, not speed
 
 
-def _clocked_job(variants, steps):
+def _clocked_job(variants, steps, contention=0.0, experts_us_per_flop=US_PER_FLOP):
     from monta.bench.step_worker import run_interleaved
     from monta.model.clock import ComputeClock
     from monta.model.config import resolve_config
@@ -465,7 +478,8 @@ def _clocked_job(variants, steps):
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     cfg = resolve_config("moe-2x70b-mini", **TEST_OVERRIDES)
     pieces = ("attention", "attention_core", "experts", "head")
-    clock = ComputeClock({p: US_PER_FLOP for p in pieces}, {"optimizer": 500.0})
+    rates = {p: US_PER_FLOP for p in pieces} | {"experts": experts_us_per_flop}
+    clock = ComputeClock(rates, {"optimizer": 500.0}, contention=contention)
     res = run_interleaved(
         layout, cfg, list(variants), chunks=2, steps=steps, warmup=0, seed=1234, lancet_partitions=2, clock=clock
     )
@@ -495,3 +509,16 @@ def test_compute_on_the_clock_keeps_the_math_and_prices_every_piece(runs, dist_w
                 for piece, want in per_step.items():
                     assert step["target_s"][piece] == pytest.approx(want, rel=1e-9), (v, piece)
     assert unclocked
+
+
+def test_contention_stretches_only_compute_under_the_exchange_and_keeps_the_math(runs, dist_world):
+    """--contention: the losses are the CPU's own (only waits change); Lina's experts, run while the next
+    piece's exchange is on the comm thread, wait longer on every rank; DeepSpeed's exchange blocks the
+    thread that computes, so nothing of its compute overlaps it and nothing is stretched. The experts' targets
+    are 50x the other test's (a few ms a GEMM), so their math does not outlast them and they wait."""
+    variants = ("deepspeed", "lina")
+    for rank, res in enumerate(dist_world(4).run(_clocked_job, variants, 2, 1.0, 50 * US_PER_FLOP, timeout_s=600)):
+        for v in variants:
+            assert res[v]["loss"] == runs[rank][0][v][:2], (rank, v)
+        assert all(step["contention_s"] == {} for step in res["deepspeed"]["clock"]), rank
+        assert all(step["contention_s"].get("experts", 0.0) > 0 for step in res["lina"]["clock"]), rank

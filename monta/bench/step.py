@@ -44,6 +44,7 @@ EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
 # Default shaping of the emulated run (no --topology/--*-gbps flag): the 4-NIC A800 preset, its NIC at
 # the default emulated rate and its loopback at the A800's per-GPU ratio rho (monta.emulate.topology).
 DEFAULT_PRESET = "a800-4nic"
+MAX_CONTENTION = 10.0  # overlapped compute 11x slower: far past any GPU's
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,6 +86,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "piece runs its math, then waits until it has taken the performance model's time for the "
         "same piece of the full-size model on the emulated cluster preset, x the run's dilation D "
         "(needs --emulate and a cluster preset topology, e.g. --topology a800-4nic)",
+    )
+    p.add_argument(
+        "--contention",
+        type=float,
+        default=0.0,
+        help="with --compute modeled: compute waited while this rank's MoE exchange is in flight lasts (1 + C) x "
+        "its target (communication kernels take SMs and memory bandwidth from the compute they overlap); "
+        "default 0: no contention, overlap gains are an upper bound. Only waits change: losses are identical",
     )
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
@@ -149,6 +158,12 @@ def check_args(args: argparse.Namespace) -> list[str]:
     if args.peak_tflops is not None:
         V.number(args.peak_tflops, "peak_tflops", 0, 1e6, lo_open=True)
     V.number(args.timeout, "timeout", 1, 30 * 86400, unit="seconds")
+    V.number(args.contention, "contention", 0, MAX_CONTENTION)
+    if args.contention and args.compute != "modeled":
+        raise ValueError(
+            f"--contention {args.contention:g} stretches compute on the emulated clock: add --compute modeled "
+            "(and --emulate), or leave --contention at 0"
+        )
     V.out_path(args.out)
     return variants
 
@@ -210,6 +225,7 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         "out": args.out,
         "emulated": False,
         "compute": args.compute,
+        "contention": float(args.contention),
         "experiment": args.experiment,
         "peak_tflops": args.peak_tflops,
     }
@@ -396,7 +412,11 @@ def _worker(spec: dict[str, Any]) -> int:
     if spec.get("clock"):
         from monta.model.clock import ComputeClock
 
-        clock = ComputeClock(spec["clock"]["us_per_flop"], {"optimizer": spec["clock"]["optimizer_us"]})
+        clock = ComputeClock(
+            spec["clock"]["us_per_flop"],
+            {"optimizer": spec["clock"]["optimizer_us"]},
+            contention=spec.get("contention", 0.0),
+        )
     res = run_interleaved(
         layout,
         cfg,
@@ -417,6 +437,12 @@ def _worker(spec: dict[str, Any]) -> int:
     return 0
 
 
+def _contention_text(c: float) -> str:
+    if not c:
+        return "contention 0: no contention, overlap gains are an upper bound"
+    return f"contention {c:g}: compute waited while this rank's MoE exchange is in flight lasts {1 + c:g}x"
+
+
 def _ci_text(ci: list[float], n: int) -> str:
     """``[lo, hi]``, or why there is none (a bootstrap needs 3 or more paired steps)."""
     lo, hi = ci
@@ -430,10 +456,11 @@ def _clock_summary(per_rank: list[dict], v: str, step_ms: float) -> dict[str, An
 
     steps = [s for r in per_rank for s in r[v]["clock"]]
     if not steps:
-        return {"target_ms": 0.0, "overrun_ms": 0.0, "overruns": {}, "cpu_bound": False}
+        return {"target_ms": 0.0, "overrun_ms": 0.0, "contention_ms": 0.0, "overruns": {}, "cpu_bound": False}
     n = len(per_rank[0][v]["clock"])
     target = max(sum(sum(s["target_s"].values()) for s in r[v]["clock"]) / n for r in per_rank)
     over = max(sum(sum(s["overrun_s"].values()) for s in r[v]["clock"]) / n for r in per_rank)
+    stretch = max(sum(sum(s.get("contention_s", {}).values()) for s in r[v]["clock"]) / n for r in per_rank)
     counts: dict[str, int] = {}
     for s in steps:
         for k, c in s["overruns"].items():
@@ -441,6 +468,7 @@ def _clock_summary(per_rank: list[dict], v: str, step_ms: float) -> dict[str, An
     return {
         "target_ms": 1e3 * target,
         "overrun_ms": 1e3 * over,
+        "contention_ms": 1e3 * stretch,  # wait contention added to the step's compute (the most of any rank)
         "overruns": counts,
         "cpu_bound": 1e3 * over > OVERRUN_BOUND * step_ms,
     }
@@ -533,6 +561,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
                     "capacity_factor": cfg.capacity_factor,
                     "micro_batch": cfg.micro_batch,
                     "compute": spec.get("compute", "real"),
+                    "contention": spec.get("contention", 0.0),
                     "topology": (spec.get("topology") or {}).get("name"),
                     "dilation": (spec.get("clock") or {}).get("dilation"),
                 },
@@ -553,6 +582,8 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
         f"{cfg.tokens_per_micro_batch} tokens/micro-batch) on {layout.describe()}, {spec['steps']} steps after "
         f"{spec['warmup']} warm-up, variants interleaved; source={records[0]['source']}"
     )
+    if spec.get("compute") == "modeled":
+        print(f"# {_contention_text(spec.get('contention', 0.0))}")
     if topo:
         rate = lambda g: f"{g:g} Gbit/s" if g else "unshaped"  # noqa: E731
         print(
@@ -608,6 +639,7 @@ def _report(spec, layout, cfg, per_rank: list[dict]) -> None:
             print(
                 f"# {v}: clock {c['target_ms']:.0f} ms of priced compute a step; math over its target: {late} "
                 f"({c['overrun_ms']:.1f} ms, {c['overrun_ms'] / m['step_ms']:.1%} of the step)"
+                + (f"; contention added {c['contention_ms']:.0f} ms" if spec.get("contention") else "")
             )
     for v, m in rows:
         print(f"# {v}: {verdict(m['host_cpu'])}")

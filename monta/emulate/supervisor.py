@@ -246,6 +246,8 @@ class Supervisor:
         used = sorted(cpu[r] - cpu_old.get(r, 0.0) for r in running)
         if used[len(used) // 2] > STALL_CPU_SHARE * (now - t_old):
             return None  # no report, but the ranks are working (the median rank: rank 0 samples the host)
+        if _building_op():
+            return None  # waiting on DeepSpeed's op build: its compiler's CPU is not the ranks' own
         # The rank that is behind: fewest reports (its peers went on to the next collective), then oldest.
         r = min(reports, key=lambda k: (reports[k][0], reports[k][1]))
         info = ranks[r]
@@ -310,6 +312,17 @@ def _proc_state(pid: int) -> str | None:
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _building_op() -> bool:
+    """A torch-extension build lock that a live process holds: a rank is building (or checking) a DeepSpeed
+    op and the others wait on it at start-up. A rebuild takes minutes on a loaded machine; killed as a stall,
+    the builder left its lock behind."""
+    from monta import extensions
+
+    root = extensions.build_root()
+    present = extensions.locks(root)
+    return bool(present) and len(extensions.stale_locks(root, min_age_s=0.0)) < len(present)
 
 
 def _proc_cpu_s(pid: int) -> float:

@@ -1,4 +1,5 @@
-"""The shaping spec of an emulated cluster (inter-/intra-node bandwidth, latency) and its presets.
+"""The shaping spec of an emulated cluster (inter-/intra-node bandwidth, latency) and its presets (the
+cluster files, ``clusters/*.yaml``, each slowed down by one factor).
 
 Pure Python: validated here once, then turned into ``tc`` commands by ``monta.emulate.shaping``.
 """
@@ -10,15 +11,16 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from monta.perfmodel.network.links import PRESETS as CLUSTER_PRESETS
+from monta.perfmodel.network import clusterfile
 from monta.perfmodel.network.links import Cluster
 
-# An emulated profile is a real cluster preset of the performance model (monta.perfmodel.network.links) slowed
+# An emulated profile is a real cluster (a cluster file, clusters/NAME.yaml, or a user's PATH.yaml) slowed
 # by one factor: every node's NIC is shaped to ``inter_gbps`` and its loopback to ``inter_gbps x rho``,
 # rho = per-GPU NVLink rate / per-GPU NIC share of the preset. A node's ranks share its loopback exactly
 # as they share its NIC, so the per-GPU ratio of the real node is reproduced (docs/testbed.md). The
-# default inter rate keeps every preset's loopback at or under ~1.7 Gbit/s, what gloo on 2 cores
-# feeds for 2 x 4 ranks without the cores binding; 2 x 8 runs at half of it (``NAME@0.0625``).
+# default inter rate keeps the A800, A100 and Hopper clusters' loopback at or under ~1.7 Gbit/s, what gloo
+# on 2 cores feeds for 2 x 4 ranks without the cores binding; 2 x 8 runs at half of it (``NAME@0.0625``).
+# The AWS clusters' ratios are far higher (p4de 46, p3dn 96): give them a lower rate (``p4de@0.03``).
 DEFAULT_INTER_GBPS = 0.125
 # Removed profiles, and why (a name must say what it is).
 RETIRED = {
@@ -32,9 +34,9 @@ def per_gpu_rates(cluster: Cluster) -> tuple[float, float]:
     return cluster.per_gpu_GBps
 
 
-def rho(cluster_name: str) -> float:
-    """Per-GPU NVLink rate over per-GPU NIC share of a performance-model cluster preset."""
-    nvlink, nic = per_gpu_rates(CLUSTER_PRESETS[cluster_name]())
+def rho(cluster: str) -> float:
+    """Per-GPU NVLink rate over per-GPU NIC share of a cluster (a name or a cluster file's path)."""
+    nvlink, nic = per_gpu_rates(clusterfile.load_cluster(cluster))
     return nvlink / nic
 
 
@@ -58,7 +60,7 @@ class Topology:
     tcp_cc: str = "reno"
     """TCP congestion control inside the emulated nodes (reno or bbr; see ``netns._tune_tcp``)."""
     cluster: str = ""
-    """The performance-model cluster preset these rates emulate ('' = hand-set rates, no real cluster)."""
+    """The cluster these rates emulate: a name or a cluster file's path ('' = hand-set rates, no real cluster)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -78,8 +80,11 @@ class Topology:
             raise ValueError(f"latency_us={lat!r}: must be a number of microseconds")
         if not 0.0 <= lat <= MAX_LATENCY_US:
             raise ValueError(f"latency_us={lat!r}: must be between 0 and {MAX_LATENCY_US:g} us")
-        if self.cluster and self.cluster not in CLUSTER_PRESETS:
-            raise ValueError(f"cluster={self.cluster!r}: choose one of {', '.join(CLUSTER_PRESETS)}")
+        if self.cluster:
+            try:
+                clusterfile.locate(self.cluster)
+            except ValueError as e:
+                raise ValueError(f"cluster={self.cluster!r}: {e}") from None
 
     @property
     def shaped(self) -> bool:
@@ -100,7 +105,7 @@ class Topology:
         GPUs, each with its NIC share of the preset); None for hand-set rates."""
         if not self.cluster or self.inter_gbps is None:
             return None
-        _, nic = per_gpu_rates(CLUSTER_PRESETS[self.cluster]())
+        _, nic = per_gpu_rates(clusterfile.load_cluster(self.cluster))
         return gpus_per_node * nic * 8.0 / self.inter_gbps
 
     def describe(self) -> str:
@@ -117,14 +122,17 @@ class Topology:
 
     @classmethod
     def emulating(cls, cluster: str, inter_gbps: float = DEFAULT_INTER_GBPS, **overrides: Any) -> Topology:
-        """The cluster preset ``cluster`` slowed down so its NIC runs at ``inter_gbps`` per node;
-        the loopback follows at ``inter_gbps x rho``. Named ``cluster@inter_gbps``."""
-        if cluster not in CLUSTER_PRESETS:
-            raise ValueError(f"unknown cluster preset {cluster!r}; choose one of {', '.join(CLUSTER_PRESETS)}")
+        """The cluster ``cluster`` (a name or a cluster file's path) slowed down so its NIC runs at
+        ``inter_gbps`` per node; the loopback follows at ``inter_gbps x rho``. Named ``NAME@inter_gbps``
+        (a file: the name inside it; the topology keeps the file's absolute path, so a record leads back)."""
+        cf = clusterfile.read(cluster)
         if isinstance(inter_gbps, bool) or not isinstance(inter_gbps, (int, float)) or not inter_gbps > 0:
             raise ValueError(f"inter_gbps={inter_gbps!r}: must be a positive number of Gbit/s")
+        is_file = clusterfile.is_path(cluster)
+        label = cf.cluster.name if is_file else cluster
+        cluster = str(cf.path.resolve()) if is_file else cluster
         return cls(
-            name=f"{cluster}@{inter_gbps:g}",
+            name=f"{label}@{inter_gbps:g}",
             cluster=cluster,
             inter_gbps=float(inter_gbps),
             intra_gbps=round(inter_gbps * rho(cluster), 4),
@@ -133,9 +141,11 @@ class Topology:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Topology:
-        """``unshaped``, a cluster preset (``a800-4nic``: its NIC at the default emulated rate), or
-        ``PRESET@GBPS`` (its NIC at GBPS Gbit/s per node, the loopback at GBPS x rho)."""
-        base_name, _, at = name.partition("@")
+        """``unshaped``, a cluster (``a800-4nic`` or ``path/to/my.yaml``: its NIC at the default emulated
+        rate), or ``CLUSTER@GBPS`` (its NIC at GBPS Gbit/s per node, the loopback at GBPS x rho)."""
+        base_name, sep, at = name.rpartition("@")
+        if not sep:
+            base_name, at = name, ""
         if base_name in RETIRED:
             raise ValueError(
                 f"topology preset {base_name!r} was removed: {RETIRED[base_name]}; use a800-4nic "
@@ -143,7 +153,7 @@ class Topology:
             )
         if name == "unshaped":
             base = Topology(name="unshaped")
-        elif base_name in CLUSTER_PRESETS:
+        elif clusterfile.is_path(base_name) or base_name in {*clusterfile.cluster_names(), *clusterfile.aliases()}:
             try:
                 inter = float(at) if at else DEFAULT_INTER_GBPS
             except ValueError:
@@ -154,7 +164,7 @@ class Topology:
         else:
             raise ValueError(
                 f"unknown topology preset {name!r}; choose one of {', '.join(PRESETS)}, "
-                "or PRESET@GBPS (the NIC rate per node)"
+                "PRESET@GBPS (the NIC rate per node) or a cluster file PATH.yaml[@GBPS]"
             )
         if base.cluster and set(overrides) & {"inter_gbps", "intra_gbps"} == {"inter_gbps"}:
             # A cluster preset at another NIC rate is still that cluster: the loopback follows rho.
@@ -165,8 +175,8 @@ class Topology:
         return replace(base, name=f"{base.name}+custom", cluster="", **overrides)
 
 
-# The named presets: no shaping, and every cluster preset of the performance model at the default rate.
-PRESETS: tuple[str, ...] = ("unshaped", *(n for n in CLUSTER_PRESETS if n != "a800"))
+# The named presets: no shaping, and every cluster file (clusters/*.yaml) at the default rate.
+PRESETS: tuple[str, ...] = ("unshaped", *clusterfile.cluster_names())
 
 
 # -- command-line flags shared by `monta emulate ...` and `monta bench ...` -------------------
@@ -177,7 +187,8 @@ def add_topology_args(parser: argparse.ArgumentParser) -> None:
         "--topology",
         default=None,
         metavar="PRESET",
-        help=f"named preset ({', '.join(PRESETS)}); explicit flags below override it",
+        help=f"named preset ({', '.join(PRESETS)}), PRESET@GBPS (its NIC at GBPS Gbit/s per node) or a "
+        "cluster file PATH.yaml[@GBPS]; explicit flags below override it",
     )
     g.add_argument(
         "--inter-gbps",

@@ -5,13 +5,20 @@ Per thread, the math between two pieces that the model does not price (norms, Ro
 routing, the loss) is counted into the next piece's time; communication is not: every collective and
 wait of ``torch.distributed`` restarts the thread's count (``install``), as do the harness's own waits
 on its communication threads (``restart``). One process-wide clock, like autograd itself.
+
+Contention (``contention`` c > 0): on a GPU the exchange's kernels take SMs and memory bandwidth from the
+compute they overlap. Here compute advances at 1 / (1 + c) of its speed while the harness's MoE exchange is
+in flight in this process (``EXCHANGE``: the pipelines' comm thread runs every exchange inside it), so a
+piece whose target is waited wholly under the exchange lasts (1 + c) x its target. Only waits change.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from contextlib import contextmanager
 from typing import Any
 
 import torch.distributed as dist
@@ -38,10 +45,97 @@ _DIST_CALLS = (
 )
 
 
-class ComputeClock:
-    """Targets: ``us_per_flop[piece]`` for pieces priced by their FLOPs, ``fixed_us[piece]`` for the rest."""
+class ExchangeWindow:
+    """When the harness's MoE exchange is in flight in this process (on any thread): what the contention
+    stretch reads. ``active()`` marks one exchange task; overlapping tasks count once."""
 
-    def __init__(self, us_per_flop: dict[str, float], fixed_us: dict[str, float] | None = None):
+    def __init__(self, keep: int = 4096):
+        self._cond = threading.Condition()
+        self._count = 0
+        self._since: float | None = None
+        # Closed windows (start, end), oldest first; a piece looks back only to its own start.
+        self._spans: deque[tuple[float, float]] = deque(maxlen=keep)
+
+    def enter(self) -> None:
+        with self._cond:
+            if self._count == 0:
+                self._since = time.perf_counter()
+                self._cond.notify_all()  # a stretched wait recomputes its end
+            self._count += 1
+
+    def exit(self) -> None:
+        with self._cond:
+            if self._count <= 0:
+                raise RuntimeError("exchange window: exit() without a matching enter()")
+            self._count -= 1
+            if self._count == 0:
+                self._spans.append((self._since, time.perf_counter()))
+                self._since = None
+                self._cond.notify_all()
+
+    @contextmanager
+    def active(self):
+        self.enter()
+        try:
+            yield
+        finally:
+            self.exit()
+
+    def run(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` as one exchange in flight (what the comm thread runs)."""
+        with self.active():
+            return fn(*args, **kwargs)
+
+    def in_flight_s(self, t0: float, t1: float) -> float:
+        """Seconds of [t0, t1] during which an exchange was in flight."""
+        with self._cond:
+            return self._in_flight_s(t0, t1)
+
+    def _in_flight_s(self, t0: float, t1: float) -> float:
+        total = 0.0
+        if self._since is not None:
+            total += max(0.0, t1 - max(self._since, t0))
+        for a, b in reversed(self._spans):
+            if b <= t0:
+                break
+            total += max(0.0, min(b, t1) - max(a, t0))
+        return total
+
+    def wait_stretched(self, start: float, target_s: float, c: float) -> float:
+        """Wait until compute counted from ``start`` has progressed ``target_s`` seconds, advancing at
+        1 / (1 + c) while an exchange is in flight; returns the seconds the stretch added. Woken by
+        every window edge, so the end is exact however the exchange comes and goes."""
+        while True:
+            with self._cond:
+                now = time.perf_counter()
+                over = self._in_flight_s(start, now)
+                left = stretched_left_s(target_s, now - start, over, c)
+                if left <= 0.0:
+                    return over * c / (1 + c)
+                # At most ``left`` of compute to go: (1 + c) x that wall time under an exchange.
+                self._cond.wait(left * (1 + c) if self._count else left)
+
+
+def stretched_left_s(target_s: float, elapsed_s: float, in_flight_s: float, c: float) -> float:
+    """Compute seconds a piece still owes: its target less its progress, where ``elapsed_s`` seconds since
+    its count started, ``in_flight_s`` of them under an exchange, progressed
+    ``elapsed_s - in_flight_s + in_flight_s / (1 + c)``."""
+    return target_s - (elapsed_s - in_flight_s * c / (1 + c))
+
+
+EXCHANGE = ExchangeWindow()
+
+
+class ComputeClock:
+    """Targets: ``us_per_flop[piece]`` for pieces priced by their FLOPs, ``fixed_us[piece]`` for the rest.
+    ``contention`` c >= 0: compute waited under the harness's exchange (``EXCHANGE``) lasts (1 + c) x."""
+
+    def __init__(
+        self, us_per_flop: dict[str, float], fixed_us: dict[str, float] | None = None, contention: float = 0.0
+    ):
+        if isinstance(contention, bool) or not isinstance(contention, (int, float)) or not 0 <= contention < math.inf:
+            raise ValueError(f"contention={contention!r}: give a finite factor >= 0 (0: no contention)")
+        self.contention = float(contention)
         self.us_per_flop = dict(us_per_flop)
         self.fixed_us = dict(fixed_us or {})
         self._local = threading.local()
@@ -55,6 +149,7 @@ class ComputeClock:
             self.target_s: dict[str, float] = defaultdict(float)
             self.overruns: dict[str, int] = defaultdict(int)  # pieces whose math outlasted their target
             self.overrun_s: dict[str, float] = defaultdict(float)  # by how much, summed
+            self.contention_s: dict[str, float] = defaultdict(float)  # wait added by contention, summed
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -63,6 +158,7 @@ class ComputeClock:
                 "target_s": dict(self.target_s),
                 "overruns": dict(self.overruns),
                 "overrun_s": dict(self.overrun_s),
+                "contention_s": dict(self.contention_s),
             }
 
     # -- the clock itself -------------------------------------------------------------------------
@@ -81,15 +177,24 @@ class ComputeClock:
         start = getattr(self._local, "start", None)
         start = t0 if start is None or start > t0 else start
         now = time.perf_counter()
-        late = now - start - target
-        if late < 0:
-            time.sleep(-late)
+        stretch = 0.0
+        if self.contention:
+            c = self.contention
+            late = -stretched_left_s(target, now - start, EXCHANGE.in_flight_s(start, now), c)
+            if late < 0:
+                stretch = EXCHANGE.wait_stretched(start, target, c)
+        else:
+            late = now - start - target
+            if late < 0:
+                time.sleep(-late)
         with self._lock:
             self.calls[piece] += 1
             self.target_s[piece] += target
             if late > 0:
                 self.overruns[piece] += 1
                 self.overrun_s[piece] += late
+            if stretch:
+                self.contention_s[piece] += stretch
         self._local.start = time.perf_counter()
 
 

@@ -159,6 +159,7 @@ def _check_semantics(cfg: Mapping[str, Any]) -> None:
         if len(set(names)) != len(names):
             raise ConfigError(f"config key {section}.clusters: cluster names must be unique, got {names}")
     _check_sweeps(cfg)
+    _check_clusters(cfg)
     if cfg["launcher"]["kind"] == "emulated" and cfg["launcher"]["backend"] != "gloo":
         raise ConfigError(
             "config key launcher.backend: the emulated cluster has no GPUs; set backend: gloo"
@@ -176,6 +177,25 @@ def _validate_module():
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from monta import validate
     return validate
+
+
+def _check_clusters(cfg: Mapping[str, Any]) -> None:
+    """predict.cluster and network.topology name a cluster (a file of clusters/) or a cluster file's path:
+    a typo or a malformed file stops here, not in the first job that reads it."""
+    _validate_module()  # puts the checkout on sys.path when Snakemake runs outside the environment
+    from monta.perfmodel.network import clusterfile
+
+    named = []
+    spec = cfg["predict"]["cluster"]
+    if cfg["predict"]["enabled"] and not (spec.startswith("emulator:") or spec.endswith(".json")):
+        named.append(("predict.cluster", spec))
+    if cfg["network"]["topology"] not in ("", "unshaped"):
+        named.append(("network.topology", cfg["network"]["topology"]))
+    for key, spec in named:
+        try:
+            clusterfile.read(spec)
+        except ValueError as e:
+            raise ConfigError(f"config key {key}: {e}") from None
 
 
 def _check_sweeps(cfg: Mapping[str, Any]) -> None:

@@ -109,3 +109,74 @@ rule ablation_seq:
         "monta plan --cluster {params.p[cluster]} --nodes {params.p[nodes]} --gpus-per-node {params.p[gpus_per_node]}"
         " --model {params.p[model]} {params.layers}"
         " --seq {wildcards.seq} --out {output} > {log} 2>&1"
+
+
+# Contention (docs/a800-clock.md#contention; not in the default target: `snakemake results/tables/contention.md`):
+# the emulated step with compute waited under the MoE exchange (1 + c) x as long, at c = 0 (no contention: overlap
+# gains are upper bounds) and c = 0.2, on the step ablations' cluster and step count; the ablations' variants plus the
+# schedules whose compute overlaps the exchange (the registry's pipelined schedules on DeepSpeed's exchange: Lina's and
+# Lancet's). c > 0 needs the clock: the emulator, compute modeled.
+from monta import variants as _registry  # torch-free; the config check has loaded it already
+
+CONTENTION = ["0", "0.2"]
+CONTENTION_VARIANTS = list(
+    dict.fromkeys(
+        ABL["step_variants"]
+        + [
+            v
+            for v in _registry.names()
+            if _registry.get(v).schedule.pipelined and _registry.get(v).exchange == "deepspeed"
+        ]
+    )
+)
+
+
+rule ablation_contention:
+    output:
+        "results/ablation/contention/{c}.jsonl",
+    log:
+        "results/logs/ablation/contention/{c}.log",
+    wildcard_constraints:
+        c=r"\d+(\.\d+)?",
+    params:
+        cmd=lambda wildcards: step_cmd(ABL_CLUSTER, CONTENTION_VARIANTS, **ABL_STEPS) + f" --contention {wildcards.c}",
+    resources:
+        **bench_resources(ABL_CLUSTER),
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "{params.cmd} --out {output} > {log} 2>&1"
+
+
+# The model's side: every variant of moe-2x70b on the A800 (2 x 8, TP8) at c = 0, 0.1, 0.2, 0.3.
+# Its printed table goes into the report (the default pipeline), the records into the emulated ablation's table.
+rule predict_contention:
+    output:
+        records="results/predict/contention.jsonl",
+        text="results/tables/contention-model.txt",
+    log:
+        "results/logs/predict/contention.log",
+    localrule: True
+    params:
+        p=PRED,
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "monta predict contention --cluster {params.p[cluster]} --out {output.records} > {output.text} 2> {log}"
+
+
+rule contention_table:
+    input:
+        expand("results/ablation/contention/{c}.jsonl", c=CONTENTION),
+        rules.predict_contention.output.records,
+    output:
+        "results/tables/contention.md",
+        "results/tables/contention.csv",
+        "results/tables/contention.tex",
+    log:
+        "results/logs/analysis/contention.log",
+    localrule: True
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "python -m monta_analysis.contention {input} --out-dir results > {log} 2>&1"

@@ -49,11 +49,16 @@ def get_report_input(wildcards):
     }
     if config["regress"]["enabled"] and config["alltoall"]["enabled"]:
         files["regress"] = "results/regress/alltoall.md"
+    if PRED["enabled"]:
+        files["published"] = "results/tables/published.md"
+        files["contention"] = "results/tables/contention-model.txt"
     return files
 
 
 def report_regress_arg(wildcards, input):
-    return f"--regress {input.regress}" if "regress" in input.keys() else ""
+    args = f"--regress {input.regress}" if "regress" in input.keys() else ""
+    args += f" --published {input.published}" if "published" in input.keys() else ""
+    return args + (f" --contention {input.contention}" if "contention" in input.keys() else "")
 
 
 REG = config["regress"]

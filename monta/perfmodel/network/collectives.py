@@ -151,12 +151,59 @@ def reducescatter(
 
 
 def allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
-    """Ring AllReduce = ReduceScatter + AllGather; busbw = algbw x 2(n-1)/n. A curve calibrated on
-    all_reduce_perf (per link class) is used where present, then ReduceScatter's, then AllGather's."""
+    """AllReduce as the collective library runs it: the fastest of the algorithms the cluster's library has
+    (``Cluster.allreduce_algorithms``; NCCL's tuner picks by its own model of the same kind). The ring is
+    ReduceScatter + AllGather, busbw = algbw x 2(n-1)/n. A curve calibrated on all_reduce_perf (per link
+    class) is used where present, then ReduceScatter's, then AllGather's; a calibrated AllReduce (or
+    ReduceScatter) is the measured one, whatever algorithm ran, so no other is tried."""
     if g.size == 1 or S <= 0:
         return ZERO
     half = reducescatter(S, g, cluster, ("allreduce", "reducescatter", "allgather"))
-    return half + half
+    best = half + half
+    if any(op in ("allreduce", "reducescatter") for (op, _), _ in cluster.collective_links):
+        return best  # measured curves describe what this cluster's library ran; other algorithms' are unknown
+    for algo in cluster.allreduce_algorithms:
+        t = _ALLREDUCE.get(algo, lambda *_: None)(S, g, cluster)
+        if t is not None and t.time_us < best.time_us:
+            best = t
+    return best
+
+
+def _nvls_us(S: float, g: GroupShape, cluster: Cluster) -> float | None:
+    """NVLink SHARP inside a node: every GPU pushes S to the switch, which reduces and multicasts the result
+    back, at ``nvls_algbw_GBps`` of algorithm bandwidth (the NVLink table's efficiency at S)."""
+    if not cluster.nvls_algbw_GBps or g.ranks_per_node < 2:
+        return None
+    link = cluster.link("intra", "allgather")
+    return link.latency_us + S / (cluster.nvls_algbw_GBps * 1e3 * link.eff(S))
+
+
+def _tree(S: float, g: GroupShape, cluster: Cluster) -> CollTime | None:
+    """NCCL's double binary tree across nodes, a chain (or NVLS) inside each node. Its bandwidth gain is on
+    2 nodes: each node sends S over its NICs instead of the ring's 2 S (n-1)/n ("2x less traffic on the
+    network than on the intra-node connections", NCCL's maintainers, data/published/claims.csv C14); on
+    more nodes it carries about the ring's bytes, so the ring stands for it."""
+    p, c = g.ranks_per_node, g.concurrent_per_node
+    if g.nodes != 2:
+        return None
+    # The reduce climbs the tree and the broadcast comes down it: a latency each, as the ring's two halves.
+    tn = _inter_us(cluster, S * c / p, S, "allreduce") + cluster.link("inter", "allreduce").latency_us
+    # Inside the node the reduce climbs the chain and the broadcast comes down it: a rank sends S up and S
+    # down, 2 S through its NVLink port, as much as the ring's 2 S (n-1)/n (the tree gains on the network only).
+    chain = _intra_us(cluster, 2 * S, S, "allgather", c) if p > 1 else 0.0
+    nvls = _nvls_us(S, g, cluster) if "nvls" in cluster.allreduce_algorithms else None
+    ti = min(chain, nvls) if nvls is not None else chain
+    return CollTime(max(ti, tn), ti, tn, 2 * S if p > 1 else 0.0, S / p)
+
+
+def _nvls(S: float, g: GroupShape, cluster: Cluster) -> CollTime | None:
+    if g.nodes != 1:
+        return None  # across nodes NVLS runs inside the tree (NVLSTree), priced there
+    t = _nvls_us(S, g, cluster)
+    return None if t is None else CollTime(t, t, 0.0, S, 0.0)
+
+
+_ALLREDUCE = {"tree": _tree, "nvls": _nvls}
 
 
 def p2p(nbytes: float, link: str, cluster: Cluster, concurrent_per_node: int = 1) -> CollTime:

@@ -1,8 +1,10 @@
-"""Link cost model (latency + bytes / (bandwidth x efficiency(size))) and the cluster presets.
+"""Link cost model (latency + bytes / (bandwidth x efficiency(size))), ``Cluster`` and the named
+efficiency curves.
 
-A ``Cluster`` is a node type (links, NICs, compute, memory) times a node count; the emulator's is
-read from the link profile that ``monta emulate calibrate`` writes (``monta.perfmodel.network.profile``,
-which also holds ``get_cluster``: a preset name, a profile or its path -> a ``Cluster``).
+A ``Cluster`` is a node type (links, NICs, compute, memory) times a node count. The real clusters are
+files, ``clusters/NAME.yaml`` (read by ``monta.perfmodel.network.clusterfile``); the emulator's is read
+from the link profile that ``monta emulate calibrate`` writes (``monta.perfmodel.network.profile``, which
+also holds ``get_cluster``: a cluster name or file, a profile or its path -> a ``Cluster``).
 """
 
 from __future__ import annotations
@@ -123,6 +125,12 @@ class Cluster:
     # ((op, link class), Link) pairs, op in alltoall / allgather.
     collective_links: tuple[tuple[tuple[str, str], Link], ...] = ()
     source: str = ""
+    # The AllReduce algorithms the collective library picks from (monta.perfmodel.network.collectives.allreduce):
+    # "ring" always; "tree" (NCCL's double binary tree: on 2 nodes half the ring's network bytes); "nvls"
+    # (NVLink SHARP, NVSwitch gen 3: the switch reduces, at ``nvls_algbw_GBps`` of algorithm bandwidth per GPU).
+    # An emulator profile (gloo) runs rings only; a cluster file states what its NCCL runs.
+    allreduce_algorithms: tuple[str, ...] = ("ring",)
+    nvls_algbw_GBps: float = 0.0
     # Emulator: every rank of every node runs on this many shared CPU cores (0 = each device has
     # its own host, as on real GPU nodes). Then the exchange timelines add the machine's CPU as a
     # resource that overlapping operations share (monta.perfmodel.network.fluid).
@@ -175,7 +183,7 @@ class Cluster:
 
 # SimAI (Alibaba, NSDI'25) measured AllToAll efficiency ratios on A800 (docs/design.md#a800-hardware):
 # one node 0.44 / 0.65 / 0.74 at 16 MiB / 128 MiB / 1 GiB; two nodes 0.52 / 0.76 / 0.81.
-# Our bandwidths below are already the *effective* large-message figures, so the ratios are
+# The cluster files' bandwidths are the *effective* large-message figures, so the ratios are
 # normalised to their 1 GiB value (the curve's shape, not its absolute level, is what we take).
 _SIMAI_INTRA = ((16 * 2**20, 0.44 / 0.74), (128 * 2**20, 0.65 / 0.74), (2**30, 1.0))
 _SIMAI_INTER = ((16 * 2**20, 0.52 / 0.81), (128 * 2**20, 0.76 / 0.81), (2**30, 1.0))
@@ -201,75 +209,12 @@ _SIMAI_NVLINK = tuple(
 )
 
 
-def _nvlink_allgather(bandwidth_GBps: float) -> tuple:
-    """The intra-node AllGather's own curve (SimAI's NVLink table), as a per-collective link. The
-    table's ratios are end to end (latency inside them), so this link adds no latency of its own;
-    below 16 MiB it keeps the 16 MiB ratio (the table's smallest size)."""
-    return ((("allgather", "intra"), Link(bandwidth_GBps, 0.0, _SIMAI_NVLINK)),)
-
-
-def _a800(nics: int) -> Cluster:
-    # A800 SXM: 8 NVLinks x 25 GB/s per direction, ~20 GB/s effective each -> ~160 GB/s intra bus
-    # bandwidth; HDR InfiniBand 200 Gb/s NICs at ~23.5 GB/s effective (SimAI, NSDI'25;
-    # docs/design.md#a800-hardware).
-    # 312 TFLOP/s dense bf16, 80 GB HBM2e at 2.0 TB/s.
-    return Cluster(
-        f"a800-{nics}nic",
-        Link(160.0, 10.0, _SIMAI_INTRA),
-        Link(23.5, 15.0, _SIMAI_INTER),
-        collective_links=_nvlink_allgather(160.0),
-        gpus_per_node=8,
-        nics_per_node=nics,
-        peak_tflops=312.0,
-        mem_GB=80.0,
-        copy_GBps=800.0,
-        hbm_GBps=2039.0,
-        source=f"A800 SXM, 8 NVLinks (~20 GB/s eff. each), {nics}x HDR 200 Gb/s; SimAI efficiency",
-    )
-
-
-def _a100() -> Cluster:
-    # A100 SXM (DGX A100): 12 NVLinks x 25 GB/s per direction (~20 effective -> ~240 GB/s), 8x HDR.
-    return Cluster(
-        "a100",
-        Link(240.0, 10.0, _SIMAI_INTRA),
-        Link(23.5, 15.0, _SIMAI_INTER),
-        gpus_per_node=8,
-        collective_links=_nvlink_allgather(240.0),
-        nics_per_node=8,
-        peak_tflops=312.0,
-        mem_GB=80.0,
-        copy_GBps=800.0,
-        hbm_GBps=2039.0,
-        source="A100 SXM 80GB, 12 NVLinks, 8x HDR 200 Gb/s; SimAI efficiency shape",
-    )
-
-
-def _hopper(name: str, nvlink_eff_GBps: float, note: str) -> Cluster:
-    # NDR 400 Gb/s = 50 GB/s per NIC, ~46 GB/s effective (DeepEP reports 43-58 GB/s inter on H800).
-    # 989 TFLOP/s dense bf16, 80 GB HBM3 at 3.35 TB/s.
-    return Cluster(
-        name,
-        Link(nvlink_eff_GBps, 8.0, _SIMAI_INTRA),
-        Link(46.0, 12.0, _SIMAI_INTER),
-        gpus_per_node=8,
-        collective_links=_nvlink_allgather(nvlink_eff_GBps),
-        nics_per_node=8,
-        peak_tflops=989.0,
-        mem_GB=80.0,
-        copy_GBps=1300.0,
-        hbm_GBps=3350.0,
-        source=note,
-    )
-
-
-PRESETS = {
-    "a800": lambda: _a800(4),  # decision: 4 NICs is the common A800 build; a800-8nic is the other
-    "a800-4nic": lambda: _a800(4),
-    "a800-8nic": lambda: _a800(8),
-    "a100": _a100,
-    # H100: NVLink 4, 900 GB/s bidirectional = 450 per direction, ~360 effective for AllToAll.
-    "h100": lambda: _hopper("h100", 360.0, "H100 SXM, NVLink 900 GB/s bidir, 8x NDR 400 Gb/s"),
-    # H800: NVLink cut to 400 GB/s bidirectional; DeepEP measures ~155 GB/s intra.
-    "h800": lambda: _hopper("h800", 160.0, "H800 SXM, NVLink 400 GB/s bidir (DeepEP: ~155 GB/s), 8x NDR 400 Gb/s"),
+# The named efficiency curves a cluster file (clusters/*.yaml, ``efficiency: NAME``) may use; the data
+# and where it comes from stay here, in one table. A file may give its own ``[[size_bytes, eff], ...]``.
+CURVES: dict[str, tuple[tuple[float, float], ...]] = {
+    "simai-alltoall-intra": _SIMAI_INTRA,
+    "simai-alltoall-inter": _SIMAI_INTER,
+    # End to end (latency inside the ratios): a link using it takes latency_us 0, and below 16 MiB it
+    # keeps the 16 MiB ratio (the table's smallest size).
+    "simai-nvlink": _SIMAI_NVLINK,
 }

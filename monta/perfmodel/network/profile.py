@@ -1,7 +1,8 @@
 """Calibrated link profiles (schema ``monta.linkprofile/1``): what ``monta emulate calibrate`` measures
 and writes, read back as a ``Cluster`` of the cost model (``monta.perfmodel.network.links``); and
-``get_cluster``, the one door to a ``Cluster`` (a preset name, a profile, its path, or a Cluster). It
-lives here, above both, because a profile is built from the cost model's ``Link`` and ``Cluster``.
+``get_cluster``, the one door to a ``Cluster`` (a cluster name or file, ``clusters/*.yaml``, read by
+``monta.perfmodel.network.clusterfile``; a profile or its path; or a Cluster). It lives here, above both,
+because a profile is built from the cost model's ``Link`` and ``Cluster``.
 
 A profile's efficiency points are end to end (size / time / bandwidth, what calibrate measures); the
 latency is taken out of them on load, then the curve is made non-decreasing in size (``monotone``).
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from monta.perfmodel.network.links import LINK_CLASSES, PRESETS, Cluster, Link
+from monta.perfmodel.network.links import LINK_CLASSES, Cluster, Link
 
 PROFILE_SCHEMA = "monta.linkprofile/1"
 
@@ -248,12 +249,17 @@ def monotone(points) -> tuple[tuple[float, float], ...]:
 
 
 def get_cluster(
-    spec: str | Cluster | LinkProfile | None = None, nodes: int | None = None, gpus_per_node: int | None = None
+    spec: str | os.PathLike | Cluster | LinkProfile | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
 ) -> Cluster:
-    """A preset name, a link-profile path (``emulator:PATH`` or ``*.json``), a profile, or a Cluster.
+    """A cluster name (``clusters/NAME.yaml`` or an alias), a cluster file's path (``*.yaml``), a link
+    profile's path (``emulator:PATH`` or ``*.json``), a profile, or a Cluster.
 
-    ``None`` reads ``$MONTA_CLUSTER`` (same forms), defaulting to the A800 preset.
+    ``None`` reads ``$MONTA_CLUSTER`` (same forms), defaulting to the A800 cluster (``a800``).
     """
+    from monta.perfmodel.network import clusterfile
+
     if spec is None:
         spec = os.environ.get("MONTA_CLUSTER", "a800")
     if isinstance(spec, Cluster):
@@ -261,7 +267,7 @@ def get_cluster(
     elif isinstance(spec, LinkProfile):
         c = spec.cluster()
     else:
-        s = str(spec)
+        s = os.fspath(spec)
         if s.startswith("emulator:") or s.endswith(".json"):
             c = LinkProfile.load(s.removeprefix("emulator:")).cluster()
         elif s == "emulator":
@@ -269,12 +275,8 @@ def get_cluster(
                 "cluster 'emulator' needs a link profile: use emulator:PATH/TO/linkprofile.json "
                 "(written by `monta emulate calibrate`)"
             )
-        elif s in PRESETS:
-            c = PRESETS[s]()
         else:
-            raise ValueError(
-                f"unknown cluster preset {s!r}: choose one of {', '.join(PRESETS)} or emulator:PATH/TO/linkprofile.json"
-            )
+            c = clusterfile.load_cluster(s)
     if nodes is not None or gpus_per_node is not None:
         c = c.with_nodes(nodes or c.nodes, gpus_per_node or c.gpus_per_node)
     return c

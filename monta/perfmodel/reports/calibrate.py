@@ -7,7 +7,6 @@ links, and with ``--out`` writes a cluster file (schema ``monta.cluster/1``). Im
 
 from __future__ import annotations
 
-import os
 import statistics
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def _cmd(args) -> int:
     cal = nccl_fit.calibrate(base, logs)
     print(report(cal, logs, base.name))
     if out is not None:
-        write_cluster(out, cal, logs, base.name)
+        write_cluster(out, cal, logs, base.name, overwrite=args.force)
         print(f"wrote {out}")
     return 0
 
@@ -116,13 +115,8 @@ def report(cal, logs, base_name: str) -> str:
     return "\n".join(lines)
 
 
-def cluster_dict(cal, logs, base_name: str) -> dict:
-    """The calibrated cluster as a ``monta.cluster/1`` mapping: the base's node type, every per-collective
-    link (fitted ones replace the base's), and what the fit saw and how well it reproduced it."""
-    cl = cal.cluster
-    collectives: dict = {}
-    for (op, cls), link in cl.collective_links:
-        collectives.setdefault(op, {})[cls] = link.to_dict()
+def calibration_notes(cal, logs) -> dict:
+    """What the fit saw and how well it reproduced it: the ``calibration`` block of the written file."""
     residuals: dict = {}
     for fit in cal.fits:
         errs = [abs(e) for e in fit.errors(MiB)]
@@ -132,47 +126,30 @@ def cluster_dict(cal, logs, base_name: str) -> dict:
             "median_abs_error_ge_1MiB": round(statistics.median(errs), 4) if errs else None,
             "points": [[r.size_bytes, round(r.measured_busbw, 3), round(r.fitted_busbw, 3)] for r in fit.residuals],
         }
-    return {
-        "schema": CLUSTER_SCHEMA,
-        "name": f"{base_name}-calibrated",
-        "base": base_name,
-        "source": f"monta calibrate --nccl-tests ({len(logs)} runs) on {base_name}",
-        "nodes": cl.nodes,
-        "gpus_per_node": cl.gpus_per_node,
-        "nics_per_node": cl.nics_per_node,
-        "links": {"intra": cl.intra.to_dict(), "inter": cl.inter.to_dict()},
-        "collectives": collectives,
-        "compute": {
-            "peak_tflops": cl.peak_tflops,
-            "gemm_eff": cl.gemm_eff,
-            "attn_eff": cl.attn_eff,
-            "mem_GB": cl.mem_GB,
-            "copy_GBps": cl.copy_GBps,
-            "hbm_GBps": cl.hbm_GBps,
-        },
-        "calibration": {
-            "logs": [
-                {
-                    "path": log.source,
-                    "collective": log.collective,
-                    "ranks": log.ranks,
-                    "nodes": log.nodes,
-                    "gpus_per_node": log.gpus_per_node,
-                    "gpu": log.gpu,
-                }
-                for log in logs
-            ],
-            "residuals": residuals,
-        },
-    }
+    runs = [
+        {"path": str(log.source), "collective": log.collective, "ranks": log.ranks, "nodes": log.nodes,
+         "gpus_per_node": log.gpus_per_node, "gpu": log.gpu}
+        for log in logs
+    ]  # fmt: skip
+    return {"logs": runs, "residuals": residuals}
 
 
-def write_cluster(path: Path, cal, logs, base_name: str) -> Path:
-    """Write atomically (temporary file in the same folder, then rename): a crash leaves no half file."""
-    import yaml
+def write_cluster(path: Path, cal, logs, base_name: str, overwrite: bool = False) -> Path:
+    """The calibrated cluster as a cluster file (``clusterfile.dump``: atomic, read back before it replaces
+    anything): the base's node type, every fitted per-collective link, and the calibration notes."""
+    from dataclasses import replace
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(cluster_dict(cal, logs, base_name), sort_keys=False))
-    os.replace(tmp, path)
-    return path
+    from monta.perfmodel.network.clusterfile import dump
+
+    fitted = sorted({f"collectives.{f.op}.{f.cls}" for f in cal.fits if f.link is not None})
+    note = f"fitted by monta calibrate --nccl-tests ({len(logs)} runs: {', '.join(str(x.source) for x in logs)})"
+    cluster = replace(cal.cluster, name=f"{base_name}-calibrated")
+    return dump(
+        cluster,
+        path,
+        overwrite=overwrite,
+        base=base_name,
+        description=f"{base_name} with link curves fitted to nccl-tests logs",
+        sources={**{k: note for k in fitted}, **({"nodes": note} if cluster.nodes > 1 else {})},
+        extra={"calibration": calibration_notes(cal, logs)},
+    )

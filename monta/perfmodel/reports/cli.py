@@ -34,10 +34,13 @@ def register(subparsers) -> None:
         "drop what does not fit; rank by predicted step time.",
     )
     p.add_argument(
-        "--cluster", default="a800", help="preset (a800, a800-8nic, a100, h100, h800) or emulator:PROFILE.json"
+        "--cluster",
+        default="a800",
+        help="cluster name (a file of clusters/, e.g. a800-8nic, h100, p4de), a cluster file PATH.yaml "
+        "(clusters/README.md), or emulator:PROFILE.json",
     )
     p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--gpus-per-node", type=int, default=None, help="default: the preset's (8)")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="default: the cluster's (8)")
     from monta.model.config import PRESETS  # pure Python, no torch
 
     p.add_argument("--model", default="moe-2x70b", help=f"model preset: {', '.join(PRESETS)}")
@@ -53,18 +56,37 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="write the ranked choices as JSONL records")
     p.set_defaults(func=_cmd_plan)
 
-    pr = subparsers.add_parser("predict", help="performance-model predictions (paper, alltoall, accuracy)")
+    pr = subparsers.add_parser(
+        "predict", help="performance-model predictions (paper, alltoall, accuracy, contention, published)"
+    )
     sub = pr.add_subparsers(dest="predict_command", metavar="WHAT", required=True)
 
     pp = sub.add_parser("paper", help="the paper's two headline setups, predicted, next to the published numbers")
-    pp.add_argument("--cluster", default="a800-4nic,a800-8nic", help="comma list of presets")
+    pp.add_argument(
+        "--cluster", default="a800-4nic,a800-8nic", help="comma list of cluster names or cluster files PATH.yaml"
+    )
     pp.add_argument("--layers", type=int, default=None, help="layers of the 2x70B step (default: the most that fit)")
     pp.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
+    pp.add_argument(
+        "--contention",
+        type=float,
+        default=0.0,
+        help="the step's contention factor c: compute overlapped by communication runs (1 + c) x as long "
+        "(default 0: no contention, overlap gains are an upper bound)",
+    )
     pp.add_argument("--out", default=None)
     pp.set_defaults(func=_cmd_paper)
+    from monta.perfmodel.reports import contention  # torch-free
+
+    contention.register(sub)
+    from monta.perfmodel.reports import published_cli  # torch-free
+
+    published_cli.register(sub)
 
     pa = sub.add_parser("alltoall", help="predicted TP AllToAll sweep in the benchmark's columns")
-    pa.add_argument("--cluster", default="a800", help="preset or emulator:PROFILE.json")
+    pa.add_argument(
+        "--cluster", default="a800", help="cluster name (clusters/), cluster file PATH.yaml, or emulator:PROFILE.json"
+    )
     pa.add_argument("--nodes", type=int, default=2)
     pa.add_argument("--gpus-per-node", type=int, default=8)
     pa.add_argument("--tp", type=int, default=8)
@@ -198,13 +220,13 @@ def _cmd_paper(args) -> int:
 
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
     if not clusters:
-        raise ValueError("--cluster: give at least one preset")
+        raise ValueError("--cluster: give at least one cluster name or file")
     from monta.validate import integer, out_path
 
     if args.layers is not None:
         integer(args.layers, "layers", 1, 100_000)
     out_path(args.out)
-    text, recs = run(clusters, args.layers, args.recompute)
+    text, recs = run(clusters, args.layers, args.recompute, args.contention)
     print(text)
     _write(args.out, recs)
     return 0

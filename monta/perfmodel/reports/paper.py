@@ -9,6 +9,7 @@ from typing import Any
 from monta.model.config import resolve_config
 from monta.perfmodel.network.alltoall import make_layout, sweep
 from monta.perfmodel.network.profile import get_cluster
+from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.memory import GB, memory_per_rank
 from monta.perfmodel.training.step import predict_step
 from monta.perfmodel.training.strategy import Strategy
@@ -47,7 +48,9 @@ def alltoall_setup(cluster_name: str) -> dict[str, Any]:
     return {"cluster": cluster, "layout": layout, "rows": rows, "best": best}
 
 
-def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int = 8192) -> dict[str, Any]:
+def step_setup(
+    cluster_name: str, layers: int | None, recompute: str, seq: int = 8192, contention: float = 0.0
+) -> dict[str, Any]:
     cluster = get_cluster(cluster_name, 2, 8)
     base = Strategy(tp=8, ep=2, dp=2, pp=1, cp=1, micro_batch=1, recompute=recompute, zero=1)
     model = resolve_config("moe-2x70b")
@@ -61,7 +64,14 @@ def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int =
         layers = fit
     model = replace(model, num_layers=layers)
     steps = {
-        v: predict_step(model, replace(base, variant=v), cluster, seq, global_batch=base.dp * base.micro_batch)
+        v: predict_step(
+            model,
+            replace(base, variant=v),
+            cluster,
+            seq,
+            global_batch=base.dp * base.micro_batch,
+            contention=contention,
+        )
         for v in step_variants()
     }
     mem = memory_per_rank(model, base, seq)
@@ -77,10 +87,12 @@ def step_setup(cluster_name: str, layers: int | None, recompute: str, seq: int =
     }
 
 
-def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, list[dict]]:
-    """The printed report and the records (``source="predicted"``)."""
+def run(clusters: list[str], layers: int | None, recompute: str, contention: float = 0.0) -> tuple[str, list[dict]]:
+    """The printed report and the records (``source="predicted"``); ``contention``: the step's factor c
+    (``monta.perfmodel.training.contention``)."""
     from monta.results import make_record
 
+    contention = K.check(contention, "--contention")
     out, recs = [], []
     out.append(
         "Assumptions: 'DeepSpeed' in the 8x claim = legacy (every TP rank AllToAlls the whole buffer, "
@@ -136,11 +148,11 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
             "inter-node AllToAll is all that matters)"
         )
 
-        st = step_setup(name, layers, recompute)
+        st = step_setup(name, layers, recompute, contention=contention)
         m, s, steps = st["model"], st["strategy"], st["steps"]
         out.append(
             f"\n[2] moe-2x70b step, seq {st['seq']}, 16 x {c.name}: {s.describe()}, global batch "
-            f"{s.dp * s.micro_batch} sequences (no gradient accumulation)"
+            f"{s.dp * s.micro_batch} sequences (no gradient accumulation), {K.describe(contention)}"
         )
         out.append(
             f"    layers: {m.num_layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
@@ -171,6 +183,7 @@ def run(clusters: list[str], layers: int | None, recompute: str) -> tuple[str, l
                         "nodes": 2,
                         "gpus_per_node": 8,
                         "cluster": c.name,
+                        "contention": contention,
                     },
                     metrics={
                         **b.to_dict(),

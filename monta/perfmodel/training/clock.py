@@ -1,8 +1,9 @@
 """The emulated cluster's clock: one dilation factor D for links and compute alike.
 
-An emulated run is the full-size model on a real cluster preset, D times slower: its links are the
-preset's per-GPU rates slowed down (``monta.emulate.topology``), and each compute piece of its small
-model lasts D times what this performance model gives the same piece of the full-size model.
+An emulated run is the full-size model on a real cluster (a cluster file, ``clusters/NAME.yaml`` or a
+user's PATH.yaml), D times slower: its links are the cluster's per-GPU rates slowed down
+(``monta.emulate.topology``), and each compute piece of its small model lasts D times what this
+performance model gives the same piece of the full-size model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from monta.model.config import FULL_SIZE, ModelConfig, preset_of
 from monta.model.config import PRESETS as MODEL_PRESETS
-from monta.perfmodel.network.links import PRESETS as CLUSTER_PRESETS
+from monta.perfmodel.network import clusterfile
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import COMPUTE_PIECES, forward_pieces_us, optimizer_us, piece_flops
 from monta.perfmodel.training.memory import params_per_rank
@@ -66,8 +67,8 @@ def buffer_bytes(cfg: ModelConfig, elem_bytes: int) -> float:
 
 @dataclass(frozen=True)
 class Clock:
-    """The clock of an emulated run of ``run`` on ``cluster`` slowed to ``inter_gbps`` / ``intra_gbps``
-    per node (``gpus_per_node`` ranks sharing each), TP ``tp``, EP ``ep``."""
+    """The clock of an emulated run of ``run`` on ``cluster`` (a cluster name or file path) slowed to
+    ``inter_gbps`` / ``intra_gbps`` per node (``gpus_per_node`` ranks sharing each), TP ``tp``, EP ``ep``."""
 
     cluster: str
     run: ModelConfig
@@ -80,15 +81,22 @@ class Clock:
     zero: int = 1
 
     def __post_init__(self) -> None:
-        if self.cluster not in CLUSTER_PRESETS:
-            raise ValueError(f"clock cluster {self.cluster!r}: choose one of {', '.join(CLUSTER_PRESETS)}")
+        try:
+            clusterfile.locate(self.cluster)
+        except ValueError as e:
+            raise ValueError(f"clock cluster {self.cluster!r}: {e}") from None
         for f in ("inter_gbps", "intra_gbps"):
             if not getattr(self, f) or getattr(self, f) <= 0:
                 raise ValueError(f"clock {f}={getattr(self, f)!r}: the modeled clock needs shaped links")
 
     @cached_property
+    def node(self) -> Cluster:
+        """The real cluster's node type, as its file states it."""
+        return clusterfile.load_cluster(self.cluster)
+
+    @cached_property
     def real(self) -> Cluster:
-        return CLUSTER_PRESETS[self.cluster]().with_nodes(self.ep, self.gpus_per_node)
+        return self.node.with_nodes(self.ep, self.gpus_per_node)
 
     @cached_property
     def full(self) -> ModelConfig:
@@ -96,8 +104,8 @@ class Clock:
 
     @property
     def per_gpu_GBps(self) -> tuple[float, float]:
-        """(NVLink, NIC share) of one real GPU, GB/s (the preset's own node, whatever the run's shape)."""
-        return CLUSTER_PRESETS[self.cluster]().per_gpu_GBps
+        """(NVLink, NIC share) of one real GPU, GB/s (the cluster's own node, whatever the run's shape)."""
+        return self.node.per_gpu_GBps
 
     def _emulated_s(self, node_bytes: float, gbps: float) -> float:
         return node_bytes * 8 / (gbps * 1e9)

@@ -17,6 +17,7 @@ from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import ROUTED
+from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
 from monta.perfmodel.training.strategy import Strategy
@@ -50,6 +51,8 @@ class StepBreakdown:
     intra_bytes: float
     chunks: int
     num_micro: int
+    # compute added by contention (overlapped compute x c; a full recomputation's own is in recompute_us)
+    contention_us: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +74,7 @@ class StepBreakdown:
                 "intra_bytes",
                 "chunks",
                 "num_micro",
+                "contention_us",
             )
         }
         d.update(self.extra)
@@ -103,12 +107,17 @@ def predict_step(
     validate: bool = True,
     compute_scale=None,
     elem_bytes: int = 2,
+    contention: float = 0.0,
 ) -> StepBreakdown:
     """``global_batch`` in sequences; gradients are synchronised once per step (DeepSpeed).
     ``validate=False`` is for the planner, whose enumeration only builds valid strategies.
     ``compute_scale`` (a ``monta.perfmodel.training.clock.Clock``): compute and optimizer times are the clock's
     (the full-size model's on the real cluster, dilated), communication is priced on ``cluster``.
-    ``elem_bytes``: bytes of an activation and gradient element (2: bf16 on GPUs; 4: the CPU runs' fp32)."""
+    ``elem_bytes``: bytes of an activation and gradient element (2: bf16 on GPUs; 4: the CPU runs' fp32).
+    ``contention`` c >= 0: compute overlapped by the MoE exchange (a schedule's hidden exchange) or by the
+    gradient sync runs (1 + c) x as long for the overlapped part (``monta.perfmodel.training.contention``);
+    0 prices overlap as free, so overlap gains are upper bounds."""
+    c = K.check(contention)
     gpn = cluster.gpus_per_node
     if validate:
         s.validate(cluster.world_size, gpn, m, seq)
@@ -167,29 +176,44 @@ def predict_step(
         ex = ex_b = exchange_shapes("legacy", 0.0, g["ep"], g["tp"], cluster, 1)
     ex_fwd, ex_bwd = 2 * ex.total_us, 2 * ex_b.total_us
     hid_f = hid_b = 0.0
+    # Contention, per layer: compute the overlap adds, and the exchange hidden with the compute slowed.
+    add_f = add_b = 0.0
+    slow_f = slow_b = 0.0
     if var.schedule.hidden_us is not None:
         # The schedule's own overlap model (Lina, Lancet: baselines/variants.py), on this variant's exchange.
-        hid_f, hid_b = var.schedule.hidden_us(
-            registry.OverlapInputs(
-                ex_fwd_us=ex_fwd,
-                ex_bwd_us=ex_bwd,
-                attn_fwd_us=attn_f,
-                moe_fwd_us=moe_f,
-                top_k=m.top_k,
-                micro_batch=s.micro_batch,
-                partitions=PARTITIONS,
-            )
+        inputs = registry.OverlapInputs(
+            ex_fwd_us=ex_fwd,
+            ex_bwd_us=ex_bwd,
+            attn_fwd_us=attn_f,
+            moe_fwd_us=moe_f,
+            top_k=m.top_k,
+            micro_batch=s.micro_batch,
+            partitions=PARTITIONS,
         )
-        hid_f, hid_b = max(0.0, min(hid_f, ex_fwd)), max(0.0, min(hid_b, ex_bwd))
+        hid_f, hid_b = K.clamp_hidden(var.schedule.hidden_us(inputs), (ex_fwd, ex_bwd))
+        slow_f, slow_b = hid_f, hid_b
+        if c:
+            (add_f, add_b), (slow_f, slow_b) = K.schedule_overlap(var.schedule.hidden_us, inputs, (hid_f, hid_b), c)
+    # What contention adds to a layer's forward and backward (>= 0: the compute added less the exchange
+    # it newly hides); the uncontended times below stay as they were, these are added on top.
+    more_f = layers * (add_f - (slow_f - hid_f))
+    more_b = layers * (add_b - (slow_b - hid_b))
 
-    recompute = 0.0
+    recompute = recompute_c = 0.0  # recomputation's time, and its compute
     if s.recompute == "full":
-        recompute = fwd_c - head_f + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
+        recompute_c = fwd_c - head_f
+        recompute = recompute_c + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
     elif s.recompute == "selective":
-        recompute = layers * gemm_us(fl.expert_act, cluster, measured_tflops)
+        recompute = recompute_c = layers * gemm_us(fl.expert_act, cluster, measured_tflops)
 
     t_fwd = fwd_c + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
     t_bwd = bwd_c + layers * (ex_bwd - hid_b + 2 * tp_ar.time_us + cp_bwd) + recompute
+    t_bwd_free = t_bwd  # without contention: the priority sync's share of it stays a property of the sync
+    # Contention (0.0 at c = 0: the sums are unchanged); full recomputation redoes the forward's overlap.
+    more_rc = more_f if s.recompute == "full" else 0.0
+    recompute += more_rc
+    t_fwd += more_f
+    t_bwd += more_b + more_rc
     t_mb = t_fwd + t_bwd
 
     # Pipeline: 1F1B, (pp-1) bubble slots; activations T x h cross each stage boundary both ways.
@@ -212,19 +236,26 @@ def predict_step(
     gd = C.allreduce(dense * elem_bytes, g["dp"], cluster)
     ge = C.allreduce(expert * elem_bytes, g["edp"], cluster)
     t_grad = gd.time_us + ge.time_us
-    a2a_busy = layers * (ex_bwd - hid_b)
+    a2a_busy = layers * (ex_bwd - hid_b)  # the AllToAll's time on the link: compute speed does not change it
     shares_link = any(x.link == g["ep"].link for x in (g["dp"], g["edp"]) if x.size > 1) and s.ep > 1
+    # Contention: the sync slows the last backward's compute it overlaps (what the exchange already
+    # stretched excepted); a longer backward then hides more of the sync.
+    grad_more = 0.0
+    if c:
+        stretched = layers * (hid_b + (hid_f if s.recompute == "full" else 0.0))
+        grad_more = K.grad_sync_stretch(t_grad, bwd_c + recompute_c - stretched, c)
+    t_last = t_bwd + grad_more
     if var.sync.priority:
         # AllToAll first: gradients use only the link's idle time, and a micro-op in flight blocks a
         # newly arriving AllToAll for half a chunk on average.
-        idle = t_bwd - (a2a_busy if shares_link else 0.0)
+        idle = t_last - (a2a_busy if shares_link else 0.0)
         chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense * elem_bytes), g["dp"], cluster).time_us
-        busy = min(1.0, t_grad / max(t_bwd, 1e-9))
+        busy = min(1.0, t_grad / max(t_bwd_free, 1e-9))
         grad_us = max(0.0, t_grad - idle) + (layers * 2 * 0.5 * chunk * busy if shares_link else 0.0)
     else:
         # Fair sharing: while both are on the link, the AllToAll gets half of it.
         delay = 0.5 * min(t_grad, a2a_busy) if shares_link else 0.0
-        grad_us = max(0.0, t_grad - t_bwd) + delay
+        grad_us = max(0.0, t_grad - t_last) + delay
 
     opt_us = (
         compute_scale.optimizer_us
@@ -232,7 +263,7 @@ def predict_step(
         else optimizer_us(dense, expert, s.lanes, s.expert_dp, s.zero, cluster)
     )
 
-    total = num_micro * t_mb + pp_us + z3 + grad_us + opt_us
+    total = num_micro * t_mb + pp_us + z3 + grad_us + opt_us + grad_more
     micro = num_micro * (1 if s.recompute != "full" else 1.5)  # full recompute redoes forward exchanges
     per_layer_x = 2 * (ex.inter_bytes + ex_b.inter_bytes), 2 * (ex.intra_bytes + ex_b.intra_bytes)
     inter = (
@@ -252,8 +283,8 @@ def predict_step(
         total,
         num_micro * (fwd_c + bwd_c),
         num_micro * recompute,
-        num_micro * layers * (ex_fwd + ex_bwd - hid_f - hid_b),
-        num_micro * layers * (hid_f + hid_b),
+        num_micro * layers * (ex_fwd + ex_bwd - slow_f - slow_b),
+        num_micro * layers * (slow_f + slow_b),
         num_micro * layers * 4 * tp_ar.time_us,
         num_micro * layers * (cp_fwd + cp_bwd),
         pp_us,
@@ -263,7 +294,9 @@ def predict_step(
         intra,
         chunks,
         num_micro,
+        num_micro * layers * (add_f + add_b) + grad_more,
         extra={
+            "contention": c,
             "exchange_per_layer_us": ex_fwd + ex_bwd,
             "grad_sync_us": t_grad,
             "exchange_bytes": S,

@@ -1,0 +1,167 @@
+"""``monta predict published``'s command: the tables it prints and the records it writes
+(``monta.perfmodel.reports.published`` prices the rows, ``monta.perfmodel.reports.claims`` checks the claims)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monta.perfmodel.reports.published import EXPLAIN_ABOVE, price, read_rows, summary
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.0f}%"
+
+
+def _abs_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def table(recs: list[dict]) -> str:
+    """Every row: measured, blind and calibrated, errors and reasons (a Markdown table)."""
+    from tabulate import tabulate
+
+    from monta.units import format_size
+
+    rows = [
+        [
+            r["id"],
+            r["source"],
+            r["collective"],
+            r["cluster"] or "-",
+            format_size(r["size_bytes"]) if r["size_bytes"] else "-",
+            (r["metric"] or "-").replace("_GBps", " GB/s").replace("_us", " us"),
+            _num(r["measured"]),
+            _num(r["predicted_blind"]),
+            _pct(r["error_blind"]),
+            _num(r["predicted_calibrated"]),
+            _pct(r["error_calibrated"]),
+            r["health"],
+            r["reason"] or "",
+        ]
+        for r in recs
+    ]
+    head = ["id", "source", "collective", "cluster", "size", "metric", "measured", "blind", "err", "calibrated",
+            "err", "health", "reason"]  # fmt: skip
+    return tabulate(rows, head, tablefmt="github", disable_numparse=True)
+
+
+def source_table(summ: dict) -> str:
+    from tabulate import tabulate
+
+    rows = [
+        [s, v["rows"], _abs_pct(v["median_blind_error"]), _abs_pct(v["median_calibrated_error"])]
+        for s, v in sorted(summ["per_source"].items())
+    ]
+    return tabulate(
+        rows, ["source", "rows", "median abs. blind error", "median abs. calibrated error"], tablefmt="github"
+    )
+
+
+def headline(summ: dict, recs: list[dict]) -> str:
+    big = [r for r in recs if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE]
+    unpriced = [r for r in recs if r["predicted_blind"] is None]
+
+    def pct(x):
+        return "-" if x is None else f"{x * 100:.1f}%"
+
+    return (
+        f"{summ['rows']} rows from {summ['sources']} sources; priced blind {summ['priced_blind']}, calibrated "
+        f"{summ['priced_calibrated']}. Healthy nccl-tests rows: {summ['healthy_nccl_rows']}, median abs. error blind "
+        f"{pct(summ['median_blind_error'])}, calibrated {pct(summ['median_calibrated_error'])}. "
+        f"{len(big)} rows above {EXPLAIN_ABOVE:.0%} blind error and {len(unpriced)} unpriced, each with its reason."
+    )
+
+
+def _cmd(args) -> int:
+    import json
+
+    from monta.perfmodel.reports.claims import check_claims
+
+    recs = price(read_rows(args.data))
+    summ = summary(recs)
+    claims = check_claims(args.claims) if args.claims else []
+    text = markdown(args.data, recs, summ, claims)
+    print(text)
+    if args.md:
+        _write_text(args.md, text)
+        print(f"wrote {args.md}")
+    if args.out:
+        out = [{"kind": "published", **r} for r in recs]
+        out += [{"kind": "published-claim", **c} for c in claims]
+        out.append({"kind": "published-summary", **summ})
+        _write_jsonl(args.out, out)
+        print(f"wrote {len(out)} records to {args.out}")
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summ, indent=1))
+    return 0
+
+
+def claims_table(claims: list[dict]) -> str:
+    from tabulate import tabulate
+
+    rows = [[c["id"], c["kind"], c["verdict"], "; ".join(x["model"] for x in c["checks"]) or c.get("why", "")]
+            for c in claims]  # fmt: skip
+    return tabulate(rows, ["claim", "kind", "model", "what the model says"], tablefmt="github")
+
+
+def markdown(data: str, recs: list[dict], summ: dict, claims: list[dict]) -> str:
+    """The whole page: the headline, per source, the claims, then every row."""
+    parts = [
+        f"Published measurements ({data}) priced by the model from their hardware alone (blind) and fitted on "
+        "the other healthy rows of the same hardware (calibrated). Error = (model - measured) / measured.",
+        "",
+        headline(summ, recs),
+        "",
+        source_table(summ),
+        "",
+    ]
+    if claims:
+        parts += [claims_table(claims), ""]
+    parts += [table(recs), ""]
+    return "\n".join(parts)
+
+
+def _write_text(path: str, text: str) -> None:
+    _write_jsonl(path, [text], raw=True)
+
+
+def _write_jsonl(path: str, recs: list, raw: bool = False) -> None:
+    """Atomic: a temp file in the same folder, renamed over the target (no half-written file on an error)."""
+    import json
+    import os
+    import tempfile
+
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise FileNotFoundError(f"--out {p}: folder {p.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            for r in recs:
+                f.write(r if raw else json.dumps(r) + "\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def register(sub) -> None:
+    """``monta predict published``: called by ``monta.perfmodel.reports.cli``."""
+    p = sub.add_parser(
+        "published",
+        help="price published measurements (nccl-tests, MoE kernels) row by row, blind and calibrated",
+        description="Price every row of a CSV of measurements made elsewhere (columns of "
+        "data/published/collectives.csv) from its hardware alone (blind) and fitted on the other rows of the same "
+        "hardware (calibrated); print the error per row and per source.",
+        formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--data", default="data/published/collectives.csv", help="CSV of published measurements")
+    p.add_argument("--claims", default=None, help="also check stated expectations (data/published/claims.csv)")
+    p.add_argument("--out", default=None, help="write one JSONL record per row (plus claims and a summary)")
+    p.add_argument("--md", default=None, help="also write the tables as one Markdown page (the report's section)")
+    p.add_argument("--summary-json", default=None, help=__import__("argparse").SUPPRESS)
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,58 @@
+"""The AllReduce as NCCL runs it (collectives.allreduce): ring, the 2-node tree, NVLink SHARP; a calibrated
+curve or an emulator profile keeps the ring."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network.collectives import GroupShape
+from monta.perfmodel.network.links import Link
+from monta.perfmodel.network.profile import get_cluster
+
+GiB = 2**30
+
+
+def _busbw(c, S, g):
+    return C.busbw_GBps("allreduce", S, C.allreduce(S, g, c).time_us, g.size)
+
+
+def test_the_two_node_tree_halves_the_network_bytes_and_nothing_else():
+    a100 = get_cluster("a100", 2)  # 8 x HDR: network-bound on 2 nodes
+    ring = replace(a100, allreduce_algorithms=("ring",))
+    full = GroupShape(16, 8, 8)
+    t_ring, t_tree = C.allreduce(GiB, full, ring), C.allreduce(GiB, full, a100)
+    assert t_tree.time_us < t_ring.time_us
+    assert t_tree.inter_bytes == pytest.approx(GiB / 8)  # S per node over its NICs, a rank's share S / p
+    # busbw: ring ~ the node's NICs, the tree up to 2x that (NCCL maintainers, claims C14), no more
+    nics = a100.nics_per_node * a100.inter.bandwidth_GBps
+    assert _busbw(ring, GiB, full) == pytest.approx(nics, rel=0.08)
+    assert nics < _busbw(a100, GiB, full) <= 2 * nics
+    # One rank per node (a DP group): the tree sends what the ring sends; more than 2 nodes: rings only
+    assert C.allreduce(GiB, GroupShape(2, 1, 8), a100) == C.allreduce(GiB, GroupShape(2, 1, 8), ring)
+    four = get_cluster("a100", 4)
+    assert C.allreduce(GiB, GroupShape(32, 8, 8), four) == C.allreduce(
+        GiB, GroupShape(32, 8, 8), replace(four, allreduce_algorithms=("ring",))
+    )
+
+
+def test_nvlink_sharp_on_one_nvswitch3_node():
+    h100 = get_cluster("h100")
+    g = GroupShape(8, 8, 8)
+    bus = _busbw(h100, 8 * GiB, g)
+    assert bus == pytest.approx(h100.nvls_algbw_GBps * 2 * 7 / 8, rel=0.05)  # busbw = algbw x 2(n-1)/n
+    assert bus > _busbw(replace(h100, allreduce_algorithms=("ring",)), 8 * GiB, g)
+    assert get_cluster("a100").nvls_algbw_GBps == 0 and "nvls" not in get_cluster("a800").allreduce_algorithms
+
+
+def test_measured_curves_and_emulator_profiles_keep_the_ring():
+    a100 = get_cluster("a100", 2)
+    g = GroupShape(16, 8, 8)
+    fitted = replace(a100, collective_links=a100.collective_links + ((("allreduce", "inter"), Link(5.0, 0.0)),))
+    half = C.reducescatter(GiB, g, fitted, ("allreduce", "reducescatter", "allgather"))
+    assert C.allreduce(GiB, g, fitted) == half + half
+    from monta.perfmodel.network.links import Cluster
+
+    assert Cluster.allreduce_algorithms == ("ring",)  # what a link profile (gloo) builds
