@@ -16,7 +16,7 @@ benchmarks, the performance model) can use it.
 - How large the buffer is: ``expert_capacity`` (DeepSpeed's gate) and ``dispatch_bytes``.
 
 Lancet's batch partitions are a different number (``--lancet-partitions``, default
-``monta.perfmodel.training.step.PARTITIONS``), not a chunk count.
+``monta.variants.PARTITIONS``), not a chunk count.
 
 Why the half-size first chunk (``monta_split``): with the AllGather the longer half (TP8 on the
 default profile), the exchange cannot end before the first chunk's AllToAll (the fill, nothing to

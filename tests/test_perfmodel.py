@@ -819,7 +819,7 @@ def test_routed_exchanges_are_their_own_models():
     from monta.perfmodel.network.exchange import modelled_as
     from monta.perfmodel.network.routed import routed_exchange_time, routed_exchanges
 
-    assert routed_exchanges() == ("2dh", "allgather", "node-dedup")
+    assert routed_exchanges()[:3] == ("2dh", "allgather", "node-dedup")
     layout = ROUTED_LAYOUTS[0]
     for v in routed_exchanges():
         assert modelled_as(v) == v
@@ -1099,8 +1099,9 @@ def test_contention_cli_table_and_errors(tmp_path, capsys):
     out = tmp_path / "contention.jsonl"
     assert main(["predict", "contention", "--layers", "16", "--values", "0,0.2", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "c = 0.2" in text and "\n# c = 0 is no contention: overlap gains are upper bounds\nwrote 26" in text
+    assert "c = 0.2" in text and "\n# c = 0 is no contention: overlap gains are upper bounds\nwrote " in text
     recs = read_records(out)
+    assert f"wrote {len(recs)} records" in text and len(recs) % 2 == 0 and len(recs) >= 26  # every variant, 2 values
     assert {r["params"]["contention"] for r in recs} == {0.0, 0.2}
     assert {r["experiment"] for r in recs} == {"contention"}
     by = {(r["params"]["variant"], r["params"]["contention"]): r["metrics"]["step_time_us"] for r in recs}

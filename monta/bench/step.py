@@ -21,7 +21,7 @@ from monta import variants as registry
 from monta.chunking import Auto, capacity_slice, dispatch_bytes, expert_capacity, is_auto, parse_chunks
 from monta.model.config import PRESETS, ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
-from monta.perfmodel.training.step import PARTITIONS
+from monta.variants import PARTITIONS
 
 # record key -> breakdown_s key of train_step; names match monta_analysis.tables.PHASES (plus backward detail)
 BREAKDOWN = {
@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=PARTITIONS,
         help=f"batch partitions of the lancet schedule (default {PARTITIONS}: the performance model's "
-        "PARTITIONS, monta.perfmodel.training.step, so the run and the model's price agree)",
+        "PARTITIONS, monta.variants, which the model reads too, so the run and the model's price agree)",
     )
     p.add_argument(
         "--cluster",

@@ -195,46 +195,46 @@ def check_link(params, expected):
 
 
 def check_crossover_2dh(params, expected):
-    """Tutel's 2D hierarchical AllToAll against the flat one (TP 1, 8 GPUs a node) as the GPU count grows."""
+    """A hierarchical AllToAll (the claim's ``exchange``, Tutel's 2DH in the project's table) against the flat
+    one (``flat``) at TP 1, 8 GPUs a node, as the GPU count grows: slower at 16 GPUs, faster beyond a crossover."""
     from monta.parallel import ParallelLayout
     from monta.perfmodel.network.routed import routed_exchange_time
 
+    hier_x, flat_x = params["exchange"], params.get("flat", "deepspeed")
     out = []
     for mib in (1, 4, 16):
         slower_at, faster_at = [], []
         for nodes in (2, 4, 8, 16, 32, 64, 128):
             lay = ParallelLayout(nodes=nodes, gpus_per_node=8, tp=1, ep=nodes * 8)
             c = _cluster({"gpu": "A100", "nic_per_node": 8, "nic_gbps": 200}, nodes=nodes)
-            flat = routed_exchange_time("deepspeed", mib * 2**20, lay, c).total_us
-            hier = routed_exchange_time("2dh", mib * 2**20, lay, c).total_us
+            flat = routed_exchange_time(flat_x, mib * 2**20, lay, c).total_us
+            hier = routed_exchange_time(hier_x, mib * 2**20, lay, c).total_us
             (faster_at if hier < flat else slower_at).append(nodes * 8)
         cross = min(faster_at) if faster_at else None
         ok = bool(slower_at) and bool(faster_at) and max(slower_at) < min(faster_at) and min(slower_at) == 16
-        out.append((f"{mib} MiB per GPU: 2dh slower at {slower_at or '-'} GPUs, faster from {cross or '-'}", ok))
+        out.append((f"{mib} MiB per GPU: {hier_x} slower at {slower_at or '-'} GPUs, faster from {cross or '-'}", ok))
     return out
 
 
 def check_crossover_dispatcher(params, expected):
-    """Megatron-Core's AllGather dispatcher against the AllToAll one on 2 x 8 (EP over nodes)."""
+    """An AllGather dispatcher (the claim's ``exchange``, Megatron-Core's in the project's table) against the
+    AllToAll one (``flat``) on 2 x 8 (EP over nodes): ``expected["better_dispatcher"]`` names the kind that
+    should win, "allgather" (at very large top-k) or "alltoall" (at the usual top-k)."""
     from monta.parallel import ParallelLayout
     from monta.perfmodel.network.routed import routed_exchange_time
 
+    gather_x, flat_x = params["exchange"], params.get("flat", "deepspeed")
     c = _cluster({"gpu": "H100", "nic_gbps": 400})
     lay = ParallelLayout(nodes=2, gpus_per_node=8, tp=1, ep=16)
     S = 64 * 2**20
-    out = []
-    want = expected["better_dispatcher"]
-    for k in (1, 2, 8, 16):
-        ag = routed_exchange_time("allgather", S, lay, c, top_k=k, experts=32).total_us
-        a2a = routed_exchange_time("deepspeed", S, lay, c, top_k=k, experts=32).total_us
-        better = "allgather" if ag < a2a else "alltoall"
-        out.append((k, better, ag, a2a))
-    if want == "alltoall":  # with EP: AllToAll at the usual top-k
-        res = [(f"EP 16, top-{k}: {b} ({ag:.0f} vs {a2a:.0f} us)", b == "alltoall") for k, b, ag, a2a in out if k <= 2]
-    else:  # very large top-k: AllGather
-        res = [
-            (f"EP 16, top-{k}: {b} ({ag:.0f} vs {a2a:.0f} us)", b == "allgather") for k, b, ag, a2a in out if k >= 16
-        ]
+    want_gather = expected["better_dispatcher"] == "allgather"
+    res = []
+    for k in (1, 2) if not want_gather else (16,):
+        ag = routed_exchange_time(gather_x, S, lay, c, top_k=k, experts=32).total_us
+        a2a = routed_exchange_time(flat_x, S, lay, c, top_k=k, experts=32).total_us
+        gather_wins = ag < a2a
+        winner = gather_x if gather_wins else flat_x
+        res.append((f"EP 16, top-{k}: {winner} faster ({ag:.0f} vs {a2a:.0f} us)", gather_wins == want_gather))
     return res
 
 

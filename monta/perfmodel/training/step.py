@@ -21,12 +21,9 @@ from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
 from monta.perfmodel.training.strategy import Strategy
-from monta.variants import LINA_CHUNK_BYTES  # a priority sync's micro-op size
+from monta.variants import LINA_CHUNK_BYTES, PARTITIONS  # a priority sync's micro-op size; Lancet's partitions
 
 PLAN_CHUNKS = (1, 2, 4, 8, 16)  # 'auto' at step level: powers of two keep the planner fast
-# Lancet's batch partitions / Lina's AllToAll token chunks (decision, a knob): the one default of both the
-# model and `monta bench step --lancet-partitions` (the run's Lina pieces are its --chunks).
-PARTITIONS = 4
 
 # Per variant (monta.variants; docs/design.md#variants): its exchange runs the AllToAll, its sync says
 # whether AllToAll has priority over gradient sync, its schedule's ``hidden_us`` what overlap hides.
