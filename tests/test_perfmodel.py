@@ -861,8 +861,8 @@ def test_node_dedup_sends_deepspeeds_inter_bytes_at_top1_and_fewer_beyond(layout
 @pytest.mark.parametrize("layout", ROUTED_LAYOUTS, ids=lambda lay: f"{lay.nodes}x{lay.gpus_per_node}-tp{lay.tp}")
 def test_2dh_moves_deepspeeds_inter_bytes_in_fewer_larger_messages(layout):
     """Same inter-node bytes, (S/TP)(L-1)/L intra-node bytes in its first phase instead of the flat
-    AllToAll's (S/TP)(L-1)/P; (L-1) + (N-1) messages instead of P-1, so it wins where latency dominates
-    (against the flat exchange priced with the same per-message latency: the routed model's deepspeed)."""
+    AllToAll's (S/TP)(L-1)/P; (L-1) + (N-1) messages instead of P-1, so it wins where per-message costs
+    dominate: many nodes (against the flat exchange priced under the same conventions: the routed model's deepspeed)."""
     from monta.perfmodel.network.routed import routed_exchange_time
 
     P, L, N, TP = _ep_geometry(layout)
@@ -882,11 +882,18 @@ def test_2dh_moves_deepspeeds_inter_bytes_in_fewer_larger_messages(layout):
         assert routed_exchange_time("deepspeed", big, layout, cl).total_us == pytest.approx(
             exchange_time("deepspeed", big, layout, cl).total_us, rel=0.02
         )
+    # On a real cluster NCCL groups a call's sends: a few nodes pay the extra NVLink phase for nothing
+    # (Tutel: 2DH is slower at small scale); many nodes make the flat one's per-message cost dominate.
     a800 = _routed_clusters(layout)[0]
     small = 64 * 1024
     assert (
         routed_exchange_time("2dh", small, layout, a800).total_us
-        < routed_exchange_time("deepspeed", small, layout, a800).total_us
+        > routed_exchange_time("deepspeed", small, layout, a800).total_us
+    )
+    wide = ParallelLayout(nodes=32, gpus_per_node=8, tp=1, ep=256)
+    assert (
+        routed_exchange_time("2dh", small, wide, "a800").total_us
+        < routed_exchange_time("deepspeed", small, wide, "a800").total_us
     )
 
 
@@ -1116,3 +1123,40 @@ def test_contention_cli_table_and_errors(tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("monta: error:") and expect in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("message_us", [0.5, 1.0, 2.0])
+def test_hierarchical_crossover_direction_holds_over_the_per_message_cost(monkeypatch, message_us):
+    """Tutel's 2DH: slower than the flat AllToAll at 16 GPUs, faster beyond a crossover, at 1-16 MiB per GPU,
+    for any per-message NIC cost in the assumed range; the crossover moves later as messages grow."""
+    from monta.perfmodel.network import routed
+    from monta.perfmodel.reports.claims import check_crossover_2dh
+
+    monkeypatch.setattr(routed, "NIC_MESSAGE_US", message_us)
+    routed.routed_shapes.cache_clear()
+    try:
+        checks = check_crossover_2dh({"exchange": "2dh", "flat": "deepspeed"}, {})
+    finally:
+        monkeypatch.undo()
+        routed.routed_shapes.cache_clear()
+    assert len(checks) == 3 and all(ok for _, ok in checks), checks
+    first = [int(t.split("faster from ")[1]) for t, _ in checks]
+    assert first == sorted(first), checks  # larger messages: the flat one holds on longer
+
+
+def test_nccl_posts_a_calls_sends_as_one_group():
+    """On a real cluster the link latency is paid once per call plus a per-message cost; on the emulator
+    once per message (gloo's serial sends)."""
+    from monta.perfmodel.network import routed
+    from monta.perfmodel.network.profile import get_cluster
+
+    real = get_cluster("a100", 2, 8)
+    one = routed.call(real, 8, inter_msgs=1, inter_bytes=MiB, size=MiB)
+    eight = routed.call(real, 8, inter_msgs=8, inter_bytes=MiB, size=MiB)
+    assert eight.inter_us - one.inter_us == pytest.approx(7 * routed.NIC_MESSAGE_US)
+    from dataclasses import replace
+
+    emu = replace(emulator_profile().cluster(), host_cores=2)
+    one = routed.call(emu, 4, inter_msgs=1, inter_bytes=MiB, size=MiB)
+    four = routed.call(emu, 4, inter_msgs=4, inter_bytes=MiB, size=MiB)
+    assert four.inter_us - one.inter_us == pytest.approx(3 * emu.link("inter", "alltoall").latency_us)

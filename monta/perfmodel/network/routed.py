@@ -18,14 +18,16 @@ Conventions (documented decisions):
   classified by link: ``monta.comm.accounting.TrafficMeter``'s count without the routing metadata
   (``payload``). Metadata (the count exchanges, slots, gates, token indices; op ``meta``) goes to
   ``Breakdown.meta_inter_bytes`` / ``meta_intra_bytes`` and its calls are priced in the time.
-* Time: per-message latency. Each call costs the link's latency once per message the rank sends on
-  that link (messages posted one after another), plus the bytes at the link's bandwidth and
-  efficiency (the collectives model's size convention: an AllToAll's efficiency at its nccl-tests
-  size; a hierarchical AllToAll's inter phase at the size of a flat one with the same message size,
-  S x L, as ``collectives.alltoall(hierarchical=True)``), so fewer, larger messages pay off. The
-  core model (``exchange.exchange_shapes``) charges one latency per collective, so the flat reference
-  these models are compared with is priced here under the same convention: ``"deepspeed"`` in
-  :func:`routed_shapes` (at large sizes it is the core's deepspeed to within the latencies).
+* Time: messages. On the emulator each call costs the link's latency once per message the rank sends
+  on that link (gloo's sends, one after another); on a real cluster once per call plus
+  :data:`NIC_MESSAGE_US` per message to another node (NCCL groups a call's sends). Bytes go at the
+  link's bandwidth and efficiency (the collectives model's size convention: an AllToAll's efficiency
+  at its nccl-tests size, the rank's buffer; a hierarchical AllToAll's inter phase on the emulator at
+  the size of a flat one with the same message size, S x L, as the shaper's bursts see it), so fewer,
+  larger messages pay off. The core model (``exchange.exchange_shapes``) charges one latency per
+  collective, so the flat reference these models are compared with is priced here under the same
+  convention: ``"deepspeed"`` in :func:`routed_shapes` (at large sizes it is the core's deepspeed to
+  within the latencies).
 * Metadata rows: a step priced from ``row_bytes`` (one token row) is left out when it is None.
 * EP AllGathers that span nodes: a ring on real clusters (NCCL: the NICs carry the ring's bytes,
   ``collectives.allgather``; one latency per ring step), direct on the emulator (its duplex transport
@@ -51,6 +53,14 @@ REFERENCE = "deepspeed"  # the flat exchange priced under the same conventions (
 COUNT_BYTES = 8  # int64 row count per peer (the 'notify' of every uneven exchange)
 SLOT_BYTES = 8  # int64 slot (or token index, or source member) per route / row
 GATE_BYTES = 4  # fp32 gate per route
+# A real cluster's cost per message a rank sends to another node (us), beside the once-per-call latency:
+# an assumption (NCCL's proxy posts a work request chain per peer; no public table isolates it), chosen
+# inside the range over which the published crossover keeps its direction: Tutel's 2DH is slower than the
+# flat AllToAll at 16 GPUs and faster beyond a crossover at 1, 4 and 16 MiB per GPU for any value in
+# 0.5-2 us (tests/test_perfmodel.py; from 3 us on, 2DH wins at 16 GPUs at 1 MiB). The crossover moves
+# with it: at 16 MiB per GPU 512 GPUs at 0.5 us, 256 at 1, 128 at 2. Tutel's maintainers put it at about
+# 256 A100s (microsoft/Tutel#214, message size not stated).
+NIC_MESSAGE_US = 1.0
 
 
 def routed_exchanges() -> tuple[str, ...]:
@@ -123,17 +133,26 @@ def call(
 ) -> CollTime:
     """A direct exchange: the rank sends ``intra_msgs`` messages (``intra_bytes`` in all) inside its node
     and ``inter_msgs`` (``inter_bytes``) to other nodes, while the ``c`` ranks of every node do the same.
-    The ``collectives`` model's link terms, with the latency once per message."""
+    The ``collectives`` model's link terms; the latency as the cluster's library pays it:
+
+    * the emulator (``cluster.host_cores``): once per message, one after another (gloo's sends, as
+      calibrated);
+    * a real cluster: NCCL posts a call's sends as one group, so the link latency is paid once per call,
+      and each message to another node costs the sender :data:`NIC_MESSAGE_US` (its proxy posts one work
+      request chain per peer). Without this term a flat AllToAll over P ranks paid P - L serial latencies
+      and every hierarchical exchange looked faster from 16 GPUs on, against Tutel's measurements."""
+    serial = bool(cluster.host_cores)
     ti = tn = 0.0
     if intra_msgs and intra_bytes > 0:
         link = cluster.link("intra", op)
         moved = intra_bytes * (c if cluster.intra_shared else 1)
-        ti = intra_msgs * link.latency_us + link.transfer_us(moved, size)
+        ti = (intra_msgs if serial else 1) * link.latency_us + link.transfer_us(moved, size)
         if cluster.intra_machine_shared:
             ti *= cluster.nodes
     if inter_msgs and inter_bytes > 0:
         link = cluster.link("inter", op)
-        tn = inter_msgs * link.latency_us + link.transfer_us(inter_bytes * c, size) / cluster.nics_per_node
+        lat = inter_msgs * link.latency_us if serial else link.latency_us + inter_msgs * NIC_MESSAGE_US
+        tn = lat + link.transfer_us(inter_bytes * c, size) / cluster.nics_per_node
     return CollTime(max(ti, tn), ti, tn, intra_bytes, inter_bytes)
 
 
