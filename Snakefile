@@ -2,7 +2,9 @@
 # cluster, default config) or `snakemake --profile profiles/slurm --configfile config/a800.yaml`.
 # Config is validated against config/schema.yaml before anything runs; rules live in workflows/rules.
 
-configfile: "config/default.yaml"
+# The workflow's own files are found through its base directory, so `--directory RUN_DIR` runs it
+# with results under RUN_DIR (two runs side by side); a --configfile is read from where it is given.
+configfile: os.path.join(workflow.basedir, "config", "default.yaml")
 
 
 # PATH is extended with this interpreter's bin folder (common.smk) and passed on to jobs.

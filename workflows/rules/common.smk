@@ -52,6 +52,14 @@ PRED = config["predict"]
 EMULATED = config["launcher"]["kind"] == "emulated"
 
 
+def source_file(path):
+    """A workflow file (notebook, paper numbers, stored baseline) named relative to the repository:
+    as given when it exists in the working directory (a user's own copy), else under the workflow's
+    base directory, so `snakemake --directory RUN_DIR` finds it."""
+    p = Path(path)
+    return path if p.is_absolute() or p.exists() else str(ROOT / p)
+
+
 def _alternatives(values):
     return "|".join(sorted({str(v).replace(".", r"\.").replace("+", r"\+") for v in values})) or "^$"
 

@@ -25,8 +25,8 @@ def modeled_step_files():
 
 def get_notebook_input(wildcards):
     return {
-        "nb": f"analysis/nb_{wildcards.notebook}.py",
-        "paper": config["analysis"]["paper"],
+        "nb": source_file(f"analysis/nb_{wildcards.notebook}.py"),
+        "paper": source_file(config["analysis"]["paper"]),
         "records": record_files(),
     }
 
@@ -45,7 +45,7 @@ def get_report_input(wildcards):
     files = {
         "manifests": expand("results/analysis/{notebook}.json", notebook=config["analysis"]["notebooks"]),
         "records": record_files(),
-        "paper": config["analysis"]["paper"],
+        "paper": source_file(config["analysis"]["paper"]),
     }
     if config["regress"]["enabled"] and config["alltoall"]["enabled"]:
         files["regress"] = "results/regress/alltoall.md"
@@ -67,6 +67,6 @@ REG = config["regress"]
 def get_regress_input(wildcards):
     """The current records, and the stored baseline when it exists (so a new baseline reruns)."""
     files = {"current": f"results/alltoall/{REG['cluster']}.jsonl"}
-    if Path(REG["baseline"]).exists():
-        files["baseline"] = REG["baseline"]
+    if Path(source_file(REG["baseline"])).exists():
+        files["baseline"] = source_file(REG["baseline"])
     return files
