@@ -82,6 +82,9 @@ def register(subparsers) -> None:
     from monta.perfmodel.reports import published_cli  # torch-free
 
     published_cli.register(sub)
+    from monta.perfmodel.network import skew  # torch-free at import
+
+    skew.register(sub)
 
     pa = sub.add_parser("alltoall", help="predicted TP AllToAll sweep in the benchmark's columns")
     pa.add_argument(

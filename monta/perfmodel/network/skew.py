@@ -1,0 +1,344 @@
+"""The model under skewed routing (``monta predict skew``): one routing (``monta.routing``) priced for every
+exchange at a point.
+
+* A **capacity-buffer** exchange (the registry entry offers ``CAPACITY_PASSES``: the core's legacy,
+  deepspeed, monta and any plugin's ``run_pass`` exchange) moves its [E, C, M] buffer whatever the
+  routing: its time is the balanced price, and it loses the routes past the capacity (the routing's
+  drops at ``cf``, DeepSpeed's position rule).
+* A **token-level** exchange (its own dispatcher) is dropless. One whose bytes do not follow the routing
+  (its registered ``routing_inter_bytes`` gives the same bytes for every source and for the balanced
+  routing: a gather of every token) keeps its balanced price. One that moves what the routing sends
+  (its own ``price`` hook) waits for the most-loaded rank: its balanced steps are re-priced with every
+  transfer term scaled by the worst rank's load relative to the mean (``SkewFactors``): inter-node
+  terms (time and bytes) by the larger of the worst rank's and the worst node's inter-node routes (sent
+  or received) over the mean, intra-node terms by the worst rank's intra-node routes over the mean,
+  copies by the worst rank's routes received over the mean. The count exchanges (fixed size) are not
+  scaled. The scaled steps are scheduled as the balanced ones are (``routed.schedule_steps``). A
+  balanced routing (W0) has every factor exactly 1, so its price is the balanced one.
+
+Routes, not bytes, are counted: an exchange that sends a token once per node (deduplicating) is scaled
+by its routes' imbalance, an approximation stated here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from monta.perfmodel.network.collectives import CollTime
+
+
+@dataclass(frozen=True)
+class SkewFactors:
+    """The worst rank's (and node's) load over the mean, per link class; 1.0 = balanced."""
+
+    inter: float
+    intra: float
+    rank: float
+
+    @classmethod
+    def of(cls, routing) -> SkewFactors:
+        t = routing.traffic().double()  # [src, dst] routes
+        R, N = routing.ranks, routing.nodes
+        node = [r // (R // N) for r in range(R)]
+        cross = t.new_tensor([[float(node[s] != node[d]) for d in range(R)] for s in range(R)])
+        inter_t, intra_t = t * cross, t * (1 - cross)
+        per_node_in = inter_t.sum(0).view(N, -1).sum(1)
+        per_node_out = inter_t.sum(1).view(N, -1).sum(1)
+        inter = max(
+            _worst(inter_t.sum(1), inter_t.sum(0)),
+            _worst(per_node_out, per_node_in),
+        )
+        return cls(inter, _worst(intra_t.sum(1), intra_t.sum(0)), _worst(t.sum(1), t.sum(0)))
+
+
+def _worst(out, inn) -> float:
+    """max over ranks of (sent, received) / the mean sent (= the mean received); 1 with nothing to send."""
+    mean = float(out.mean())
+    return max(float(out.max()), float(inn.max())) / mean if mean > 0 else 1.0
+
+
+def scale_call(ct: CollTime, f: SkewFactors) -> CollTime:
+    ti, tn = ct.intra_us * f.intra, ct.inter_us * f.inter
+    return CollTime(max(ti, tn), ti, tn, ct.intra_bytes * f.intra, ct.inter_bytes * f.inter)
+
+
+def scale_steps(steps: list, f: SkewFactors) -> list:
+    """The balanced steps with their transfer terms scaled (module docstring); metadata steps kept."""
+    out = []
+    for s in steps:
+        if s.role in ("a2a", "ag"):
+            out.append(replace(s, ct=scale_call(s.ct, f)))
+        elif s.role in ("pack", "copy"):
+            out.append(replace(s, nbytes=s.nbytes * f.rank))
+        else:
+            out.append(s)
+    return out
+
+
+@dataclass(frozen=True)
+class SkewPrice:
+    """One exchange under one routing: the balanced and the worst-rank time of one dispatch, and the
+    routes it drops (0 for a dropless exchange)."""
+
+    variant: str
+    dropless: bool
+    balanced_us: float
+    worst_us: float
+    dropped_routes: int
+    drop_fraction: float
+    inter_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def is_capacity_exchange(variant: str) -> bool:
+    """True for a buffer exchange (it offers capacity passes), False for a token-level one."""
+    from monta import variants
+
+    return variants.CAPACITY_PASSES in variants.exchange(variant).capabilities
+
+
+def _sent_bytes(hook, routing, rank: int, tp: int) -> int:
+    """The exchange's inter-node payload formula (its ``routing_inter_bytes``, per byte of a row) for
+    source ``rank``'s tokens, dropless. The hook speaks for member 0 on node 0, so the experts are
+    relabelled to put ``rank``'s node first (node membership is all a formula reads)."""
+    from monta.exchanges import RoutingBytes
+
+    R, N, E = routing.ranks, routing.nodes, routing.experts
+    cap = routing.dropless_capacity()
+    shift = (rank // (R // N)) * (E // N)
+    c = routing.choices[rank]
+    rot = torch.where(c >= 0, (c - shift) % E, c)
+    moved = type(routing)(routing.spec, rot.unsqueeze(0).expand(R, -1, -1), E, N)
+    slots = moved.slots(0, cap)
+    r = RoutingBytes(E * cap, 1, routing.tokens, R, N, R // N, tp, E, cap, slots)
+    return int(hook(r)[1])
+
+
+def moves_what_routing_sends(variant: str, routing, tp: int) -> bool:
+    """Whether a token-level exchange's bytes follow the routing: its registered ``routing_inter_bytes``
+    differs between sources or from the balanced routing's (W0 of the same shape). An exchange without
+    the hook is taken to follow it."""
+    from monta import variants
+    from monta.routing import make_routing
+
+    hook = variants.exchange(variant).routing_inter_bytes
+    if hook is None:
+        return True
+    sent = {_sent_bytes(hook, routing, r, tp) for r in range(routing.ranks)}
+    try:
+        w0 = make_routing("W0", routing.ranks, routing.tokens, routing.experts, routing.k, routing.nodes)
+        sent.add(_sent_bytes(hook, w0, 0, tp))
+    except ValueError:  # no exactly balanced routing of this shape: compare the sources alone
+        pass
+    return len(sent) > 1
+
+
+def _check(routing, ep, top_k: int, experts: int) -> None:
+    if routing.ranks != ep.size or routing.nodes != ep.nodes:
+        raise ValueError(
+            f"routing {routing.spec} has {routing.ranks} ranks on {routing.nodes} nodes; the EP group has "
+            f"{ep.size} on {ep.nodes}: build it with make_routing(..., ranks={ep.size}, nodes={ep.nodes})"
+        )
+    if routing.k != top_k or routing.experts != experts:
+        raise ValueError(
+            f"routing {routing.spec} is top-{routing.k} over {routing.experts} experts, not top-{top_k} over {experts}"
+        )
+
+
+def skew_price(
+    variant: str,
+    routing,
+    bytes_per_rank: float,
+    layout,
+    cluster,
+    *,
+    chunks=1,
+    cf: float = 1.0,
+    row_bytes: float | None = None,
+) -> SkewPrice:
+    """``variant``'s dispatch under ``routing`` (module docstring). ``bytes_per_rank``: the balanced
+    [E, C, M] buffer of one rank; ``cf``: the capacity factor a buffer exchange drops at."""
+    from monta.perfmodel.network import routed
+    from monta.perfmodel.network.exchange import exchange_time
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.network.timeline import layout_shapes
+
+    cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
+    ep, tp = layout_shapes(layout)
+    k, E = routing.k, routing.experts
+    _check(routing, ep, k, E)
+    if is_capacity_exchange(variant):
+        b = exchange_time(variant, bytes_per_rank, layout, cluster, chunks, top_k=k, experts=E, row_bytes=row_bytes)
+        s = routing.summary(cf)
+        return SkewPrice(variant, False, b.total_us, b.total_us, s["dropped_routes"], s["drop_fraction"], b.inter_bytes)
+    if not moves_what_routing_sends(variant, routing, tp.size):  # e.g. a gather of every token: bytes fixed
+        b = exchange_time(variant, bytes_per_rank, layout, cluster, chunks, top_k=k, experts=E, row_bytes=row_bytes)
+        return SkewPrice(variant, True, b.total_us, b.total_us, 0, 0.0, b.inter_bytes)
+    if variant not in routed.ROUTED:
+        raise ValueError(f"exchange {variant!r} moves tokens but registers no price= steps to scale under skew")
+    steps = routed._price(variant)(float(bytes_per_rank), ep, tp, cluster, k, E, row_bytes)
+    balanced = routed.schedule_steps(variant, steps, cluster, tp.size)
+    worst = routed.schedule_steps(variant, scale_steps(steps, SkewFactors.of(routing)), cluster, tp.size)
+    return SkewPrice(variant, True, balanced.total_us, worst.total_us, 0, 0.0, worst.inter_bytes)
+
+
+def skew_table(specs, variants, layout, cluster, size: int, experts: int, hidden: int, elsize: int, k: int, cf: float):
+    """Every (routing, exchange) pair at one point: (routing, [SkewPrice]) rows. ``size``: bytes of the
+    balanced [E, C, M] buffer (T = E C / k tokens per rank, the AllToAll bench's shape)."""
+    from monta.perfmodel.network.timeline import layout_shapes
+    from monta.routing import make_routing
+
+    ep, _ = layout_shapes(layout)
+    row = experts * hidden * elsize
+    if size % row:
+        raise ValueError(f"size {size} B is not a whole [E={experts}, C, M={hidden}] buffer; use a multiple of {row} B")
+    C = size // row
+    if (experts * C) % k:
+        raise ValueError(f"{experts} experts x capacity {C} is not a whole number of top-{k} tokens")
+    tokens = experts * C // k
+    out = []
+    for spec in specs:
+        r = make_routing(spec, ep.size, tokens, experts, k, ep.nodes)
+        prices = [skew_price(v, r, size, layout, cluster, cf=cf, row_bytes=hidden * elsize) for v in variants]
+        out.append((r, prices))
+    return out
+
+
+def format_table(rows, cf: float) -> str:
+    lines = [
+        f"{'routing':>22} {'maxvio':>7} {'exchange':>12} {'kind':>8} {'balanced us':>12} {'worst us':>11} "
+        f"{'x bal':>6} {'dropped':>8} {'drop %':>7}"
+    ]
+    for r, prices in rows:
+        for p in prices:
+            kind = "dropless" if p.dropless else f"cf {cf:g}"
+            ratio = p.worst_us / p.balanced_us if p.balanced_us else float("nan")
+            lines.append(
+                f"{r.spec:>22} {r.maxvio():>7.3f} {p.variant:>12} {kind:>8} {p.balanced_us:>12.1f} "
+                f"{p.worst_us:>11.1f} {ratio:>6.2f} {p.dropped_routes:>8} {100 * p.drop_fraction:>6.1f}%"
+            )
+    return "\n".join(lines)
+
+
+# -- ``monta predict skew`` (registered by monta.perfmodel.reports.cli beside the other predictions) ----
+DEFAULT_ROUTINGS = "W0,W1,W2,W3,W4,W5,W6,W7,lognormal:maxvio=0.2,lognormal:maxvio=1,lognormal:maxvio=4"
+
+
+def split_specs(text: str) -> list[str]:
+    """'W0,lognormal:maxvio=1,seed=2,W3' -> ['W0', 'lognormal:maxvio=1,seed=2', 'W3']: a part with '=' and
+    no ':' continues the spec before it."""
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if "=" in part and ":" not in part and out:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    if not out:
+        raise ValueError(f"--routing {text!r}: give workloads, e.g. W0,W3,lognormal:maxvio=1")
+    return out
+
+
+def register(sub) -> None:
+    """``monta predict skew`` (``sub``: the subparsers of ``monta predict``)."""
+    p = sub.add_parser(
+        "skew",
+        help="every exchange under skewed routings: worst-rank time and dropped routes (docs/routing.md)",
+        description="One routing per workload, priced for every exchange: capacity buffers keep their time "
+        "and drop routes past the capacity; token-level exchanges are dropless and wait for the most-loaded "
+        "rank, link and node.",
+    )
+    p.add_argument("--cluster", default="a800", help="cluster name (clusters/), PATH.yaml, or emulator:PROFILE.json")
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--gpus-per-node", type=int, default=4)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--experts", type=int, default=None, help="experts E (default: 2 per EP rank)")
+    p.add_argument("--topk", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=1024, help="model dim M")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--size", default="4M", help="bytes of one rank's balanced [E, C, M] dispatch buffer")
+    p.add_argument("--cf", type=float, default=1.0, help="capacity factor the buffer exchanges drop at")
+    p.add_argument("--routing", default=DEFAULT_ROUTINGS, help="comma list of routing specs (docs/routing.md)")
+    p.add_argument("--variants", default="all", help="comma list of exchanges (default: every registered one)")
+    p.add_argument("--out", default=None, help="write the predictions as records")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args) -> int:
+    from monta import validate as V
+    from monta import variants as registry
+    from monta.dtypes import DTYPE_BYTES
+    from monta.perfmodel.network.alltoall import make_layout
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.units import parse_size
+
+    V.integer(args.nodes, "nodes", 1, V.MAX_NODES)
+    V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    V.integer(args.tp, "tp", 1, args.gpus_per_node)
+    V.integer(args.topk, "topk", 1, V.MAX_EXPERTS)
+    V.integer(args.hidden, "hidden", 1, V.MAX_HIDDEN)
+    if args.dtype not in DTYPE_BYTES:
+        raise V.UsageError(f"--dtype {args.dtype}: choose one of {', '.join(DTYPE_BYTES)}")
+    if not args.cf > 0:
+        raise V.UsageError(f"--cf {args.cf}: must be > 0")
+    V.out_path(args.out)
+    layout = make_layout(args.nodes, args.gpus_per_node, args.tp)
+    experts = args.experts if args.experts is not None else 2 * layout.ep
+    V.integer(experts, "experts", 1, V.MAX_EXPERTS)
+    known = list(registry.exchanges())
+    variants = known if args.variants == "all" else [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in known]
+    if bad or not variants:
+        raise V.UsageError(f"--variants {args.variants}: choose from {', '.join(known)} (or all)")
+    cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
+    size = parse_size(args.size)
+    rows = skew_table(
+        split_specs(args.routing),
+        variants,
+        layout,
+        cluster,
+        size,
+        experts,
+        args.hidden,
+        DTYPE_BYTES[args.dtype],
+        args.topk,
+        args.cf,
+    )
+    print(
+        f"# skewed routing: {layout.describe()} on {cluster.name}, {experts} experts top-{args.topk}, "
+        f"{args.size} per rank"
+    )
+    print("# worst us: the most-loaded rank's dispatch; x bal: over the balanced price; dropped: routes past capacity")
+    print(format_table(rows, args.cf))
+    if args.out:
+        from monta.results import make_record, write_records
+
+        recs = [
+            make_record(
+                kind="alltoall",
+                source="predicted",
+                experiment="skew",
+                params={
+                    "variant": p.variant,
+                    "routing": r.spec,
+                    "size_bytes": size,
+                    "tp": args.tp,
+                    "nodes": args.nodes,
+                    "gpus_per_node": args.gpus_per_node,
+                    "experts": experts,
+                    "topk": args.topk,
+                    "cf": args.cf,
+                },
+                metrics={**p.to_dict(), "time_us": p.worst_us, "maxvio": r.maxvio()},
+                config={"cluster": cluster.to_dict()},
+            )
+            for r, prices in rows
+            for p in prices
+        ]
+        write_records(args.out, recs)
+        print(f"wrote {len(recs)} records to {args.out}")
+    return 0
