@@ -1,15 +1,19 @@
 """`monta regress`: compare current records with a stored baseline and fail on a significant slowdown.
 
 Matched by (kind, source, params minus run-specific fields); the slowdown is the Hodges-Lehmann ratio
-(median of all pairwise current/baseline sample ratios) with a percentile-bootstrap CI. On the pairs of
-`make reproduce` runs kept here it caught an injected 10% at as many or more points than the ratio of
-medians it replaced, and flagged nothing in runs of unchanged code (docs/results/regression-gate.md).
-Decision, for a threshold T (the slowdown the gate must catch): a point REGRESSED when its CI lies
-wholly above 1 + T/2, improved when wholly below 1/(1 + T/2), inconclusive when the CI is wider than
-T (its samples cannot tell a T slowdown from none), else ok. Deciding at the midpoint between "no
-change" and "T slower" makes a T slowdown and no change equally far from the line, so both are
-called right once the CI is narrower than T; a threshold on the CI's lower end at 1 + T could never
-flag a slowdown of exactly T.
+(median of all pairwise current/baseline sample ratios) with a percentile-bootstrap CI within the run,
+widened (in quadrature, log scale) by the between-run spread: how far a run of unchanged code lands
+from the baseline (monta.regress_stats). A baseline file of several runs (records with different
+``run_id``, e.g. three pipeline runs concatenated) measures that spread per point; a one-run baseline
+gets ``--run-spread`` (0.025, measured on this project's stored pair). Why: two runs of unchanged
+code put the 1-2 MiB AllGather 8.6-12% apart while each run's CI was 2-6% wide, and the gate that
+trusted the CI alone flagged both.
+Decision, for a threshold T (the slowdown the gate must catch): a point REGRESSED when its slowdown is
+above 1 + T/2 (the midpoint between "no change" and "T slower") and its widened interval lies above 1
+(slower than unchanged code lands); improved the mirror image; inconclusive when the widened interval
+holds both 1 and 1 + T (the noise cannot tell a T slowdown from none), else ok. On synthetic sweeps
+with the stored spread and a 5-run baseline: 3 of 400 unchanged points flagged, 191 of 200 points
+with an injected 10% (tests/test_regress_noise.py).
 
 ``--paired-with VARIANT`` (e.g. deepspeed) judges every other variant by its time relative to that
 variant in the same iterations of the same run (the benchmark interleaves them), so a drift that
@@ -40,82 +44,20 @@ from typing import Any
 
 import numpy as np
 
+from monta.regress_stats import (
+    DEFAULT_RUN_SPREAD,
+    HIGHER_IS_BETTER,
+    RUN_SPECIFIC,
+    _samples_key,
+    bootstrap_ratio,
+    noise_halfwidth,
+    point_key,
+    run_spreads,
+    samples,
+    shift_ratio,
+)
+from monta.regress_table import CPU_BOUND, _short, format_table
 from monta.results import read_records
-
-# Params that say how a point was measured (or by whom), not which point it is.
-RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
-# Metrics where bigger is better: the slowdown is baseline / current for them.
-HIGHER_IS_BETTER = frozenset({"algbw_GBps", "busbw_GBps", "tokens_per_s"})
-# Samples assumed behind a median that came without samples_* (p10/p90 only).
-_PSEUDO_N = 10
-_Z90 = 1.2815515655446004  # standard normal 90th percentile: p90 - p10 = 2 * z * sigma
-
-
-def point_key(rec: Mapping[str, Any]) -> tuple:
-    params = {k: v for k, v in rec["params"].items() if k not in RUN_SPECIFIC}
-    return (rec["kind"], rec["source"], json.dumps(params, sort_keys=True, default=str))
-
-
-def _samples_key(metric: str) -> str:
-    """time_us -> samples_us, step_ms -> samples_ms; other metrics: samples_<metric>."""
-    unit = metric.rsplit("_", 1)[-1]
-    return f"samples_{unit}" if unit in ("us", "ms", "s") else f"samples_{metric}"
-
-
-def samples(recs: Sequence[Mapping[str, Any]], metric: str, seed: int = 0) -> tuple[np.ndarray, str]:
-    """All per-iteration samples of ``metric`` in ``recs``; where a record has none, a normal
-    approximation from its median and p10/p90 (or the bare median). Returns (values, how)."""
-    out: list[np.ndarray] = []
-    how = "samples"
-    rng = np.random.default_rng(seed)
-    for r in recs:
-        m = r["metrics"]
-        if metric not in m or m[metric] is None:
-            continue
-        s = m.get(_samples_key(metric))
-        if isinstance(s, list) and s:
-            out.append(np.asarray(s, dtype=float))
-            continue
-        med = float(m[metric])
-        p10, p90 = m.get(f"{metric}_p10"), m.get(f"{metric}_p90")
-        if p10 is not None and p90 is not None and p90 >= p10:
-            sigma = (float(p90) - float(p10)) / (2 * _Z90)
-            out.append(med + sigma * rng.standard_normal(_PSEUDO_N))
-            how = "p10/p90" if how == "samples" else how
-        else:
-            out.append(np.array([med]))
-            how = "median"
-    return (np.concatenate(out) if out else np.array([])), how
-
-
-def shift_ratio(base: np.ndarray, cur: np.ndarray) -> float:
-    """The Hodges-Lehmann estimate of how many times ``cur`` is ``base``: the median of all pairwise
-    ratios cur_i / base_j (exp of the median pairwise log difference). Like a ratio of medians it
-    shrugs off outliers, but it uses every sample of both runs, so it moves less from run to run."""
-    return float(np.exp(np.median(np.subtract.outer(np.log(cur), np.log(base)))))
-
-
-def bootstrap_ratio(
-    base: np.ndarray, cur: np.ndarray, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
-    """:func:`shift_ratio` of cur over base and its percentile-bootstrap confidence interval."""
-    # > 0 for the logs (a normal approximation from p10/p90 can dip below zero)
-    base, cur = (np.clip(np.asarray(x, dtype=float), np.finfo(float).tiny, None) for x in (base, cur))
-    point = shift_ratio(base, cur)
-    if len(base) < 2 and len(cur) < 2:
-        return point, point, point
-    rng = np.random.default_rng(seed)
-    lb, lc = np.log(base), np.log(cur)
-    shifts = np.empty(n_boot)
-    step = max(1, 4_000_000 // (len(lb) * len(lc)))  # replicates per batch: bounded memory
-    for start in range(0, n_boot, step):
-        k = min(step, n_boot - start)
-        b = lb[rng.integers(0, len(lb), size=(k, len(lb)))]
-        c = lc[rng.integers(0, len(lc), size=(k, len(lc)))]
-        shifts[start : start + k] = np.median((c[:, :, None] - b[:, None, :]).reshape(k, -1), axis=1)
-    alpha = (1.0 - confidence) / 2
-    lo, hi = np.exp(np.quantile(shifts, [alpha, 1 - alpha]))
-    return point, float(lo), float(hi)
 
 
 def relative_to(recs: Sequence[Mapping[str, Any]], ref: str, metric: str) -> list[dict[str, Any]]:
@@ -170,11 +112,14 @@ def compare(
     seed: int = 0,
     judge_cpu_bound: bool = False,
     paired_with: str | None = None,
+    run_spread: float = DEFAULT_RUN_SPREAD,
 ) -> list[dict[str, Any]]:
-    """One row per matched point: slowdown (>1 = worse) with its CI, a status (``CPU-BOUND (...)``
-    for a CPU-bound point unless ``judge_cpu_bound``), the ``verdict`` it had on its numbers alone,
-    and which side was ``cpu_bound``. ``paired_with``: judge other variants relative to this one
-    (:func:`relative_to`); a point is paired only where both runs could pair it."""
+    """One row per matched point: slowdown (>1 = worse) with its within-run CI (``ci_lo``/``ci_hi``)
+    and that CI widened by the between-run spread (``lo``/``hi``, :func:`run_spreads`; ``run_spread``
+    where the baseline holds one run), a status (``CPU-BOUND (...)`` for a CPU-bound point unless
+    ``judge_cpu_bound``), the ``verdict`` it had on its numbers alone, and which side was
+    ``cpu_bound``. ``paired_with``: judge other variants relative to this one (:func:`relative_to`);
+    a point is paired only where both runs could pair it."""
     if paired_with is not None:
         if metric in HIGHER_IS_BETTER:
             raise ValueError(f"--paired-with compares times; metric {metric!r} is not one")
@@ -184,6 +129,7 @@ def compare(
         for r in recs:
             if metric in r["metrics"]:
                 groups[point_key(r)][side].append(r)
+    spreads = run_spreads(baseline, metric, run_spread)
     rows = []
     for i, (key, (b, c)) in enumerate(sorted(groups.items())):
         if not b or not c:
@@ -202,7 +148,9 @@ def compare(
         if metric in HIGHER_IS_BETTER:  # slowdown = base/cur  <=>  ratio of (1/x) medians
             bs, cs = 1.0 / bs, 1.0 / cs
         ratio, lo, hi = bootstrap_ratio(bs, cs, n_boot, confidence, seed + i)
-        status = decide(ratio, lo, hi, threshold)
+        spread, runs = spreads.get(key, (run_spread, 1))
+        noise = noise_halfwidth(spread, runs, confidence)
+        status = decide(ratio, lo, hi, threshold, noise)
         bound = [
             side
             for side, recs in (("baseline", b), ("current", c))
@@ -223,6 +171,10 @@ def compare(
                 "slowdown": ratio,
                 "ci_lo": lo,
                 "ci_hi": hi,
+                "lo": widen(ratio, lo, hi, noise)[0],
+                "hi": widen(ratio, lo, hi, noise)[1],
+                "spread": spread,
+                "runs": runs,
                 "n": f"{len(bs)}/{len(cs)}",
                 "from": bhow if bhow == chow else f"{bhow}/{chow}",
                 "status": status,
@@ -245,103 +197,28 @@ def _without_injection(b: Sequence[Mapping[str, Any]], c: Sequence[Mapping[str, 
     return shift_ratio(base, np.asarray(clean)) if clean and len(base) else None  # the gate's own estimator
 
 
-CPU_BOUND = "CPU-BOUND"
 WOULD_BE = {"REGRESSED": "slower", "improved": "faster", "inconclusive": "inconclusive", "ok": "ok"}
 
 
-def decide(ratio: float, lo: float, hi: float, threshold: float) -> str:
-    """REGRESSED / improved / inconclusive / ok for one point (see the module docstring)."""
+def widen(ratio: float, lo: float, hi: float, noise: float) -> tuple[float, float]:
+    """The CI (lo, hi) moved away from ``ratio`` by the between-run half-width ``noise`` (log), added
+    in quadrature: the run's own uncertainty and the run-to-run spread are independent."""
+    d = math.log(ratio)
+    return math.exp(d - math.hypot(d - math.log(lo), noise)), math.exp(d + math.hypot(math.log(hi) - d, noise))
+
+
+def decide(ratio: float, lo: float, hi: float, threshold: float, noise: float = 0.0) -> str:
+    """REGRESSED / improved / inconclusive / ok for one point (see the module docstring); ``lo``,
+    ``hi``: the within-run CI, widened here by the between-run half-width ``noise`` (log)."""
+    lo, hi = widen(ratio, lo, hi, noise)
     line = 1 + threshold / 2
-    if lo > line:
+    if lo > 1 and ratio > line:
         return "REGRESSED"
-    if hi < 1 / line:
+    if hi < 1 and ratio < 1 / line:
         return "improved"
-    if hi - lo > threshold:
+    if lo < 1 and hi > 1 + threshold:
         return "inconclusive"
     return "ok"
-
-
-def _human(value: float, metric: str) -> str:
-    """A metric value for people: times in the unit that fits (us, ms, s), 3 significant digits, never
-    scientific notation; other metrics with 3 significant digits."""
-    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}.get(metric.rsplit("_", 1)[-1])
-    if scale is None:
-        return _sig3(value)
-    seconds = value * scale
-    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= factor or unit == "us":
-            return f"{_sig3(seconds / factor)} {unit}"
-    return _sig3(value)
-
-
-def _sig3(x: float) -> str:
-    if x == 0 or not math.isfinite(x):
-        return str(x) if x else "0"
-    rounded = round(x, 2 - math.floor(math.log10(abs(x))))
-    return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
-
-
-def _short(params: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
-
-
-def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: float, confidence: float) -> str:
-    paired = sorted({r["from"].split(" / ")[-1] for r in rows if " / " in r["from"]})
-    head = (
-        f"regress: metric {metric}, slowdown = current/baseline (median of all pairwise sample ratios)"
-        + (
-            f" (points marked '/ {paired[0]}': of the per-iteration time relative to {paired[0]} in the same "
-            f"run, which cancels a drift of the whole run)"
-            if paired
-            else ""
-        )
-        + f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
-        f"{confidence:.0%} bootstrap CI; threshold {threshold:.0%}: REGRESSED when the CI lies above "
-        f"{1 + threshold / 2:.3f} (half the threshold), inconclusive when the CI is wider than {threshold:.2f}\n\n"
-    )
-    lines = [
-        "| status | kind | source | point | baseline | current | slowdown | CI | n | from |",
-        "|---|---|---|---|---:|---:|---:|---|---|---|",
-    ]
-    for r in rows:
-        show = (lambda v: f"{v:.3f}x") if " / " in r["from"] else (lambda v: _human(v, metric))  # a paired ratio
-        how = r["from"] + (
-            f"; before its injected delay {r['without_injection']:.3f}"
-            if r.get("without_injection") is not None
-            else ""
-        )
-        lines.append(
-            f"| {r['status']} | {r['kind']} | {r['source']} | {r['point']} | {show(r['baseline'])} | "
-            f"{show(r['current'])} | {r['slowdown']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] | {r['n']} | {how} |"
-        )
-    bad = sum(r["status"] == "REGRESSED" for r in rows)
-    unsure = sum(r["status"] == "inconclusive" for r in rows)
-    bound = [r for r in rows if r["status"].startswith(CPU_BOUND)]
-    tail = f"\n\n{len(rows)} matched points, {bad} regressed, {unsure} inconclusive"
-    tail += f", {len(bound)} CPU-bound (not judged).\n" if bound else ".\n"
-    if bound:
-        slower = sum(r["verdict"] == "REGRESSED" for r in bound)
-        tail += (
-            f"CPU-BOUND: {len(bound)} point(s) ran CPU-bound in the baseline or the current run (the ranks waited "
-            f"for a core more than the limit): their times measure this machine's cores, not the code, so "
-            f"they are not judged ({slower} would read slower); --judge-cpu-bound judges them.\n"
-        )
-    injected = sorted({(r["point"], r["injected"]) for r in rows if r.get("injected")})
-    if injected:
-        tail += (
-            f"TEST AID: {len(injected)} current point(s) carry an injected slowdown (--inject-slowdown, "
-            f"{', '.join(sorted({f'{100 * f:g}%' for _, f in injected}))}): a gate check, not a measurement.\n"
-        )
-        own = [r for r in rows if r.get("without_injection") is not None]
-        if own:
-            judged = [r for r in own if not r["status"].startswith(CPU_BOUND)]
-            lo, hi = min(r["without_injection"] for r in own), max(r["without_injection"] for r in own)
-            tail += (
-                f"TEST AID: before their injected delay these points read {lo:.3f}-{hi:.3f} against the "
-                f"baseline (the run's own drift); REGRESSED at {sum(r['status'] == 'REGRESSED' for r in judged)} "
-                f"of {len(judged)} judged.\n"
-            )
-    return head + "\n".join(lines) + tail
 
 
 def run(args: argparse.Namespace) -> int:
@@ -351,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--threshold {args.threshold}: must be a slowdown between 0 and 10, e.g. 0.10 for 10%")
     if args.bootstrap < 100:
         raise ValueError(f"--bootstrap {args.bootstrap}: use at least 100 resamples (default 2000)")
+    if not (args.run_spread == args.run_spread and 0 <= args.run_spread < 1):
+        raise ValueError(f"--run-spread {args.run_spread}: must be a log-sd between 0 and 1, e.g. 0.025")
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: must be >= 0")
     if args.bootstrap > 1_000_000:
@@ -377,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         judge_cpu_bound=args.judge_cpu_bound,
         paired_with=args.paired_with,
+        run_spread=args.run_spread,
     )
     if not rows:
         raise ValueError(
@@ -407,8 +287,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threshold",
         type=float,
         default=0.10,
-        help="the slowdown the gate must catch (default 0.10 = 10%%): a point regressed when its CI lies "
-        "above 1 + threshold/2",
+        help="the slowdown the gate must catch (default 0.10 = 10%%): a point regressed when it reads above "
+        "1 + threshold/2 and its CI, widened by the run-to-run spread, lies above 1",
+    )
+    p.add_argument(
+        "--run-spread",
+        type=float,
+        default=DEFAULT_RUN_SPREAD,
+        help=f"log-sd of a point's time between runs of unchanged code, used where the baseline holds one run "
+        f"(default {DEFAULT_RUN_SPREAD}, measured on this project's stored pair); a baseline of several runs "
+        "(records with different run_id) measures its own",
     )
     p.add_argument("--metric", default="time_us", help="metric to compare (default time_us)")
     p.add_argument("--confidence", type=float, default=0.95, help="bootstrap CI level (default 0.95)")

@@ -100,8 +100,11 @@ def test_a_ten_percent_slowdown_is_caught_at_the_default_threshold():
     rows = regress.compare(recs(seed=1), recs(scale=1.10, seed=2))
     assert [r["status"] for r in rows] == ["REGRESSED"] * 4
     assert all(1.05 < r["ci_lo"] and r["ci_hi"] < 1.16 for r in rows)
-    rows = regress.compare(recs(seed=1), recs(scale=1.02, seed=2))  # 2%: below what the gate looks for
+    # 2%: below what the gate looks for; on a quiet machine (1% between runs) that is ok, at the assumed
+    # 2.5% of a one-run baseline a point at 3% cannot be told from 10% (inconclusive), never REGRESSED
+    rows = regress.compare(recs(seed=1), recs(scale=1.02, seed=2), run_spread=0.01)
     assert all(r["status"] == "ok" for r in rows)
+    assert "REGRESSED" not in {r["status"] for r in regress.compare(recs(seed=1), recs(scale=1.02, seed=2))}
     assert regress.decide(1.1, 1.06, 1.14, 0.10) == "REGRESSED"
     assert regress.decide(1.1, 0.96, 1.24, 0.10) == "inconclusive"
     assert regress.decide(0.9, 0.88, 0.93, 0.10) == "improved"
@@ -155,7 +158,7 @@ def test_bad_gate_settings_are_refused(tmp_path, capsys, flag, value, message):
 
 
 def test_the_table_prints_times_in_human_units_never_scientific():
-    from monta.regress import _human
+    from monta.regress_table import _human
 
     assert _human(306600.0, "time_us") == "307 ms"
     assert _human(2_500_000.0, "time_us") == "2.50 s"

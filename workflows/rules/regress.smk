@@ -1,5 +1,6 @@
-# Regression check: the AllToAll records of this run against a stored baseline (bootstrap CI on
-# the ratio of medians). `snakemake regress` runs it alone.
+# Regression check: the AllToAll records of this run against a stored baseline (Hodges-Lehmann
+# slowdown, its bootstrap CI widened by the between-run spread; a baseline file holding several runs
+# measures that spread). `snakemake regress` runs it alone.
 
 
 rule regress:
