@@ -49,6 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="routes per token: the buffer holds E x C / topk tokens, routed top-k, balanced (default 1)",
     )
+    p.add_argument(
+        "--routing",
+        default="W0",
+        help="routing workload: W0 (balanced, default) .. W7, lognormal:maxvio=V, zipf:s=A (docs/routing.md)",
+    )
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument(
         "--iters",
@@ -173,6 +178,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
 
     Every check here runs before any rank or emulated network starts (monta.validate holds the
     semantic ones, shared with the pipeline's config validation)."""
+    from monta.bench.routes import routing_arg
     from monta.chunking import Auto, capacity_slice
     from monta.emulate import topology_from_args
     from monta.validate import UsageError, alltoall_sweep, number, out_path, slowdown
@@ -242,6 +248,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         "topology": {**topo.to_dict(), "description": topo.describe()},
         "chunks_arg": args.chunks,
         "topk": args.topk,
+        "routing": routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout),
     }
     return AlltoallConfig(**fields)
 

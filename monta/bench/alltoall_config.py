@@ -43,16 +43,21 @@ class AlltoallConfig:
     topology: dict[str, Any]  # Topology.to_dict() plus its "description"
     chunks_arg: str  # --chunks as given (e.g. "auto")
     topk: int = 1  # routes per token of the balanced routing (monta.bench.routes)
+    routing: str = "W0"  # --routing: the point's routing spec (monta.routing; W0 the balanced one)
 
     def __post_init__(self) -> None:
         for name in ("sizes", "variants", "chunks"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types (lists, not tuples), in field order: the records' ``config``."""
-        return {
+        """Plain JSON types (lists, not tuples), in field order: the records' ``config`` (the balanced
+        routing's left out: its records stay as they were before ``routing`` existed)."""
+        out = {
             f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
         }
+        if out["routing"] == "W0":
+            del out["routing"]
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from monta.bench.adaptive import StopRule
 from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.hostload import HostLoad, own_run_delay_s
-from monta.bench.routes import SizeInput, make_input
+from monta.bench.routes import PointRouting, SizeInput, make_input, point_routing
 from monta.comm import exchange as ex
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
@@ -41,9 +41,11 @@ def buffer_shape(size_bytes: int, experts: int, hidden: int, elsize: int, tp: in
     return experts, size_bytes // per_row, hidden
 
 
-def rank_input(dp_index: int, size_idx: int, shape, dtype, salt: int = 0, k: int = 1) -> SizeInput:
+def rank_input(
+    dp_index: int, size_idx: int, shape, dtype, salt: int = 0, k: int = 1, routing: PointRouting | None = None
+) -> SizeInput:
     """This rank's tokens, routing and buffer for one size (``monta.bench.routes.make_input``)."""
-    return make_input(dp_index, size_idx, shape, dtype, k, salt)
+    return make_input(dp_index, size_idx, shape, dtype, k, salt, routing=routing)
 
 
 def variant_rows(cfg: AlltoallConfig) -> list[tuple[str, int]]:
@@ -87,6 +89,22 @@ class Runner:
         self.rank = self.pgs.rank
         # every exchange (the core's or a plugin's) as the MoE layer builds it, once
         self.dispatchers = {v: build_dispatcher(v, self.groups, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
+        self.routing_spec = getattr(cfg, "routing", "W0")
+
+    def point(self, shape) -> PointRouting | None:
+        """The point's one routing (None: the balanced one), the same on every rank and for every exchange."""
+        if self.routing_spec != "W0" and self.cfg.ep != self.layout.dp:
+            raise ValueError(
+                f"--routing {self.routing_spec} needs --ep equal to the data-parallel size {self.layout.dp}"
+            )
+        return point_routing(
+            self.routing_spec, tuple(shape), self.cfg.topk, self.cfg.ep, self.layout.nodes, self.cfg.tp
+        )
+
+    def capacity_based(self, variant: str) -> bool:
+        """A buffer exchange or a component row (they drop at the capacity); False: token-level, dropless."""
+        d = self.dispatchers.get(variant)
+        return d is None or d.capacity_passes is not None
 
     def run(self, variant: str, chunks: int, inp: SizeInput) -> torch.Tensor:
         """One dispatch of exchange ``variant`` (or a component row): the expert input [E, C, M]."""
@@ -105,6 +123,7 @@ class Runner:
         passes = d.capacity_passes
         if passes is not None:  # a buffer exchange: its pass alone (DeepSpeed's encode is the layer's compute)
             return passes.run_pass(x, chunks, variant)
+        inp = inp.for_exchange(False)  # a token-level exchange is dropless: every route at its own capacity
         with torch.no_grad():
             return d.dispatch(inp.tokens, inp.plan)[0]
 
@@ -112,14 +131,16 @@ class Runner:
         """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""
         E, C, M = shape
         tp, tpr, k = self.groups.tp_size, self.groups.tp_rank, self.cfg.topk
+        pr, cap = self.point(shape), self.capacity_based(variant)
         if variant == "ag":
-            x = rank_input(self.rank // tp, size_idx, shape, dtype, salt, k).buffer
+            x = rank_input(self.rank // tp, size_idx, shape, dtype, salt, k, pr).buffer
             return x.view(E, tp, C // tp, M).transpose(0, 1).contiguous()
         ep_ranks = self.groups.ep_ranks
         me = ep_ranks.index(self.rank)
         nle = E // len(ep_ranks)
         blocks = [
-            rank_input(r // tp, size_idx, shape, dtype, salt, k).buffer[me * nle : (me + 1) * nle] for r in ep_ranks
+            rank_input(r // tp, size_idx, shape, dtype, salt, k, pr).for_exchange(cap).buffer[me * nle : (me + 1) * nle]
+            for r in ep_ranks
         ]
         full = torch.cat(blocks, 0)
         if variant == "a2a":
@@ -242,18 +263,31 @@ def time_sizes(
 
 def check(r: Runner, variants, shapes, sizes, dtype, device, inject_fault: bool) -> torch.Tensor:
     """Wrong elements per size and variant row (summed over ranks), each variant run on fresh data
-    and compared with what the peers' deterministic inputs make it; ``inject_fault``: TEST AID."""
+    and compared with what the peers' deterministic inputs make it; ``inject_fault``: TEST AID.
+    Under a skewed routing the expected output of a capacity exchange is stock DeepSpeed's buffer of the
+    same routing (its dropped routes nowhere), of a dropless one the buffer at the dropless capacity."""
+    return check_routes(r, variants, shapes, sizes, dtype, device, inject_fault)[0]
+
+
+def check_routes(r: Runner, variants, shapes, sizes, dtype, device, inject_fault: bool):
+    """``check``'s wrong elements and, per size and variant row, the routes its output holds (non-zero
+    expert-input rows over the ranks, once per TP group): equal across the capacity exchanges when they
+    drop the same routes, all routes for a dropless one."""
     wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
+    held = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
     FAULT.enabled = inject_fault
     try:
         for si, shp in enumerate(shapes):
             beat(f"checking size {format_size(sizes[si])}")
+            pr = r.point(shp)
             for vi, (v, c) in enumerate(variants):
-                x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk)  # fresh data
-                x = SizeInput(x.tokens.to(device), x.plan, x.buffer.to(device))
-                got = r.run(v, c, x)
-                wrong[si, vi] = int((got.cpu() != r.expected(v, si, shp, dtype, salt=1)).sum())
+                x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk, pr).to(device)  # fresh data
+                got = r.run(v, c, x).cpu()
+                wrong[si, vi] = int((got != r.expected(v, si, shp, dtype, salt=1)).sum())
+                if v not in COMPONENTS and r.groups.tp_rank == 0:
+                    held[si, vi] = int((got != 0).any(-1).sum())
     finally:
         FAULT.enabled = False
     dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
-    return wrong
+    dist.all_reduce(held, op=dist.ReduceOp.SUM)
+    return wrong, held

@@ -23,8 +23,8 @@ from monta.bench.alltoall_records import build_records
 from monta.bench.alltoall_runner import (
     Runner,
     buffer_shape,
-    check,
     check_chunks,
+    check_routes,
     rank_input,
     time_sizes,
     variant_rows,
@@ -32,7 +32,6 @@ from monta.bench.alltoall_runner import (
 )
 from monta.bench.alltoall_table import print_header, print_table
 from monta.bench.hostload import HostLoad, own_run_delay_s
-from monta.bench.routes import SizeInput
 from monta.dtypes import DTYPE_BYTES, torch_dtype
 from monta.progress import beat
 from monta.results import write_records
@@ -73,8 +72,11 @@ def main(cfg_path: str) -> int:
     if rank == 0:
         print_header(cfg, r.layout, hosts, r.transport)
 
-    inputs = [rank_input(rank // cfg.tp, i, shp, dtype, 0, cfg.topk) for i, shp in enumerate(shapes)]
-    inputs = [SizeInput(x.tokens.to(device), x.plan, x.buffer.to(device)) for x in inputs]
+    # one routing per size (the balanced one unless --routing), the same for every exchange
+    points = [r.point(shp) for shp in shapes]
+    inputs = [
+        rank_input(rank // cfg.tp, i, shp, dtype, 0, cfg.topk, points[i]).to(device) for i, shp in enumerate(shapes)
+    ]
     warm_up(r, variants, inputs, cfg.sizes, cfg.warmup)
 
     load = HostLoad().start() if rank == 0 else None
@@ -87,9 +89,10 @@ def main(cfg_path: str) -> int:
     dist.all_reduce(measured_wait, op=dist.ReduceOp.MIN)
 
     if cfg.check:
-        wrong = check(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.inject_fault)
+        wrong, held = check_routes(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.inject_fault)
     else:
         wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
+        held = None
 
     beat("writing the records")
     if rank == 0:
@@ -101,6 +104,7 @@ def main(cfg_path: str) -> int:
                     host[si][vi]["rank_wait"] = d / w if w > 0 else None
         records = build_records(cfg, r.layout, variants, tm, wrong, host, r.transport, slowdown)
         add_formulas(records, cfg, r, inputs, tm, variants)
+        add_routing(records, cfg, r, points, variants, held)
         print_table(records)
         if cfg.out:
             write_records(cfg.out, records, append=cfg.append)
@@ -127,6 +131,26 @@ def add_formulas(records, cfg: AlltoallConfig, r: Runner, inputs, tm, variants) 
         m.update(inter_meta_bytes=meta, inter_payload_bytes=m["inter_bytes"] - meta)
         if value is not None:
             m.update(inter_formula=text, inter_formula_bytes=value)
+
+
+def add_routing(records, cfg: AlltoallConfig, r: Runner, points, variants, held) -> None:
+    """Under a skewed routing, each record's routing facts: the spec (params), realized MaxVio, the
+    routes dropped at the buffer's capacity (0 for a dropless exchange, which says so) and, with --check,
+    the routes its output held. The balanced routing's records stay as they were."""
+    at = {(size, v, c): (si, vi) for si, size in enumerate(cfg.sizes) for vi, (v, c) in enumerate(variants)}
+    for rec in records:
+        p, m = rec["params"], rec["metrics"]
+        si, vi = at[(p["size_bytes"], p["variant"], p["chunks"])]
+        if points[si] is None:
+            continue
+        facts = points[si].facts()
+        p["routing"] = facts.pop("routing")
+        dropless = not r.capacity_based(p["variant"])
+        m.update(facts, dropless=dropless)
+        if dropless:
+            m.update(dropped_routes=0, dropped_tokens=0, drop_fraction=0.0)
+        if held is not None and p["variant"] not in ("a2a", "ag"):
+            m["held_routes"] = int(held[si, vi])
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def _balanced(s: RoutingSpec, ranks: int, tokens: int, experts: int, k: int) -> 
     """Every rank gives every expert exactly T k / E routes: MaxVio 0, no drop at cf 1."""
     if (tokens * k) % experts:
         raise ValueError(
-            f"routing {s.text}: {tokens} tokens x top-{k} do not split evenly over {experts} experts; "
+            f"routing {s.text!r}: {tokens} tokens x top-{k} do not split evenly over {experts} experts; "
             f"use a token count that is a multiple of {experts // math.gcd(experts, k)}"
         )
     per = tokens * k // experts
@@ -73,7 +73,7 @@ def _ragged(s: RoutingSpec, ranks: int, tokens: int, experts: int, k: int) -> to
     routed evenly over the experts; the rows a rank lacks are -1."""
     ragged = float(param(s, "ragged"))
     if ragged >= 1:
-        raise ValueError(f"routing {s.text}: ragged={ragged} must be < 1 (the last rank keeps (1 - ragged) of T)")
+        raise ValueError(f"routing {s.text!r}: ragged={ragged} must be < 1 (the last rank keeps (1 - ragged) of T)")
     held = [tokens - (round(ragged * tokens * r / (ranks - 1)) if ranks > 1 else 0) for r in range(ranks)]
     held = [max(1, h) for h in held]
     n = sum(held)
@@ -94,7 +94,7 @@ def _hot_count(s: RoutingSpec, experts: int) -> int:
 
 def _rank_block(s: RoutingSpec, ranks: int, experts: int, rank: int) -> list[int]:
     if not 0 <= rank < ranks:
-        raise ValueError(f"routing {s.text}: rank={rank} is outside the {ranks} ranks; use 0..{ranks - 1}")
+        raise ValueError(f"routing {s.text!r}: rank={rank} is outside the {ranks} ranks; use 0..{ranks - 1}")
     nle = experts // ranks
     return list(range(rank * nle, (rank + 1) * nle))
 
@@ -130,7 +130,7 @@ def _weights(s: RoutingSpec, ranks: int, experts: int, k: int, pool: int) -> tor
         block = _rank_block(s, ranks, experts, int(param(s, "rank", ranks - 1)))
         w[block] = 0.0
         if experts - len(block) < k:
-            raise ValueError(f"routing {s.text}: top-{k} needs {k} experts off the empty rank; use more experts")
+            raise ValueError(f"routing {s.text!r}: top-{k} needs {k} experts off the empty rank; use more experts")
     elif s.name == "W7":  # a burst step: one expert (by seed and step) takes `heat` x its share
         w[int(torch.randint(experts, (1,), generator=gen))] = float(param(s, "heat"))
     elif s.name == "zipf":
@@ -154,7 +154,7 @@ def _lognormal_weights(s: RoutingSpec, z: torch.Tensor, pool: int, k: int) -> to
     E = z.numel()
     if target >= E / k - 1:
         raise ValueError(
-            f"routing {s.text}: maxvio={target:g} is unreachable with {E} experts at top-{k} "
+            f"routing {s.text!r}: maxvio={target:g} is unreachable with {E} experts at top-{k} "
             f"(at most {E / k - 1:g}: one expert on every token); use a smaller target or more experts"
         )
     if target == 0:
@@ -171,7 +171,7 @@ def _lognormal_weights(s: RoutingSpec, z: torch.Tensor, pool: int, k: int) -> to
     err, sigma = best
     if err > MAXVIO_TOLERANCE * target:
         raise ValueError(
-            f"routing {s.text}: {pool} tokens cannot realize maxvio={target:g} within 10% (closest "
+            f"routing {s.text!r}: {pool} tokens cannot realize maxvio={target:g} within 10% (closest "
             f"{target + err:.3g} or {target - err:.3g}); use more tokens per rank"
         )
     return torch.exp(sigma * z)
