@@ -25,8 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import torch
-
 from monta.perfmodel.network.collectives import CollTime
 
 
@@ -106,6 +104,8 @@ def _sent_bytes(hook, routing, rank: int, tp: int) -> int:
     """The exchange's inter-node payload formula (its ``routing_inter_bytes``, per byte of a row) for
     source ``rank``'s tokens, dropless. The hook speaks for member 0 on node 0, so the experts are
     relabelled to put ``rank``'s node first (node membership is all a formula reads)."""
+    import torch
+
     from monta.exchanges import RoutingBytes
 
     R, N, E = routing.ranks, routing.nodes, routing.experts
