@@ -37,3 +37,24 @@ def read(path: str) -> tuple[int, float, str] | None:
         return int(n), float(t), where
     except (OSError, ValueError):
         return None
+
+
+class Eta:
+    """Progress lines for a person watching a run: what was done, the time elapsed and an estimate of
+    the time left (the mean time per unit so far, times the units still to do)."""
+
+    def __init__(self, total: int, clock=time.monotonic) -> None:
+        self.total, self.done, self._clock = total, 0, clock
+        self._t0 = clock()
+
+    def advance(self, what: str) -> str:
+        """Count one unit done (``what`` names it) and return its line."""
+        from monta.units import format_duration
+
+        self.done += 1
+        elapsed = self._clock() - self._t0
+        left = elapsed / self.done * (self.total - self.done)
+        return (
+            f"# {what} ({self.done}/{self.total}): elapsed {format_duration(elapsed)}, "
+            f"about {format_duration(left)} left"
+        )

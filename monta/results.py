@@ -7,6 +7,7 @@ either the previous file or the complete new one, never half a result.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import math
 import os
@@ -160,9 +161,41 @@ def environment() -> dict[str, Any]:
     return dict(env)
 
 
+class RecordWriteError(ValueError):
+    """A records file that cannot be written: one line naming the file and the file system's reason."""
+
+
+# What a person should hear for the errors a write meets most (errno -> reason and what to do).
+_WRITE_REASONS = {
+    errno.EROFS: "it is on a read-only file system; give a path on a writable one",
+    errno.ENOSPC: "no space left on its device; free some space or write elsewhere",
+    errno.EDQUOT: "the disk quota is exhausted; free some space or write elsewhere",
+    errno.ENOENT: "its folder does not exist (removed?); create it or give another path",
+    errno.EACCES: "permission denied; give a path you may write",
+    errno.EPERM: "permission denied; give a path you may write",
+    errno.ENOTDIR: "a part of its path is a file, not a folder",
+}
+
+
+def write_error(path: str | os.PathLike, e: OSError) -> RecordWriteError:
+    """The one-line error for ``e``, met while writing ``path``."""
+    reason = _WRITE_REASONS.get(e.errno, e.strerror or str(e))
+    return RecordWriteError(f"cannot write {path}: {reason} (nothing was written)")
+
+
 def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]], append: bool = False) -> Path:
-    """Write records as JSONL atomically (temp file + rename); ``append`` keeps existing lines."""
-    path = Path(path)
+    """Write records as JSONL atomically (temp file in the same folder + rename), so a failed write leaves
+    the previous file or none, never part of one; ``append`` keeps existing lines. A file system error
+    (read-only, full, a folder gone) raises RecordWriteError, one line."""
+    try:
+        return _write_records(Path(path), records, append)
+    except RecordWriteError:
+        raise
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(records)
     for r in records:

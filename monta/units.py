@@ -83,3 +83,40 @@ def format_size(nbytes: float) -> str:
             v = n / scale
             return f"{v:.0f}{suffix}" if v == int(v) else f"{v:.1f}{suffix}"
     return f"{n:.0f}"
+
+
+def _three_figures(v: float) -> str:
+    """About three significant figures without an exponent: 1.23, 12.3, 123, 1234; whole numbers as such."""
+    if v == int(v):
+        return f"{v:.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    text = f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    return text.rstrip("0").rstrip(".")
+
+
+def format_bytes(nbytes: float) -> str:
+    """Bytes for a person (IEC units, as the tables print them): 16777216 -> ``16 MiB``, 1536 -> ``1.5 KiB``."""
+    n = float(nbytes)
+    for suffix, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{_three_figures(n / scale)} {suffix}"
+    return f"{n:.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds for a person: 9.2 -> ``9.2 s``, 0.00123 -> ``1.23 ms``, 4.2e-5 -> ``42 us``, 125 -> ``2 min 5 s``."""
+    s = float(seconds)
+    if s != s:
+        return "-"
+    s = float(f"{s:.3g}")  # round first, so 0.9999 s is "1 s", not "1000 ms"
+    if abs(s) >= 3600:
+        h, rest = divmod(round(s), 3600)
+        return f"{h} h {rest // 60:02d} min"
+    if abs(s) >= 60:
+        m, rest = divmod(round(s), 60)
+        return f"{m} min {rest} s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if abs(s) >= scale:
+            return f"{_three_figures(s / scale)} {unit}"
+    return f"{_three_figures(s / 1e-6)} us"

@@ -200,6 +200,8 @@ def out_path(path: Any, key: str = "out", where: Where = cli, append: bool = Fal
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise _fail(where, key, path, f"{probe} is a file, not a directory")
+    if probe.exists() and read_only(probe):
+        raise _fail(where, key, path, f"{probe} is on a read-only file system; give a path on a writable one")
     if probe.exists() and not writable(probe):
         raise _fail(
             where,
@@ -207,6 +209,8 @@ def out_path(path: Any, key: str = "out", where: Where = cli, append: bool = Fal
             path,
             f"cannot write in {probe} (its permissions forbid it: mode {probe.stat().st_mode & 0o777:o})",
         )
+    if probe.exists():
+        _probe_write(probe, where, key, path)
     if append and p.exists():
         from monta.results import RecordError, read_records
 
@@ -218,6 +222,35 @@ def out_path(path: Any, key: str = "out", where: Where = cli, append: bool = Fal
                 "repair or remove that line, or write to a new file"
             ) from None
     return p
+
+
+def read_only(directory: Path) -> bool:
+    """Whether ``directory`` is on a file system mounted read-only (no permission bit lets a write there)."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+# A write this size must fit for the run to start: a disk that cannot take it is full now, not at the end.
+_PROBE_BYTES = 4096
+
+
+def _probe_write(directory: Path, where: Where, key: str, path: Any) -> None:
+    """Write and remove a small file in ``directory``: a full disk (or any other refusal the bits and the
+    mount flags do not show) is named before the run, not after it."""
+    import tempfile
+
+    from monta.results import write_error
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".monta-probe-") as f:
+            f.write(b"\0" * _PROBE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        reason = str(write_error(directory, e)).split(": ", 1)[1].replace(" (nothing was written)", "")
+        raise _fail(where, key, path, f"cannot write in {directory}: {reason}") from None
 
 
 def writable(directory: Path) -> bool:

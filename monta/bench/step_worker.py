@@ -14,12 +14,13 @@ import torch
 import torch.distributed as dist
 
 from monta.perfmodel.training.step import PARTITIONS  # Lancet's batch partitions: the model's number by default
-from monta.progress import beat
+from monta.progress import Eta, beat
 from monta.variants import LINA_CHUNK_BYTES
 
 
-def init_from_env(timeout_s: float = 300.0) -> None:
-    """torch.distributed from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, srun, emulator, spawn)."""
+def init_from_env(timeout_s: float = 300.0, backend: str = "auto") -> None:
+    """torch.distributed from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, srun, emulator, local);
+    ``backend`` auto: nccl where this rank has CUDA, else gloo."""
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise ValueError(f"missing environment {', '.join(missing)}; launch with torchrun/srun or monta bench step")
@@ -29,7 +30,8 @@ def init_from_env(timeout_s: float = 300.0) -> None:
 
         beat("joining the process group (init_distributed)")
 
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         deepspeed.init_distributed(dist_backend=backend, verbose=False, timeout=datetime.timedelta(seconds=timeout_s))
@@ -102,14 +104,18 @@ def run_interleaved(
     # What CPU the steps had: the machine (rank 0 samples it) and this rank's own wait for a core.
     load = HostLoad().start() if dist.get_rank() == 0 else None
     spans: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    eta = Eta((warmup + steps) * len(variants)) if dist.get_rank() == 0 else None
     for step in range(warmup + steps):
         for name in variants:
-            beat(f"{'warm-up ' if step < warmup else ''}step {step + 1}/{warmup + steps} of variant {name}")
+            where = f"{'warm-up ' if step < warmup else ''}step {step + 1}/{warmup + steps} of variant {name}"
+            beat(where)
             if clock is not None:
                 clock.reset_stats()
             d0, t0 = own_run_delay_s(), time.perf_counter()
             r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
             d1, t1 = own_run_delay_s(), time.perf_counter()
+            if eta is not None:  # rank 0's stdout is what the launcher streams live to the person watching
+                print(eta.advance(where), flush=True)
             if step >= warmup:
                 out[name]["loss"].append(r["loss"])
                 out[name]["step_s"].append(r["step_s"])

@@ -1,0 +1,144 @@
+"""The flags ``monta bench alltoall`` and ``monta bench step`` share, built here once so they mean the same
+in both: where the ranks run (``--launcher``, ``--backend``, ``--nodes``, ``--gpus-per-node``), on which
+emulated network (``--topology`` and its overrides; by default the 4-NIC A800 profile), where the records
+go (``--out``, never silently replaced: ``--force`` or ``--append``) and the performance model's cluster
+(``--cluster``, as in ``monta predict``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+# With no network flag, both benchmarks emulate the 4-NIC A800 (its NIC at the default emulated rate,
+# its loopback at the A800's per-GPU ratio): the cluster the paper measures. `--topology unshaped` asks
+# for no shaping at all.
+DEFAULT_TOPOLOGY = "a800-4nic"
+_SHAPING = ("topology", "inter_gbps", "intra_gbps", "latency_us")
+
+LAUNCHER_HELP = {
+    "emulate": "start the ranks on the emulated cluster (network namespaces, shaped links)",
+    "local": "start the ranks here on 127.0.0.1, unshaped",
+    "env": "this process is one rank started by torchrun/srun (reads RANK, WORLD_SIZE, MASTER_ADDR...)",
+}
+
+
+_NETWORK_HELP = {
+    "topology": f"the emulated network: a preset (`monta emulate presets`), PRESET@GBPS (its NIC at GBPS Gbit/s "
+    f"per node), a cluster file PATH.yaml[@GBPS], or unshaped; the flags below override it (default: "
+    f"{DEFAULT_TOPOLOGY} at its default rate when no network flag is given)",
+    "inter_gbps": "inter-node NIC rate per node and direction, Gbit/s (default: the --topology's)",
+    "intra_gbps": "intra-node (loopback) rate per node, Gbit/s (default: the --topology's)",
+    "latency_us": "added one-way inter-node latency, us (default: the --topology's, 0)",
+    "tcp_cc": "TCP congestion control inside the emulated nodes (default: reno; README's testbed notes)",
+}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in ``--help``: appended, unless the help says it in words already (a
+    default of None means something that needs words, e.g. "a whole node")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def add_shared_arguments(p: argparse.ArgumentParser, *, launchers: tuple[str, ...]) -> None:
+    """The cluster shape, the launcher, the network and the output flags of a benchmark."""
+    from monta.emulate.topology import add_topology_args
+
+    g = p.add_argument_group("where the ranks run")
+    g.add_argument("--nodes", type=int, default=2, help="nodes (emulated, or of the torchrun/srun job)")
+    g.add_argument("--gpus-per-node", type=int, default=4, help="ranks per node")
+    g.add_argument(
+        "--launcher",
+        choices=launchers,
+        default="emulate",
+        help="; ".join(f"{k}: {LAUNCHER_HELP[k]}" for k in launchers),
+    )
+    g.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help="torch.distributed backend; auto: nccl where the ranks have CUDA, else gloo",
+    )
+    g.add_argument(
+        "--allow-unshaped",
+        action="store_true",
+        help="if user namespaces are unavailable, run the emulated ranks unshaped on 127.0.0.1 (loud warning)",
+    )
+    add_topology_args(p)
+    for action in p._actions:  # the benchmarks' defaults differ from `monta emulate run`'s: say them
+        action.help = _NETWORK_HELP.get(action.dest, action.help)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", default=None, help="JSONL records file, written atomically (default: none, print only)")
+    mode = o.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="replace --out if it exists")
+    mode.add_argument("--append", action="store_true", help="append to --out if it exists")
+    o.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
+
+
+def add_cluster_argument(p: argparse.ArgumentParser, default_text: str) -> None:
+    """``--cluster``: the performance model's cluster, as every command takes it (``monta predict``)."""
+    p.add_argument(
+        "--cluster",
+        default=None,
+        help="the performance model's cluster for --chunks auto: a cluster name (clusters/), a cluster file "
+        f"PATH.yaml, or emulator:PROFILE.json ({default_text})",
+    )
+
+
+def default_network(args: argparse.Namespace) -> bool:
+    """Whether no shaping flag was given (the emulator then runs the default profile)."""
+    return all(getattr(args, k, None) is None for k in _SHAPING)
+
+
+def network(args: argparse.Namespace):
+    """The emulated network of the flags: the default profile when no shaping flag was given. Ranks
+    that are not emulated (torchrun/srun, local) run on whatever network they have: unshaped, unless
+    flags say otherwise (a record must not claim a profile its run never had)."""
+    from monta.emulate.topology import Topology, topology_from_args
+
+    if default_network(args) and args.launcher == "emulate":
+        overrides = {"tcp_cc": args.tcp_cc} if getattr(args, "tcp_cc", None) else {}
+        return Topology.preset(DEFAULT_TOPOLOGY, **overrides)
+    return topology_from_args(args)
+
+
+def network_line(bench: str, args: argparse.Namespace, description: str) -> str:
+    """The run's first line: what runs, on which network, and whether that network is the default."""
+    how = {"emulate": "emulated", "local": "local ranks on 127.0.0.1", "env": "torchrun/srun ranks"}[args.launcher]
+    shape = f"{args.nodes} nodes x {args.gpus_per_node} ranks"
+    if args.launcher != "emulate":
+        return f"# monta bench {bench}: {shape}, {how} (no emulated network)"
+    why = " (the default profile; --topology unshaped for none)" if default_network(args) else ""
+    return f"# monta bench {bench}: {shape}, {how}, network {description}{why}"
+
+
+def resolve_backend(backend: str, launcher: str) -> str:
+    """``auto``: nccl for ranks that have CUDA (torchrun/srun ranks on GPUs), gloo otherwise (the
+    emulated and local ranks are CPU processes)."""
+    if backend != "auto":
+        return backend
+    if launcher != "env":
+        return "gloo"
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def check_out(args: argparse.Namespace) -> Path | None:
+    """--out as a records file this run may write: writable (monta.validate.out_path) and, when it exists
+    already, replaced only with --force or added to only with --append (never silently overwritten)."""
+    from monta.validate import UsageError, out_path
+
+    path = out_path(args.out, append=args.append)
+    if path is not None and path.exists() and not (args.force or args.append):
+        raise UsageError(
+            f"--out {args.out}: exists already; add --force to replace it or --append to add to it, or give a new file"
+        )
+    if args.force and path is None:
+        raise UsageError("--force needs --out FILE (the records file to replace)")
+    return path

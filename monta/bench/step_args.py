@@ -1,0 +1,184 @@
+"""The flags of ``monta bench step`` and their checks: every value is validated, and the run's spec (what
+every rank reads) is built, before any rank starts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from monta import variants as registry
+from monta.chunking import Auto, parse_chunks
+from monta.model.config import PRESETS, resolve_config
+from monta.parallel import ParallelLayout
+from monta.variants import PARTITIONS
+
+MAX_CONTENTION = 10.0  # overlapped compute 11x slower: far past any GPU's
+_OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "ffn", "experts", "topk", "seq", "micro_batch")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from monta.bench.common_args import add_cluster_argument, add_shared_arguments
+
+    add_shared_arguments(p, launchers=("emulate", "local", "env"))
+    # `--emulate` was this benchmark's switch before --launcher emulate (the default) meant it: still read
+    p.add_argument("--emulate", dest="launcher", action="store_const", const="emulate", help=argparse.SUPPRESS)
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gpus per node)")
+    _add_model_arguments(p)
+    add_cluster_argument(
+        p,
+        "default: $MONTA_CLUSTER; on the emulated cluster required, an emulator:PROFILE.json from "
+        "`monta emulate calibrate` with the same topology",
+    )
+    _add_run_arguments(p)
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model and the variants: what one step computes."""
+    p.add_argument("--model", default="moe-2x70b-mini", choices=sorted(PRESETS), help="model preset")
+    p.add_argument(
+        "--variants",
+        default=None,
+        help="comma list of registered variants (default: all of them; `monta variants` lists them) "
+        "or compositions exchange=E,schedule=S,sync=Y[,chunks=N]",
+    )
+    p.add_argument(
+        "--chunks",
+        default="4",
+        help="chunks of the monta exchange and pieces of the lina schedule: an integer, or 'auto' "
+        "(the performance model's choice for the dispatch buffer on --cluster)",
+    )
+    p.add_argument(
+        "--lancet-partitions",
+        type=int,
+        default=PARTITIONS,
+        help="batch partitions of the lancet schedule (the performance model's PARTITIONS, monta.variants, "
+        "which the model reads too, so the run and the model's price agree)",
+    )
+    for flag in ("layers", "hidden", "heads", "kv-heads", "ffn", "experts", "topk", "seq", "micro-batch"):
+        p.add_argument(f"--{flag}", type=int, default=None, help="model override (default: the preset's)")
+    p.add_argument("--capacity-factor", type=float, default=None, help="model override (default: the preset's)")
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the step runs: its compute, repetition, seed, optimizer and what is recorded."""
+    p.add_argument(
+        "--compute",
+        choices=("real", "modeled"),
+        default="real",
+        help="real: the small model's math at this machine's speed (numerics); modeled: each compute "
+        "piece runs its math, then waits until it has taken the performance model's time for the "
+        "same piece of the full-size model on the emulated cluster preset, x the run's dilation D "
+        "(needs --launcher emulate and a cluster preset topology, e.g. --topology a800-4nic)",
+    )
+    p.add_argument(
+        "--contention",
+        type=float,
+        default=0.0,
+        help="with --compute modeled: compute waited while this rank's MoE exchange is in flight lasts (1 + C) x "
+        "its target (communication kernels take SMs and memory bandwidth from the compute they overlap); "
+        "0: no contention, overlap gains are an upper bound. Only waits change: losses are identical",
+    )
+    p.add_argument("--steps", type=int, default=10, help="timed steps per variant")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant before them")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the weights and the data")
+    p.add_argument("--zero-stage", type=int, default=1, choices=(0, 1), help="DeepSpeed ZeRO stage")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="per-GPU dense bf16 peak for MFU (default: from the GPU's name; MFU is reported on GPU only)",
+    )
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is abandoned")
+    p.add_argument("--experiment", default="step", help="experiment name stored in the records and wandb group")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    """Range checks of every flag (monta.validate), before any rank starts; returns the variants."""
+    from monta import validate as V
+    from monta.bench.common_args import check_out
+
+    V.integer(args.nodes, "nodes", 1, V.MAX_NODES)
+    V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    if args.tp is not None:
+        V.integer(args.tp, "tp", 1, args.gpus_per_node)
+    try:
+        variants = registry.parse_list(registry.names() if args.variants is None else args.variants)
+    except ValueError as e:
+        raise ValueError(f"--variants: {e}") from None
+    V.integer(args.steps, "steps", 1, V.MAX_ITERS)
+    V.integer(args.warmup, "warmup", 0, V.MAX_ITERS)
+    V.integer(args.seed, "seed", 0, 2**32 - 1)
+    V.integer(args.lancet_partitions, "lancet_partitions", 1, V.MAX_CHUNKS)
+    for flag in _OVERRIDES:
+        if getattr(args, flag) is not None:
+            V.integer(getattr(args, flag), flag, 1, 2**24)
+    if args.capacity_factor is not None:
+        V.number(args.capacity_factor, "capacity_factor", 0, 1000, lo_open=True)
+    if args.peak_tflops is not None:
+        V.number(args.peak_tflops, "peak_tflops", 0, 1e6, lo_open=True)
+    V.number(args.timeout, "timeout", 1, 30 * 86400, unit="seconds")
+    V.number(args.contention, "contention", 0, MAX_CONTENTION)
+    if args.contention and args.compute != "modeled":
+        raise ValueError(
+            f"--contention {args.contention:g} stretches compute on the emulated clock: add --compute modeled "
+            "(and --launcher emulate), or leave --contention at 0"
+        )
+    if args.compute == "modeled" and args.launcher != "emulate":
+        raise ValueError(
+            f"--compute modeled runs on the emulated cluster, not --launcher {args.launcher}: use --launcher "
+            "emulate (and a cluster preset topology, e.g. --topology a800-4nic), or --compute real"
+        )
+    check_out(args)
+    return variants
+
+
+def spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's spec, every rank's copy of the flags (after check_args and the model's own checks)."""
+    variants = check_args(args)
+    try:
+        chunks = parse_chunks(args.chunks)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None  # --chunks='four': give an integer >= 1 or 'auto'
+    cluster = args.cluster
+    if isinstance(chunks, Auto):
+        cluster = cluster or os.environ.get("MONTA_CLUSTER")
+        if cluster is None and args.launcher == "emulate":
+            raise ValueError(
+                "--chunks auto on the emulated cluster needs --cluster emulator:PROFILE.json; write one "
+                "with `monta emulate calibrate --nodes N --gpus-per-node G <same topology flags> --out "
+                "PROFILE.json`"
+            )
+    tp = args.tp if args.tp is not None else args.gpus_per_node
+    layout = ParallelLayout(args.nodes, args.gpus_per_node, tp=tp, ep=args.nodes)
+    cfg = resolve_config(args.model, **{k: getattr(args, k) for k in (*_OVERRIDES, "capacity_factor")})
+    cfg.check_layout(layout.tp, layout.ep)
+    for v in variants:  # a schedule's own model requirements (lancet: top-2), before any rank starts
+        check = registry.get(v).schedule.check_model
+        if check is not None:
+            try:
+                check(cfg)
+            except ValueError as e:
+                raise ValueError(f"variant {v}: {e}") from None
+    return {
+        "layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
+        "model": args.model,
+        "overrides": {k: v for k, v in cfg.to_dict().items()},
+        "variants": variants,
+        "chunks": chunks.as_json(),
+        "cluster": cluster,
+        "lancet_partitions": args.lancet_partitions,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "seed": args.seed,
+        "zero_stage": args.zero_stage,
+        "out": args.out,
+        "append": bool(args.append),
+        "emulated": False,
+        "backend": args.backend,
+        "compute": args.compute,
+        "contention": float(args.contention),
+        "experiment": args.experiment,
+        "peak_tflops": args.peak_tflops,
+    }

@@ -1,0 +1,44 @@
+"""What a ``monta bench step`` rank computes from the spec before and after its steps: the chunk count
+every variant uses, the model FLOPs of a step (for MFU) and the GPU's peak."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from monta.chunking import Auto, capacity_slice, dispatch_bytes, expert_capacity, parse_chunks
+
+# Dense bf16 peak per GPU (TFLOP/s, vendor datasheets, no sparsity) for MFU; --peak-tflops overrides.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0}
+
+
+def run_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
+    """The chunk count every variant uses: the flag's integer, or the performance model's choice (on the
+    spec's cluster) for this rank's full [E, C, M] dispatch buffer at the training capacity, as the MoE
+    layer resolves it per call (``monta.chunking``)."""
+    chunks = parse_chunks(spec["chunks"])
+    capacity = expert_capacity(
+        cfg.tokens_per_micro_batch, cfg.num_experts, cfg.capacity_factor, cfg.top_k, cfg.min_capacity
+    )
+    chooser = None
+    if isinstance(chunks, Auto):
+        from monta.perfmodel.network.chunks import model_chooser
+
+        chooser = model_chooser(spec["cluster"])
+    nbytes = dispatch_bytes(cfg.num_experts, capacity, cfg.hidden, element_size)
+    return chunks.resolve(nbytes, layout, capacity_slice(capacity, layout.tp), chooser)
+
+
+def model_flops_per_rank(cfg, layout) -> float:
+    """Model FLOPs one rank does per training step (forward + backward = 3 x forward; no recomputation,
+    capacity padding counted as the experts compute it), from the performance model's layer counts."""
+    from monta.perfmodel.training.compute import head_flops, layer_flops
+
+    tokens = cfg.tokens_per_micro_batch
+    fwd = cfg.num_layers * layer_flops(cfg, tokens, cfg.seq, layout.tp).total + head_flops(cfg, tokens, layout.tp)
+    return 3.0 * fwd
+
+
+def peak_tflops(device_name: str, override: float | None) -> float | None:
+    if override:
+        return override
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device_name.upper()), None)

@@ -1,0 +1,130 @@
+"""How ``monta bench step`` starts its ranks: on the emulated cluster (``--launcher emulate``, compute on
+the clock with ``--compute modeled``) or as local processes on 127.0.0.1 (``--launcher local``). Every rank
+runs ``python -m monta.bench.step --worker SPEC``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from monta.model.config import ModelConfig
+
+
+def topology(args: argparse.Namespace):
+    """The flags' emulated network (the default profile when no network flag is given)."""
+    from monta.bench.common_args import network
+
+    return network(args)
+
+
+def clock_of(topo, lay: dict[str, Any], cfg):
+    """The run's clock (``monta.perfmodel.training.clock``): its topology must emulate a cluster preset."""
+    from monta.perfmodel.training.clock import Clock
+
+    if not topo.cluster:
+        raise ValueError(
+            f"--compute modeled needs a topology that emulates a cluster preset (e.g. --topology "
+            f"a800-4nic or a800-4nic@0.0625); {topo.name} has hand-set rates"
+        )
+    return Clock(
+        topo.cluster,
+        cfg,
+        tp=lay["tp"],
+        ep=lay["ep"],
+        gpus_per_node=lay["gpus_per_node"],
+        inter_gbps=topo.inter_gbps,
+        intra_gbps=topo.intra_gbps,
+    )
+
+
+def _argv_env() -> tuple[list[str], dict[str, str]]:
+    argv = [sys.executable, "-m", "monta.bench.step", "--worker"]
+    env = {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "DS_BUILD_OPS": "0", "OMP_NUM_THREADS": "1"}
+    return argv, env
+
+
+def launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
+    """Start the ranks and wait for them; 0 when every rank finished cleanly."""
+    from monta.bench.common_args import network_line
+
+    if args.launcher == "emulate":
+        topo = topology(args)
+        print(network_line("step", args, topo.describe()), flush=True)
+        return _emulated(args, spec, topo)
+    print(network_line("step", args, ""), flush=True)
+    return _local(args, spec)
+
+
+def _emulated(args: argparse.Namespace, spec: dict[str, Any], topo) -> int:
+    from monta.emulate.launcher import launch as emulate
+
+    lay = spec["layout"]
+    argv, env = _argv_env()
+    spec["emulated"] = True
+    spec["topology"] = topo.to_dict()
+    if spec["compute"] == "modeled":
+        spec["clock"] = clock_of(topo, lay, ModelConfig(**spec["overrides"])).describe()
+        print(
+            f"# compute on the clock of {topo.cluster}: D = {spec['clock']['dilation']:.1f} (links and compute "
+            f"alike; {topo.describe()})",
+            flush=True,
+        )
+    result = emulate(
+        argv + [json.dumps(spec)],
+        lay["nodes"],
+        lay["gpus_per_node"],
+        topo,
+        env=env,
+        timeout_s=args.timeout,
+        allow_unshaped=args.allow_unshaped,
+        stall_s=max(120.0, 60.0 + 5.0 * lay["nodes"] * lay["gpus_per_node"]),
+    )
+    spec["emulated"] = bool(result.emulated)
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _local(args: argparse.Namespace, spec: dict[str, Any]) -> int:
+    """One process per rank on 127.0.0.1 (rank 0's output shown, the others' dropped); the first rank that
+    fails, or the timeout, ends them all."""
+    lay = spec["layout"]
+    argv, env = _argv_env()
+    world = lay["nodes"] * lay["gpus_per_node"]
+    port = _free_port()
+    procs = []
+    for r in range(world):
+        e = dict(
+            os.environ,
+            **env,
+            RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(r % lay["gpus_per_node"]),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(subprocess.Popen(argv + [json.dumps(spec)], env=e, stdout=None if r == 0 else subprocess.DEVNULL))
+    deadline = time.monotonic() + args.timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                raise ValueError(
+                    f"ranks {failed or 'all'} {'failed' if failed else 'timed out'}; see their stderr above"
+                )
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return 0 if all(p.returncode == 0 for p in procs) else 1
