@@ -62,7 +62,7 @@ bench-alltoall: setup
 	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 2M:16M:2 --chunks 2,4,8 --warmup 1 --adaptive --max-iters 20 --budget-s 60 --check
 
 bench-step: setup
-	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --emulate --topology a800-4nic@0.25 --compute modeled --steps 6 --warmup 2
+	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --launcher emulate --topology a800-4nic@0.25 --compute modeled --steps 6 --warmup 2
 
 # Fault injection as a user meets faults (bad flags, corrupt inputs, damaged files, bad configs,
 # stopped/killed/unprivileged ranks, killed runs): one line per case, then `N/M handled`.

@@ -72,7 +72,8 @@ def test_dry_run_default_runs_every_experiment(work):
     assert "--adaptive --iters 5 --max-iters 40 --target-ci 0.04 --budget-s 30" in out
     assert "--launcher emulate --backend gloo --experiment default" in out
     assert (
-        "--emulate --topology a800-4nic@0.25 --compute modeled --experiment default --out results/step/2x4.jsonl" in out
+        "--launcher emulate --topology a800-4nic@0.25 --compute modeled --experiment default "
+        "--out results/step/2x4.jsonl" in out
     )
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
     assert "--variants deepspeed,legacy,monta,lina,lancet,monta+priority,monta+lina,monta+lancet" in out

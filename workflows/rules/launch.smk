@@ -30,11 +30,11 @@ def launcher_args():
 
 
 def step_launcher_args():
-    """`monta bench step` runs on the emulator with --emulate (compute on the clock), else as a torchrun rank."""
+    """`monta bench step` runs on the emulator (--launcher emulate, compute on the clock), else as a torchrun rank."""
     s = config["step"]
     if not EMULATED:
         return f"--launcher env --experiment {config['experiment']}"
-    return (f"--emulate {net_args(inter_gbps=s['inter_gbps'] or None)} --compute {s['compute']}"
+    return (f"--launcher emulate {net_args(inter_gbps=s['inter_gbps'] or None)} --compute {s['compute']}"
             f" --experiment {config['experiment']}")
 
 
