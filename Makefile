@@ -10,8 +10,12 @@ export WANDB_MODE ?= offline
 # DeepSpeed's JIT-built CPU op lives in the venv (built once below), not in ~/.cache shared by every clone
 export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch-extensions
 export PYTHONUNBUFFERED := 1
+# torch's CPU build comes from PyTorch's CPU index (PyPI's torch==2.13.0 on Linux is the CUDA build, GBs of
+# nvidia-* wheels). Where that index is unreachable, pip's own find-links/extra-index-url (pip.conf) still
+# apply and supply a local torch-2.13.0+cpu wheel; a mirror of the index: make setup TORCH_INDEX=URL.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test-plugins test test-fast reproduce pipeline-test exchange-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
+.PHONY: setup doctor test-plugins test test-fast reproduce pipeline-test exchange-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -19,13 +23,18 @@ $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first and alone: pinning it stops later resolves from pulling CUDA wheels
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first and alone, from the CPU index: the pin then stops later resolves from pulling CUDA wheels
+	$(PY) -m pip install -q --index-url $(TORCH_INDEX) torch==2.13.0
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	# build DeepSpeed's CPU comm op now, in one process, not inside the first rank that loads it (~45 s)
 	$(PY) -m monta.extensions --build
 	touch $(STAMP)
+
+# What the emulator needs from this machine (user namespaces, ip/tc, unshare/nsenter, python, torch, the
+# DeepSpeed CPU op): one line per check with the fix; exit 1 when the emulator cannot run here.
+doctor: setup
+	$(VENV)/bin/monta doctor
 
 # The test-only variant plugin (tests/plugins/monta_toy_variant), installed as a real package into a
 # folder of its own that tests/conftest.py puts on the path: the tests see it, `make reproduce` does not.
@@ -38,7 +47,8 @@ $(TEST_PLUGINS)/.installed: $(STAMP) $(TOY_PLUGIN)/pyproject.toml $(wildcard $(T
 	$(PY) -m pip install -q --no-deps --target $(TEST_PLUGINS) ./$(TOY_PLUGIN)
 	touch $@
 
-test: setup test-plugins
+# What CI runs (.ci/run is `make test`): lint first (seconds), then every test.
+test: lint test-plugins
 	$(PY) -m pytest -q tests
 
 test-fast: setup test-plugins

@@ -4,7 +4,12 @@
 
 # The workflow's own files are found through its base directory, so `--directory RUN_DIR` runs it
 # with results under RUN_DIR (two runs side by side); a --configfile is read from where it is given.
-configfile: os.path.join(workflow.basedir, "config", "default.yaml")
+# The embedded default (the emulated cluster) only when no --configfile is given: a config file stands
+# alone, the keys it leaves out take config/schema.yaml's defaults, never default.yaml's emulator
+# settings (config/a800.yaml ran with --max-iters 40 --budget-s 30 and 2-step ablations otherwise).
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "config", "default.yaml")
 
 
 # PATH is extended with this interpreter's bin folder (common.smk) and passed on to jobs.
@@ -48,6 +53,7 @@ localrules:
     ablation_seq,
     notebook,
     report,
+    report_assets,
     regress,
     exchange_map,
 

@@ -15,6 +15,7 @@ import sys
 _TOPICS = [
     ("bench", "monta.bench.cli", "run a benchmark: alltoall (TP exchange sweep), step (MoE training step)"),
     ("calibrate", "monta.perfmodel.reports.calibrate", "fit the model's link curves to your cluster's nccl-tests logs"),
+    ("doctor", "monta.doctor", "check this machine can run the emulated cluster (namespaces, ip/tc, torch)"),
     ("emulate", "monta.emulate.cli", "emulated multi-node cluster: run, probe, calibrate, presets"),
     ("plan", "monta.perfmodel.reports.cli", "rank parallel strategies for a cluster, model and sequence length"),
     ("predict", "monta.perfmodel.reports.cli", "performance-model predictions: paper, alltoall, accuracy"),

@@ -106,7 +106,10 @@ def test_dry_run_default_runs_every_experiment(work):
 def test_dry_run_separate_chunk_and_buffer_ablations(work):
     extra = work / "abl.yaml"
     extra.write_text('ablation:\n  chunks: [1, 2, 4, 8]\n  buffer_sizes: "256K:16M:4"\n')
-    proc = snakemake("-n", "-p", "--profile", "profiles/local", "--configfile", str(extra), cwd=work)
+    # a --configfile stands alone: the default's settings come with it only when named first
+    proc = snakemake(
+        "-n", "-p", "--profile", "profiles/local", "--configfile", "config/default.yaml", str(extra), cwd=work
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "--sizes 256K:16M:4 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out

@@ -1,0 +1,103 @@
+"""Each pipeline config stands alone: its dry run's commands, parsed by the real CLI parser.
+
+A --configfile is not layered on config/default.yaml (the emulated cluster): keys it leaves out take
+config/schema.yaml's defaults. So config/a800.yaml (real nodes) runs none of the emulator's flags.
+"""
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from monta.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+EMULATOR_FLAGS = ["--emulate", "--topology", "--inter-gbps", "--intra-gbps", "--allow-unshaped", "--latency-us"]
+EMULATOR_SETTINGS = ["--adaptive", "--max-iters", "--budget-s", "--target-ci"]
+_SHELL_STOPS = {">", "2>", "|", ";", "&&", "||", "2>&1", ">>"}
+
+
+def dry_run(tmp_path: Path, *configfiles: str) -> list[list[str]]:
+    """The `monta ...` commands a dry run would start, each as its argument list (launcher prefix cut)."""
+    args = [SNAKEMAKE, "-n", "-p", "--directory", str(tmp_path), "-s", str(ROOT / "Snakefile")]
+    if configfiles:
+        args += ["--configfile", *configfiles]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    commands = []
+    for line in out.splitlines():
+        if not line.startswith("Shell command:") or " monta " not in f" {line}":
+            continue
+        tokens = shlex.split(line.removeprefix("Shell command:"), posix=True)
+        while "monta" in tokens:
+            tokens = tokens[tokens.index("monta") :]
+            end = next((i for i, t in enumerate(tokens) if t in _SHELL_STOPS), len(tokens))
+            commands.append(tokens[:end])
+            tokens = tokens[end:]
+    assert commands, out[-3000:]
+    return commands
+
+
+def parses(command: list[str]) -> None:
+    """Parse with the CLI's own parser (nothing runs); an unknown flag exits 2."""
+    build_parser(command[1]).parse_args(command[1:])
+
+
+def benches(commands, which):
+    return [c for c in commands if c[1:3] == ["bench", which]]
+
+
+def test_a800_runs_no_emulator_flag_and_its_own_counts(tmp_path):
+    commands = dry_run(tmp_path, "config/a800.yaml")
+    for c in commands:
+        parses(c)
+        assert not set(c) & set(EMULATOR_FLAGS + EMULATOR_SETTINGS), c
+        assert "emulate" not in c, c
+    a2a, step = benches(commands, "alltoall"), benches(commands, "step")
+    assert a2a and step
+    # the file's own repetition (fixed iterations as nccl-tests runs them) and its own step count
+    assert all(c[c.index("--iters") + 1] == "20" and c[c.index("--warmup") + 1] == "5" for c in a2a)
+    assert all(c[c.index("--launcher") + 1] == "env" and c[c.index("--backend") + 1] == "nccl" for c in a2a)
+    assert {c[c.index("--steps") + 1] for c in step} == {"10"}  # ablation steps included: not the emulator's 2
+
+
+def test_default_runs_the_emulated_cluster(tmp_path):
+    # No --configfile: the embedded config/default.yaml, the emulated 4-NIC A800.
+    commands = dry_run(tmp_path)
+    for c in commands:
+        parses(c)
+    sweep = [c for c in benches(commands, "alltoall") if "--check" in c]
+    assert {c[c.index("--topology") + 1] for c in sweep} == {"a800-4nic@0.125", "a800-4nic@0.0625"}
+    assert all(c[c.index("--max-iters") + 1] == "40" and c[c.index("--budget-s") + 1] == "30" for c in sweep)
+    assert all("--emulate" in c for c in benches(commands, "step"))
+
+
+def test_a_config_file_alone_gets_the_schemas_defaults(tmp_path):
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("experiment: mine\n")
+    commands = dry_run(tmp_path / "run", str(mine))
+    a2a = schema["alltoall"]["properties"]
+    sweep = [c for c in benches(commands, "alltoall") if "--check" in c]
+    assert sweep
+    for c in sweep:
+        parses(c)
+        assert c[c.index("--iters") + 1] == str(a2a["iters"]["default"])
+        assert c[c.index("--warmup") + 1] == str(a2a["warmup"]["default"])
+        assert c[c.index("--chunks") + 1] == ",".join(map(str, a2a["chunks"]["default"]))
+        assert "--adaptive" not in c  # max_iters' default 0: exactly --iters iterations
+    steps = schema["step"]["properties"]["steps"]["default"]
+    assert {c[c.index("--steps") + 1] for c in benches(commands, "step")} == {str(steps)}
+
+
+@pytest.mark.parametrize("name", ["test", "slurm-local"])
+def test_small_configs_parse(tmp_path, name):
+    commands = dry_run(tmp_path, f"config/{name}.yaml")
+    for c in commands:
+        parses(c)
+    assert benches(commands, "alltoall") and benches(commands, "step")
