@@ -46,7 +46,7 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     # toy-exchange: the test plugin's exchange (tests/plugins/monta_toy_variant), checked like the core's
     good = bench("--check", "--variants", "legacy,deepspeed,monta,toy-exchange", "--out", str(tmp_path / "good.jsonl"))
     assert good.returncode == 0, good.stderr[-3000:]
-    assert "size(B)" in good.stdout and "Out of bounds values : 0 OK" in good.stdout
+    assert "algbw(GB/s)" in good.stdout and "Out of bounds values : 0 OK" in good.stdout
     recs = read_records(tmp_path / "good.jsonl")
     assert {r["params"]["variant"] for r in recs} == {"legacy", "deepspeed", "monta", "toy-exchange", "a2a", "ag"}
     assert all(r["metrics"]["wrong"] == 0 and r["metrics"]["checked"] for r in recs)
@@ -54,7 +54,7 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     assert by["legacy"]["inter_bytes"] == 2 * by["monta"]["inter_bytes"]  # TP = 2
     assert by["toy-exchange"]["inter_bytes"] == by["deepspeed"]["inter_bytes"]  # the toy drops, then AllToAlls
     assert by["toy-exchange"]["speedup_vs_legacy"] > 0
-    assert any(line.split()[1:2] == ["toy-exchange"] for line in good.stdout.splitlines()), good.stdout
+    assert any(line.split()[:3] == ["64", "KiB", "toy-exchange"] for line in good.stdout.splitlines()), good.stdout
     # the overlap efficiency is recomputed from the records' own paired samples: ideal = deepspeed / max(halves)
     import numpy as np
 

@@ -6,6 +6,7 @@ Parses and validates every flag up front, then launches one worker per rank and 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,10 +18,17 @@ from monta.parallel import ParallelLayout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from monta.emulate import add_topology_args
+    from monta.bench.common_args import add_cluster_argument, add_shared_arguments
 
-    p.add_argument("--nodes", type=int, default=2)
-    p.add_argument("--gpus-per-node", type=int, default=4, help="ranks per (emulated) node")
+    add_shared_arguments(p, launchers=("emulate", "env"))
+    _add_sweep_arguments(p)
+    add_cluster_argument(p, "default: $MONTA_CLUSTER, else a800")
+    _add_repetition_arguments(p)
+    _add_run_arguments(p)
+
+
+def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """What is swept: the layout, the buffer, the exchanges and their routing."""
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: a whole node)")
     p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: the DP degree)")
     p.add_argument(
@@ -33,34 +41,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(`monta variants` lists them)",
     )
     p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
-    p.add_argument(
-        "--cluster",
-        default=None,
-        help="performance-model cluster for --chunks auto: a preset "
-        "(a800, a800-8nic, h800, ...) or a link-profile JSON "
-        "(default: $MONTA_CLUSTER, else a800)",
-    )
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="element type of the buffer")
     p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
     p.add_argument(
         "--topk",
         type=int,
         default=1,
-        help="routes per token: the buffer holds E x C / topk tokens, routed top-k, balanced (default 1)",
+        help="routes per token: the buffer holds E x C / topk tokens, routed top-k",
     )
     p.add_argument(
         "--routing",
         default="W0",
         help="routing workload: W0 (balanced, default) .. W7, lognormal:maxvio=V, zipf:s=A (docs/routing.md)",
     )
-    p.add_argument("--warmup", type=int, default=2)
+
+
+def _add_repetition_arguments(p: argparse.ArgumentParser) -> None:
+    """How often each size is timed: --iters exactly, or --adaptive's stopping rule."""
+    p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size")
     p.add_argument(
         "--iters",
         type=int,
         default=5,
-        help="timed iterations per size (variants interleaved in each), exactly; with --adaptive the "
-        "minimum (default 5)",
+        help="timed iterations per size (variants interleaved in each), exactly; with --adaptive the minimum",
     )
     # None = not given: the three knobs below belong to --adaptive (ADAPTIVE_DEFAULTS when it is on).
     p.add_argument(
@@ -84,6 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="with --adaptive: time budget per size for the extra iterations, seconds (default 180; 0 = none)",
     )
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the exchange runs and what else the run does (check, test aids, time limit, records' name)."""
     p.add_argument(
         "--transport",
         choices=("duplex", "native"),
@@ -96,26 +104,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="VARIANT:FRACTION",
         help="TEST AID for the regression gate: slow VARIANT by FRACTION (e.g. monta:0.10) with a measured "
-        "delay after each call; records carry injected_slowdown",
+        "delay after each call; records carry injected_slowdown (default: none)",
     )
     p.add_argument("--check", action="store_true", help="verify every variant on fresh data after timing")
     p.add_argument("--no-components", action="store_true", help="skip the a2a-alone / ag-alone rows")
-    p.add_argument("--out", default=None, help="JSONL records file (written atomically by rank 0)")
-    p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     p.add_argument("--experiment", default="alltoall", help="experiment name stored in the records")
-    p.add_argument(
-        "--launcher",
-        choices=("emulate", "env"),
-        default="emulate",
-        help="emulate: start the ranks on the emulated cluster; env: this process is one rank "
-        "started by torchrun/srun (reads RANK, WORLD_SIZE, MASTER_ADDR...)",
-    )
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    p.add_argument(
-        "--allow-unshaped",
-        action="store_true",
-        help="if user namespaces are unavailable, run unshaped on 127.0.0.1 (loud warning)",
-    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -123,9 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds before the run is abandoned (default: scaled to the expected run time, see "
         "expected_seconds; a rank that stops making progress ends the run much earlier, named)",
     )
-    p.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
     p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
-    add_topology_args(p)
 
 
 # --adaptive's knobs when not given: up to 40 iterations per size, until every paired ratio's 95% CI
@@ -178,10 +169,10 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
 
     Every check here runs before any rank or emulated network starts (monta.validate holds the
     semantic ones, shared with the pipeline's config validation)."""
+    from monta.bench.common_args import check_out, network, resolve_backend
     from monta.bench.routes import routing_arg
     from monta.chunking import Auto, capacity_slice
-    from monta.emulate import topology_from_args
-    from monta.validate import UsageError, alltoall_sweep, number, out_path, slowdown
+    from monta.validate import UsageError, alltoall_sweep, number, slowdown
 
     # Every given value is range-checked first (alltoall_sweep), then whether it belongs to --adaptive.
     knobs = {k: ADAPTIVE_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in ADAPTIVE_DEFAULTS}
@@ -219,9 +210,9 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         number(args.timeout, "timeout", 1, 30 * 86400, lo_open=False, unit="seconds")
     if args.launcher == "emulate":
         _check_memory(sizes, args.nodes * args.gpus_per_node)
-    out_path(args.out, append=args.append)
+    check_out(args)
     inject = slowdown(args.inject_slowdown, variants)
-    topo = topology_from_args(args)
+    topo = network(args)
     fields = {
         "nodes": args.nodes,
         "gpus_per_node": args.gpus_per_node,
@@ -243,7 +234,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         "out": str(Path(args.out).resolve()) if args.out else None,
         "append": args.append,
         "experiment": args.experiment,
-        "backend": args.backend,
+        "backend": resolve_backend(args.backend, args.launcher),
         "inject_fault": args.inject_fault,
         "topology": {**topo.to_dict(), "description": topo.describe()},
         "chunks_arg": args.chunks,
@@ -318,9 +309,13 @@ def default_timeout(cfg: AlltoallConfig) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
+    from monta.bench.common_args import network_line
+
     cfg = build_config(args)
     if args.timeout is None:
         args.timeout = default_timeout(cfg)
+    if os.environ.get("RANK", "0") == "0":  # the first line: what runs where (once, not per torchrun rank)
+        print(network_line("alltoall", args, cfg.topology["description"]), flush=True)
     if args.launcher == "env":  # we are one rank of torchrun/srun
         from monta.bench import alltoall_worker
 

@@ -70,10 +70,8 @@ def _np_max(a, b):
     return np.maximum(a, b)
 
 
-def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transport, slowdown: Slowdown) -> list[dict]:
-    """One record per size and variant row from the timed loop's ``tm`` (``alltoall_runner.Timings``),
-    the check's ``wrong`` counts and ``host`` (per size and row: the host-load window's figures)."""
-    run_id = new_run_id()
+def _run_env(cfg: AlltoallConfig, transport) -> dict[str, Any]:
+    """The records' env: versions and hardware, and how this run's network and backend were set up."""
     env = environment()
     env.update(
         {
@@ -84,6 +82,82 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
             "cores": cores(),
         }
     )
+    return env
+
+
+def _paired(m: dict, t: list[list[float]], idx: dict, si: int, vi: int, v: str) -> None:
+    """Paired per-iteration ratios (same iteration, rotated order) of row ``vi`` at size ``si``: its speedup
+    over legacy and deepspeed and, for monta, its overlap efficiency, each with a bootstrap CI."""
+    for base in ("legacy", "deepspeed"):
+        bi = idx.get((base, 1))
+        if bi is not None and bi != vi:
+            pt, lo, hi = bootstrap(median_ratio, [t[bi], t[vi]], seed=1000 * si + vi)
+            m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"] = pt, [lo, hi]
+        elif bi == vi:
+            m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"] = 1.0, [1.0, 1.0]
+    parts = [idx.get(k) for k in (("deepspeed", 1), ("a2a", 1), ("ag", 1))]
+    if v == "monta" and None not in parts:
+        ds, a, g = (t[i] for i in parts)
+        pt, lo, hi = bootstrap(overlap_efficiency, [ds, t[vi], a, g], seed=7 + 1000 * si + vi)
+        ds_, m_, a_, g_ = _arrays(ds, t[vi], a, g)
+        ideal = bootstrap(lambda d, x, y: median_ratio(d, _np_max(x, y)), [ds, a, g], seed=si)
+        m.update(
+            overlap_efficiency=pt,
+            overlap_efficiency_ci=[lo, hi],
+            ideal_vs_deepspeed=ideal[0],
+            ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
+            # context: deepspeed against its two halves run alone (< 1: it overlaps a little
+            # by itself), and the efficiency by the earlier (t_a2a + t_ag) / max ideal
+            deepspeed_vs_halves=float(median_ratio(ds_, a_ + g_)),
+            overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)),
+        )
+
+
+def _row_metrics(cfg: AlltoallConfig, layout, tm, si: int, vi: int, times_us: list[float], wrong, load) -> dict:
+    """Row ``vi`` at size ``si``: its timing summary, bandwidths, bytes per call, CPU time and check count."""
+    m = summarize(times_us)
+    algbw, busbw = alltoall_bw(cfg.sizes[si], m["time_us"], layout.ep)
+    inter, intra = tm.bytes_per_call[(si, vi)]
+    m.update(
+        samples_us=times_us,
+        iters=len(times_us),
+        stop=tm.stop_note[si],
+        algbw_GBps=algbw,
+        busbw_GBps=busbw,
+        inter_bytes=inter,
+        intra_bytes=intra,
+        wrong=int(wrong[si, vi]),
+        cpu_us=statistics.median(tm.cpu[si][vi]) * 1e6,
+        checked=bool(cfg.check),
+        host_cpu=load,
+        cpu_bound=is_cpu_bound(load),
+    )
+    return m
+
+
+def _params(cfg: AlltoallConfig, layout, topo: dict, size: int, v: str, c: int) -> dict[str, Any]:
+    return {
+        "size_bytes": size,
+        "variant": v,
+        "chunks": c,
+        "nodes": layout.nodes,
+        "gpus_per_node": layout.gpus_per_node,
+        "tp": layout.tp,
+        "ep": layout.ep,
+        "dtype": cfg.dtype,
+        "experts": cfg.experts,
+        "hidden": cfg.hidden,
+        "topology": topo.get("name"),
+        "inter_gbps": topo.get("inter_gbps"),
+        "intra_gbps": topo.get("intra_gbps"),
+    }
+
+
+def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transport, slowdown: Slowdown) -> list[dict]:
+    """One record per size and variant row from the timed loop's ``tm`` (``alltoall_runner.Timings``),
+    the check's ``wrong`` counts and ``host`` (per size and row: the host-load window's figures)."""
+    run_id = new_run_id()
+    env = _run_env(cfg, transport)
     source = "emulated" if os.environ.get("MONTA_EMULATED") == "1" else "measured"
     topo = cfg.topology or {}
     config = cfg.to_dict()
@@ -92,51 +166,11 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
     for si, size in enumerate(cfg.sizes):
         t = [[x * 1e6 for x in tm.times[si][vi]] for vi in range(len(variants))]
         for vi, (v, c) in enumerate(variants):
-            m = summarize(t[vi])
-            algbw, busbw = alltoall_bw(size, m["time_us"], layout.ep)
-            inter, intra = tm.bytes_per_call[(si, vi)]
-            load = host[si][vi]
-            m.update(
-                samples_us=t[vi],
-                iters=len(t[vi]),
-                stop=tm.stop_note[si],
-                algbw_GBps=algbw,
-                busbw_GBps=busbw,
-                inter_bytes=inter,
-                intra_bytes=intra,
-                wrong=int(wrong[si, vi]),
-                cpu_us=statistics.median(tm.cpu[si][vi]) * 1e6,
-                checked=bool(cfg.check),
-                host_cpu=load,
-                cpu_bound=is_cpu_bound(load),
-            )
-            link = link_delivery(layout, topo, m["time_us"], inter, intra, v)
+            m = _row_metrics(cfg, layout, tm, si, vi, t[vi], wrong, host[si][vi])
+            link = link_delivery(layout, topo, m["time_us"], m["inter_bytes"], m["intra_bytes"], v)
             if link:
                 m["link_delivery"] = link
-            # Paired per-iteration ratios (same iteration, rotated order): speedup of this variant.
-            for base in ("legacy", "deepspeed"):
-                bi = idx.get((base, 1))
-                if bi is not None and bi != vi:
-                    pt, lo, hi = bootstrap(median_ratio, [t[bi], t[vi]], seed=1000 * si + vi)
-                    m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"] = pt, [lo, hi]
-                elif bi == vi:
-                    m[f"speedup_vs_{base}"], m[f"speedup_vs_{base}_ci"] = 1.0, [1.0, 1.0]
-            parts = [idx.get(k) for k in (("deepspeed", 1), ("a2a", 1), ("ag", 1))]
-            if v == "monta" and None not in parts:
-                ds, a, g = (t[i] for i in parts)
-                pt, lo, hi = bootstrap(overlap_efficiency, [ds, t[vi], a, g], seed=7 + 1000 * si + vi)
-                ds_, m_, a_, g_ = _arrays(ds, t[vi], a, g)
-                ideal = bootstrap(lambda d, x, y: median_ratio(d, _np_max(x, y)), [ds, a, g], seed=si)
-                m.update(
-                    overlap_efficiency=pt,
-                    overlap_efficiency_ci=[lo, hi],
-                    ideal_vs_deepspeed=ideal[0],
-                    ideal_vs_deepspeed_ci=[ideal[1], ideal[2]],
-                    # context: deepspeed against its two halves run alone (< 1: it overlaps a little
-                    # by itself), and the efficiency by the earlier (t_a2a + t_ag) / max ideal
-                    deepspeed_vs_halves=float(median_ratio(ds_, a_ + g_)),
-                    overlap_efficiency_vs_sum=float(overlap_efficiency_vs_sum(ds_, m_, a_, g_)),
-                )
+            _paired(m, t, idx, si, vi, v)
             if slowdown.applies(v):
                 m["injected_slowdown"] = slowdown.fraction  # TEST AID: this variant was slowed on purpose
                 # ... and what it took before its delay, so a gate check can tell the injection from a
@@ -144,27 +178,12 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
                 own = [x * 1e6 for x in tm.clean[si][vi]]
                 if own:
                     m["samples_clean_us"], m["time_clean_us"] = own, float(statistics.median(own))
-            params = {
-                "size_bytes": size,
-                "variant": v,
-                "chunks": c,
-                "nodes": layout.nodes,
-                "gpus_per_node": layout.gpus_per_node,
-                "tp": layout.tp,
-                "ep": layout.ep,
-                "dtype": cfg.dtype,
-                "experts": cfg.experts,
-                "hidden": cfg.hidden,
-                "topology": topo.get("name"),
-                "inter_gbps": topo.get("inter_gbps"),
-                "intra_gbps": topo.get("intra_gbps"),
-            }
             records.append(
                 make_record(
                     kind="alltoall",
                     source=source,
                     experiment=cfg.experiment,
-                    params=params,
+                    params=_params(cfg, layout, topo, size, v, c),
                     metrics=m,
                     config=config,
                     env=env,

@@ -15,7 +15,7 @@ from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.alltoall_records import LINK_SHORTFALL, net_tuning
 from monta.bench.hostload import is_cpu_bound, verdict
 from monta.results import environment
-from monta.units import format_size
+from monta.units import format_bytes, format_duration
 
 
 def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
@@ -55,7 +55,7 @@ def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
             f"# TEST AID: --inject-slowdown slows {sd['variant']} by {100 * sd['fraction']:g}% on purpose "
             "(a measured delay after each call); its records say injected_slowdown"
         )
-    print("# size = bytes of one rank's [E, C, M] dispatch buffer; algbw = size / time; busbw = algbw * (EP-1)/EP;")
+    print("# size = one rank's [E, C, M] dispatch buffer; algbw = size / time; busbw = algbw * (EP-1)/EP;")
     print("# time = median over iterations of the slowest rank; inter/intra = bytes this rank sent per call;")
     print("# a2a / ag rows = the drop-side AllToAll and the AllGather alone (the halves monta overlaps);")
     if cfg.adaptive:
@@ -73,9 +73,11 @@ def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
 
 
 def print_table(records) -> None:
+    """One row per size and variant, nccl-tests style, sizes and times in human units (records keep bytes, us)."""
+    us = lambda x: format_duration(x / 1e6)  # noqa: E731
     hdr = (
-        f"{'size(B)':>10} {'variant':>9} {'chunks':>6} {'time(us)':>11} {'p10':>10} {'p90':>10} {'n':>3} "
-        f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'inter(B)':>10} {'intra(B)':>10} {'cpu(us)':>10} {'#wrong':>6} "
+        f"{'size':>10} {'variant':>9} {'chunks':>6} {'time':>10} {'p10':>10} {'p90':>10} {'n':>3} "
+        f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'inter':>10} {'intra':>10} {'cpu':>10} {'#wrong':>6} "
         f"{'vs legacy [95% CI]':>20}"
     )
     print(hdr)
@@ -84,9 +86,10 @@ def print_table(records) -> None:
         wrong = m["wrong"] if m["checked"] else "N/A"
         sp = fmt_ci(m.get("speedup_vs_legacy"), m.get("speedup_vs_legacy_ci"))
         print(
-            f"{p['size_bytes']:>10} {p['variant']:>9} {p['chunks']:>6} {m['time_us']:>11.1f} {m['time_us_p10']:>10.1f} "
-            f"{m['time_us_p90']:>10.1f} {m['iters']:>3} {m['algbw_GBps']:>11.3f} {m['busbw_GBps']:>11.3f} "
-            f"{m['inter_bytes']:>10} {m['intra_bytes']:>10} {m['cpu_us']:>10.0f} {wrong:>6} {sp:>20}"
+            f"{format_bytes(p['size_bytes']):>10} {p['variant']:>9} {p['chunks']:>6} {us(m['time_us']):>10} "
+            f"{us(m['time_us_p10']):>10} {us(m['time_us_p90']):>10} {m['iters']:>3} {m['algbw_GBps']:>11.3f} "
+            f"{m['busbw_GBps']:>11.3f} {format_bytes(m['inter_bytes']):>10} {format_bytes(m['intra_bytes']):>10} "
+            f"{us(m['cpu_us']):>10} {wrong:>6} {sp:>20}"
         )
     print_footer(records)
     print_formulas(records)
@@ -105,7 +108,7 @@ def print_formulas(records) -> None:
         p, m = r["params"], r["metrics"]
         ok = "OK" if m["inter_formula_bytes"] == m["inter_payload_bytes"] else "MISMATCH"
         print(
-            f"#   {format_size(p['size_bytes']):>6} {p['variant']:>10}: {m['inter_formula']:<24} = "
+            f"#   {format_bytes(p['size_bytes']):>8} {p['variant']:>10}: {m['inter_formula']:<24} = "
             f"{m['inter_formula_bytes']:>10} | {m['inter_payload_bytes']:>10} (+ {m['inter_meta_bytes']}) {ok}"
         )
 
@@ -225,7 +228,7 @@ def print_footer(records) -> None:
         "(ideal - 1), the share of it achieved; bound = TP (legacy sends TP x the inter-node bytes)"
     )
     for row in rows:
-        parts = [f"{format_size(row['size_bytes']):>6}", f"chunks {row['best_chunks']}", f"n={row['iters']}"]
+        parts = [f"{format_bytes(row['size_bytes']):>8}", f"chunks {row['best_chunks']}", f"n={row['iters']}"]
         if "vs_legacy" in row:
             flag = "  ABOVE THE BYTE BOUND: a testbed problem" if row["above_bound"] else ""
             pipe = (

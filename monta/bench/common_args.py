@@ -40,7 +40,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+        # `is`, not `in`: a default of 0 or 0.0 equals False, yet is a value to show
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if "default" in text or not action.option_strings or unset:
             return text
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
