@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 # apply and supply a local torch-2.13.0+cpu wheel; a mirror of the index: make setup TORCH_INDEX=URL.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup doctor test-plugins test test-fast reproduce pipeline-test exchange-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
+.PHONY: setup doctor test-plugins test test-fast reproduce report pipeline-test exchange-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -59,6 +59,11 @@ test-fast: setup test-plugins
 INJECT ?=
 reproduce: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local $(if $(INJECT),--config 'alltoall={inject_slowdown: $(INJECT)}')
+
+# Snakemake's HTML report of the last `make reproduce` (every figure and table with its caption, the workflow,
+# run times): results/report.html, one self-contained file (docs/report.md).
+report: setup
+	$(VENV)/bin/snakemake --cores 1 --profile profiles/local --report results/report.html
 
 pipeline-test: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml

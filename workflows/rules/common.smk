@@ -122,7 +122,7 @@ def build_files():
 def get_all_input():
     targets = build_files() + record_files()
     if config["analysis"]["enabled"]:
-        targets.append("results/report.md")
+        targets += ["results/report.md", "results/report-assets/figures", "results/report-assets/tables"]
     if config["regress"]["enabled"] and config["alltoall"]["enabled"]:
         targets.append("results/regress/alltoall.md")
     return targets

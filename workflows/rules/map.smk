@@ -44,7 +44,7 @@ rule exchange_map:
         profile="results/calibrate/linkprofile.json",
     output:
         report="results/map/map.md",
-        figure="results/map/map.png",
+        figure=report("results/map/map.png", caption="../report/map.rst", category="Exchange map"),
         points="results/map/map-points.jsonl",
     log:
         "results/logs/map/map.log",

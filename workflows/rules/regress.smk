@@ -7,7 +7,7 @@ rule regress:
     input:
         unpack(get_regress_input),
     output:
-        "results/regress/alltoall.md",
+        report("results/regress/alltoall.md", caption="../report/regress.rst", category="Regression check"),
     log:
         "results/logs/regress/alltoall.log",
     params:
