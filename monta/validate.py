@@ -201,7 +201,9 @@ def out_path(path: Any, key: str = "out", where: Where = cli, append: bool = Fal
     if probe.exists() and not probe.is_dir():
         raise _fail(where, key, path, f"{probe} is a file, not a directory")
     if probe.exists() and read_only(probe):
-        raise _fail(where, key, path, f"{probe} is on a read-only file system; give a path on a writable one")
+        raise _fail(
+            where, key, path, f"{probe.absolute()} is on a read-only file system; give a path on a writable one"
+        )
     if probe.exists() and not writable(probe):
         raise _fail(
             where,
@@ -250,7 +252,7 @@ def _probe_write(directory: Path, where: Where, key: str, path: Any) -> None:
             os.fsync(f.fileno())
     except OSError as e:
         reason = str(write_error(directory, e)).split(": ", 1)[1].replace(" (nothing was written)", "")
-        raise _fail(where, key, path, f"cannot write in {directory}: {reason}") from None
+        raise _fail(where, key, path, f"cannot write in {directory.absolute()}: {reason}") from None
 
 
 def writable(directory: Path) -> bool:
@@ -362,7 +364,7 @@ def alltoall_sweep(
         ch: Any = parse_chunks(chunks)  # Auto(): resolved per size by the benchmark
     else:
         ch = int_list(chunks, k["chunks"], 1, MAX_CHUNKS, where)
-        if "monta" in vs:
+        if any(registry.is_chunked(v) for v in vs):  # only a chunked exchange cuts its slice
             smallest = min(sz)
             slice_ = smallest // row // tp
             if max(ch) > slice_:
