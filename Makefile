@@ -73,8 +73,9 @@ pipeline-test: setup
 exchange-map: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/map/map.md
 
+# The pipeline's 2 x 8 sweep as it runs it (config/default.yaml: 4 MiB and up, 1-8 chunks, adaptive).
 bench-alltoall: setup
-	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 2M:16M:2 --chunks 2,4,8 --warmup 1 --adaptive --max-iters 20 --budget-s 60 --check
+	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 4M:16M:2 --chunks 1,2,4,8 --warmup 1 --adaptive --max-iters 40 --budget-s 30 --check
 
 bench-step: setup
 	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --launcher emulate --topology a800-4nic@0.25 --compute modeled --steps 6 --warmup 2
