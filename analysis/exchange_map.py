@@ -22,6 +22,7 @@ from monta.perfmodel.network.exchange import exchange_time  # noqa: E402
 from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
 from monta.perfmodel.network.routed import inter_bytes_formula  # noqa: E402
 from monta.results import read_records  # noqa: E402
+from monta.variants import is_chunked  # noqa: E402
 
 EXCHANGES = ("deepspeed", "monta", "2dh", "allgather", "node-dedup")
 TIE = 0.03  # a winner ahead of the runner-up by less than this is a near tie
@@ -119,7 +120,7 @@ def real_cluster_map(cluster: str = "a800-4nic", sizes=(16 * 2**20, 256 * 2**20)
             for size in sizes:
                 t = {
                     v: exchange_time(
-                        v, size, layout, cluster, 8 if v == "monta" else 1, top_k=k, experts=experts, row_bytes=8192
+                        v, size, layout, cluster, 8 if is_chunked(v) else 1, top_k=k, experts=experts, row_bytes=8192
                     ).total_us
                     for v in EXCHANGES
                 }

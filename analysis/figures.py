@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from monta.variants import is_chunked  # noqa: E402
 from monta_analysis.display import fmt_bytes, split_model  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def _label_variants(table: pd.DataFrame) -> pd.DataFrame:
     t = table.copy()
     chunks = t["chunks"].astype(object).where(t["chunks"].notna(), None)
     t["variant_label"] = [
-        f"{v} x{int(c)}" if v == "monta" and c is not None else v for v, c in zip(t["variant"], chunks)
+        f"{v} x{int(c)}" if is_chunked(v) and c is not None else v for v, c in zip(t["variant"], chunks)
     ]
     t["series"] = t["source"] + " " + t["cluster"].astype(str)
     return t

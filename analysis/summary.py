@@ -128,7 +128,7 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
         m, p = r.get("metrics", {}), r.get("params", {})
         if r.get("kind") != "alltoall" or r.get("source") != "predicted" or m.get("measured_us") is None:
             continue
-        if p.get("variant") != "monta":
+        if not variant_registry.is_chunked(p.get("variant")):
             continue
         setup = tuple(p.get(k) for k in ("size_bytes", "nodes", "gpus_per_node", "tp", "ep"))
         by_setup.setdefault(setup, {})[int(p["chunks"])] = (

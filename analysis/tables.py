@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from monta.results import read_records
+from monta.variants import is_chunked  # the exchange whose chunk count varies (registry, not name)
 from monta_analysis import display, known
 
 # Params that describe how a point was measured, not which point it is.
@@ -180,7 +181,7 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for point, g in table.groupby(A2A_POINT, dropna=False, sort=True):
         row = dict(zip(A2A_POINT, point))
-        m = g[g["variant"] == "monta"]
+        m = g[g["variant"].map(is_chunked)]
         best = m.loc[m["time_us"].idxmin()] if len(m) and m["time_us"].notna().any() else None
         for v in ("legacy", "deepspeed"):
             t = g.loc[g["variant"] == v, "time_us"]
@@ -197,7 +198,7 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
         # monta (another chunk count's CPU-bound time shows only in the chunk ablation)
         used = g["variant"].isin(["legacy", "deepspeed", "a2a", "ag"])
         if best is not None:
-            used |= (g["variant"] == "monta") & (g["chunks"] == best["chunks"])
+            used |= g["variant"].map(is_chunked) & (g["chunks"] == best["chunks"])
         flags = [f for f in g.loc[used, "cpu_bound"] if f is not None and f == f] if "cpu_bound" in g else []
         row["cpu_bound"] = any(flags) if flags else None
         row.update(
@@ -262,9 +263,9 @@ def with_intervals(summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 def chunk_ablation(table: pd.DataFrame) -> pd.DataFrame:
     """MoNTA time per chunk count at each point, and relative to one chunk."""
-    if table.empty or "monta" not in set(table["variant"]):
+    if table.empty or not any(map(is_chunked, set(table["variant"]))):
         return pd.DataFrame()
-    m = table[table["variant"] == "monta"].copy()
+    m = table[table["variant"].map(is_chunked)].copy()
     one = m[m["chunks"] == 1].groupby(A2A_POINT, dropna=False)["time_us"].min().rename("_t1").reset_index()
     m = m.merge(one, on=A2A_POINT, how="left")
     m["rel_to_1_chunk"] = m["time_us"] / m["_t1"]

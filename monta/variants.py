@@ -300,6 +300,15 @@ def exchange(name: str) -> Exchange:
     return _R.exchanges[name]
 
 
+def is_chunked(name: str) -> bool:
+    """Whether ``name`` is a registered exchange that pipelines its capacity slice in chunks (takes the
+    run's chunk count): what tables and the model ask instead of comparing names. False for a name the
+    registry does not hold (a record's variant that is a schedule's, say)."""
+    load_plugins()
+    e = _R.exchanges.get(name)
+    return e is not None and e.chunked
+
+
 def schedules() -> dict[str, Schedule]:
     load_plugins()
     return dict(_R.schedules)

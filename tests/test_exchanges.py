@@ -149,4 +149,5 @@ def test_the_bench_times_and_checks_the_toy(tmp_path):
     assert by[TOY]["inter_bytes"] == by["deepspeed"]["inter_bytes"] > 0
     assert by[TOY]["inter_formula"] == "B/TP (P-L)/P"
     assert by[TOY]["inter_formula_bytes"] == by[TOY]["inter_payload_bytes"] == by["deepspeed"]["inter_payload_bytes"]
-    assert any(line.split()[1:2] == [TOY] for line in r.stdout.splitlines()), r.stdout
+    # the table has a row of the toy (its size column may carry a unit: "64 KiB toy-dispatcher ...")
+    assert any(TOY in line.split() for line in r.stdout.splitlines() if not line.startswith("#")), r.stdout

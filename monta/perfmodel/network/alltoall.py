@@ -7,7 +7,7 @@ from typing import Any
 
 from monta.chunking import parse_chunks
 from monta.perfmodel.network.collectives import algbw_GBps, busbw_GBps
-from monta.perfmodel.network.exchange import VARIANTS, exchange_time, layout_shapes
+from monta.perfmodel.network.exchange import VARIANTS, exchange_time, layout_shapes, takes_chunks
 from monta.perfmodel.network.links import Cluster
 
 
@@ -28,14 +28,14 @@ def parse_variants(spec: str) -> list[str]:
 
 def sweep(cluster: Cluster, layout, sizes: list[int], variants: list[str], chunks: list) -> list[dict[str, Any]]:
     """One row per (size, variant, chunk count); chunk counts (``monta.chunking.parse_chunks_list``'s,
-    or anything ``parse_chunks`` reads) apply to ``monta`` only."""
+    or anything ``parse_chunks`` reads) apply to the chunked exchanges only (``takes_chunks``)."""
     ep, _ = layout_shapes(layout)
     asked = [parse_chunks(k) for k in chunks]
     rows = []
     for size in sizes:
         legacy_t = exchange_time("legacy", size, layout, cluster).total_us
         for v in variants:
-            for k in asked if v == "monta" else [parse_chunks(1)]:
+            for k in asked if takes_chunks(v) else [parse_chunks(1)]:
                 b = exchange_time(v, size, layout, cluster, k)
                 rows.append(
                     {

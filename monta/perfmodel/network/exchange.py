@@ -15,6 +15,7 @@ from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import routed_shapes
 from monta.perfmodel.network.timeline import Breakdown, Timeline, _res, layout_shapes  # noqa: F401 (re-exported)
 from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones modelled here
+from monta.variants import is_chunked as registry_is_chunked
 
 # Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
 # identical on every TP rank. legacy: every TP rank AllToAlls all S over the EP group (inter-node
@@ -46,6 +47,13 @@ def modelled_as(variant: str) -> str:
             f"register it with price= (its steps) or model_as= one of {', '.join(VARIANTS)}"
         )
     return e.model_as
+
+
+def takes_chunks(variant: str) -> bool:
+    """Whether the model varies ``variant``'s chunk count: the core exchange that prices it pipelines its
+    capacity slice in chunks (the registry's ``chunked``); an exchange priced by its own steps never is."""
+    xv = modelled_as(variant)
+    return xv in VARIANTS and registry_is_chunked(xv)
 
 
 @lru_cache(maxsize=65536)
@@ -197,7 +205,7 @@ def exchange_time(
     asked = parse_chunks(chunks)
     if isinstance(asked, Auto):
         S = float(bytes_per_rank)
-        chunks = best_chunks(S, ep, tp, cluster, candidates=asked.candidates) if modelled_as(variant) == "monta" else 1
+        chunks = best_chunks(S, ep, tp, cluster, candidates=asked.candidates) if takes_chunks(variant) else 1
     else:
         chunks = asked.n
     # the routing reaches the exchanges priced by their own steps; a core model's cache key stays without it

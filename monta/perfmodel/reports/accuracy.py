@@ -13,6 +13,7 @@ from monta.perfmodel.network.alltoall import make_layout
 from monta.perfmodel.network.chunks import choose_chunks
 from monta.perfmodel.network.exchange import exchange_time
 from monta.perfmodel.network.profile import LinkProfile
+from monta.variants import is_chunked
 
 CHUNK_TOLERANCE = 0.05
 MEASURED_SOURCES = ("measured", "emulated")
@@ -152,7 +153,7 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
     groups: dict[tuple, dict[int, float]] = defaultdict(dict)
     bound: dict[tuple, set[int]] = defaultdict(set)
     for p in pts:
-        if p.variant == "monta":
+        if is_chunked(p.variant):  # the exchange whose chunk count the measurements vary
             groups[(p.size_bytes, p.nodes, p.gpus_per_node, p.tp, p.ep)][p.chunks] = p.measured_us
             if p.cpu_bound:
                 bound[(p.size_bytes, p.nodes, p.gpus_per_node, p.tp, p.ep)].add(p.chunks)

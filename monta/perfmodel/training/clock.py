@@ -8,11 +8,11 @@ performance model gives the same piece of the full-size model.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from monta.chunking import expert_capacity
 from monta.model.config import FULL_SIZE, ModelConfig, preset_of
 from monta.model.config import PRESETS as MODEL_PRESETS
 from monta.perfmodel.network import clusterfile
@@ -54,9 +54,10 @@ def full_size(run: ModelConfig, full: str | None = None) -> ModelConfig:
 
 
 def capacity(cfg: ModelConfig) -> int:
-    """Capacity slots per expert of one micro-batch (DeepSpeed's top-k gate with dropping)."""
-    return max(
-        cfg.min_capacity, math.ceil(cfg.tokens_per_micro_batch / cfg.num_experts * cfg.capacity_factor * cfg.top_k)
+    """Capacity slots per expert of one micro-batch (DeepSpeed's top-k gate with dropping): the runtime's
+    own formula (``monta.chunking.expert_capacity``), so the model and the layer never disagree."""
+    return expert_capacity(
+        cfg.tokens_per_micro_batch, cfg.num_experts, cfg.capacity_factor, cfg.top_k, cfg.min_capacity
     )
 
 

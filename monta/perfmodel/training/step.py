@@ -14,7 +14,7 @@ from monta.chunking import Auto, parse_chunks
 from monta.model.config import ModelConfig
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as
+from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as, takes_chunks
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import ROUTED
 from monta.perfmodel.training import contention as K
@@ -149,7 +149,7 @@ def predict_step(
     xv = modelled_as(var.exchange)  # a plugin's exchange: the core one it declared (ValueError if none)
     S = m.capacity_factor * m.top_k * tokens * m.hidden * elem_bytes
     chunks = 1
-    if xv == "monta":
+    if takes_chunks(xv):
         if var.chunks is not None:
             chunks = var.chunks
         else:
@@ -165,7 +165,7 @@ def predict_step(
         ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks, *routing)
         ex_b = (
             ex
-            if (pipeline_backward or xv != "monta")
+            if (pipeline_backward or not takes_chunks(xv))
             else exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1)
         )
     else:
