@@ -272,6 +272,69 @@ def writable(directory: Path) -> bool:
     return bits & 3 == 3 and os.access(directory, os.W_OK | os.X_OK)
 
 
+_SWEEP_KEYS = (
+    "nodes",
+    "gpus_per_node",
+    "tp",
+    "ep",
+    "sizes",
+    "variants",
+    "chunks",
+    "dtype",
+    "experts",
+    "hidden",
+    "warmup",
+    "iters",
+    "max_iters",
+    "target_ci",
+    "budget_s",
+)
+
+
+def _sweep_layout(nodes: Any, gpus_per_node: Any, tp: Any, ep: Any, k: dict[str, str], where: Where) -> tuple[int, int]:
+    """The sweep's TP and EP degrees (TP defaults to a node, EP to the data-parallel degree), checked."""
+    from monta.parallel import ParallelLayout
+
+    integer(nodes, k["nodes"], 1, MAX_NODES, where)
+    integer(gpus_per_node, k["gpus_per_node"], 1, MAX_GPUS_PER_NODE, where)
+    if tp is None:
+        tp = gpus_per_node
+    elif isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= gpus_per_node:
+        raise _fail(
+            where,
+            k["tp"],
+            tp,
+            f"must be an integer from 1 to gpus_per_node={gpus_per_node} (tensor parallelism stays inside a node)",
+        )
+    if gpus_per_node % tp:
+        raise _fail(where, k["tp"], tp, f"must divide gpus_per_node={gpus_per_node} (TP stays inside a node)")
+    dp = nodes * gpus_per_node // tp
+    ep = dp if ep is None else integer(ep, k["ep"], 1, dp, where)
+    if dp % ep:
+        raise _fail(where, k["ep"], ep, f"must divide the data-parallel degree {dp} (nodes x gpus_per_node / tp)")
+    ParallelLayout(nodes, gpus_per_node, tp, ep)  # same rules; cannot fail after the checks above
+    return tp, ep
+
+
+def _sweep_chunks(chunks: Any, slice_: int | None, smallest: int, k: dict[str, str], where: Where) -> Any:
+    """The sweep's chunk counts: ``Auto`` (resolved per size by the benchmark) or integers, none above the
+    capacity slice ``slice_`` (C/TP of the smallest size) when a chunked exchange cuts it (else None)."""
+    from monta.chunking import is_auto, parse_chunks
+
+    if is_auto(chunks):
+        return parse_chunks(chunks)
+    ch = int_list(chunks, k["chunks"], 1, MAX_CHUNKS, where)
+    if slice_ is not None and max(ch) > slice_:
+        raise _fail(
+            where,
+            k["chunks"],
+            chunks if isinstance(chunks, str) else ",".join(map(str, ch)),
+            f"{max(ch)} chunks exceed the capacity slice {slice_} (C/TP) of the smallest size "
+            f"{smallest} B; use at most {slice_} chunks, larger sizes or a smaller hidden",
+        )
+    return ch
+
+
 def alltoall_sweep(
     *,
     nodes: Any,
@@ -296,48 +359,9 @@ def alltoall_sweep(
     ``alltoall`` / ablation sections). Returns the resolved values: tp, ep, sizes, variants, chunks
     (``monta.chunking.Auto`` or a list of integers), experts. ``keys`` renames a key for ``where``
     (e.g. sizes -> clusters[0].sizes)."""
-    from monta.chunking import is_auto, parse_chunks
-    from monta.parallel import ParallelLayout
-
-    k = {
-        n: n
-        for n in (
-            "nodes",
-            "gpus_per_node",
-            "tp",
-            "ep",
-            "sizes",
-            "variants",
-            "chunks",
-            "dtype",
-            "experts",
-            "hidden",
-            "warmup",
-            "iters",
-            "max_iters",
-            "target_ci",
-            "budget_s",
-        )
-    }
+    k = {n: n for n in _SWEEP_KEYS}
     k.update(keys or {})
-    integer(nodes, k["nodes"], 1, MAX_NODES, where)
-    integer(gpus_per_node, k["gpus_per_node"], 1, MAX_GPUS_PER_NODE, where)
-    if tp is None:
-        tp = gpus_per_node
-    elif isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= gpus_per_node:
-        raise _fail(
-            where,
-            k["tp"],
-            tp,
-            f"must be an integer from 1 to gpus_per_node={gpus_per_node} (tensor parallelism stays inside a node)",
-        )
-    if gpus_per_node % tp:
-        raise _fail(where, k["tp"], tp, f"must divide gpus_per_node={gpus_per_node} (TP stays inside a node)")
-    dp = nodes * gpus_per_node // tp
-    ep = dp if ep is None else integer(ep, k["ep"], 1, dp, where)
-    if dp % ep:
-        raise _fail(where, k["ep"], ep, f"must divide the data-parallel degree {dp} (nodes x gpus_per_node / tp)")
-    ParallelLayout(nodes, gpus_per_node, tp, ep)  # same rules; cannot fail after the checks above
+    tp, ep = _sweep_layout(nodes, gpus_per_node, tp, ep, k, where)
     if dtype not in DTYPE_BYTES:
         raise _fail(where, k["dtype"], dtype, f"choose from {', '.join(DTYPE_BYTES)}")
     hidden = integer(hidden, k["hidden"], 1, MAX_HIDDEN, where)
@@ -360,21 +384,8 @@ def alltoall_sweep(
                 f"{s} B is not a whole [E={experts}, C, M={hidden}] {dtype} buffer with C divisible by "
                 f"TP={tp}; use multiples of {row * tp} B or change hidden",
             )
-    if is_auto(chunks):
-        ch: Any = parse_chunks(chunks)  # Auto(): resolved per size by the benchmark
-    else:
-        ch = int_list(chunks, k["chunks"], 1, MAX_CHUNKS, where)
-        if any(registry.is_chunked(v) for v in vs):  # only a chunked exchange cuts its slice
-            smallest = min(sz)
-            slice_ = smallest // row // tp
-            if max(ch) > slice_:
-                raise _fail(
-                    where,
-                    k["chunks"],
-                    chunks if isinstance(chunks, str) else ",".join(map(str, ch)),
-                    f"{max(ch)} chunks exceed the capacity slice {slice_} (C/TP) of the smallest size "
-                    f"{smallest} B; use at most {slice_} chunks, larger sizes or a smaller hidden",
-                )
+    chunked = any(registry.is_chunked(v) for v in vs)  # only a chunked exchange cuts its slice
+    ch = _sweep_chunks(chunks, min(sz) // row // tp if chunked else None, min(sz), k, where)
     integer(warmup, k["warmup"], 0, MAX_ITERS, where)
     integer(iters, k["iters"], 1, MAX_ITERS, where)
     integer(max_iters, k["max_iters"], 0, MAX_ITERS, where)

@@ -27,6 +27,26 @@ def _write(path: str | None, records: list[dict]) -> None:
 
 
 def register(subparsers) -> None:
+    _register_plan(subparsers)
+    pr = subparsers.add_parser(
+        "predict", help="performance-model predictions (paper, alltoall, accuracy, contention, published)"
+    )
+    sub = pr.add_subparsers(dest="predict_command", metavar="WHAT", required=True)
+    _register_paper(sub)
+    from monta.perfmodel.reports import contention  # torch-free
+
+    contention.register(sub)
+    from monta.perfmodel.reports import published_cli  # torch-free
+
+    published_cli.register(sub)
+    from monta.perfmodel.network import skew  # torch-free at import
+
+    skew.register(sub)
+    _register_alltoall(sub)
+    _register_accuracy(sub)
+
+
+def _register_plan(subparsers) -> None:
     p = subparsers.add_parser(
         "plan",
         help="rank parallel strategies for a cluster, model and sequence length",
@@ -56,11 +76,8 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="write the ranked choices as JSONL records")
     p.set_defaults(func=_cmd_plan)
 
-    pr = subparsers.add_parser(
-        "predict", help="performance-model predictions (paper, alltoall, accuracy, contention, published)"
-    )
-    sub = pr.add_subparsers(dest="predict_command", metavar="WHAT", required=True)
 
+def _register_paper(sub) -> None:
     pp = sub.add_parser("paper", help="the paper's two headline setups, predicted, next to the published numbers")
     pp.add_argument(
         "--cluster", default="a800-4nic,a800-8nic", help="comma list of cluster names or cluster files PATH.yaml"
@@ -76,16 +93,9 @@ def register(subparsers) -> None:
     )
     pp.add_argument("--out", default=None)
     pp.set_defaults(func=_cmd_paper)
-    from monta.perfmodel.reports import contention  # torch-free
 
-    contention.register(sub)
-    from monta.perfmodel.reports import published_cli  # torch-free
 
-    published_cli.register(sub)
-    from monta.perfmodel.network import skew  # torch-free at import
-
-    skew.register(sub)
-
+def _register_alltoall(sub) -> None:
     pa = sub.add_parser("alltoall", help="predicted TP AllToAll sweep in the benchmark's columns")
     pa.add_argument(
         "--cluster", default="a800", help="cluster name (clusters/), cluster file PATH.yaml, or emulator:PROFILE.json"
@@ -100,6 +110,8 @@ def register(subparsers) -> None:
     pa.add_argument("--out", default=None)
     pa.set_defaults(func=_cmd_alltoall)
 
+
+def _register_accuracy(sub) -> None:
     pc = sub.add_parser(
         "accuracy",
         help="predicted vs measured AllToAll and training-step times, MAPE, chunk-choice and step-ranking checks",
@@ -120,13 +132,11 @@ def register(subparsers) -> None:
     pc.set_defaults(func=_cmd_accuracy)
 
 
-def _cmd_plan(args) -> int:
+def _plan_choices(args) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """``monta plan``'s arguments checked (ValueError naming the flag); the recomputation levels and
+    ZeRO stages it may choose from."""
     from monta import validate as V
     from monta import variants as registry
-    from monta.model.config import resolve_config
-    from monta.perfmodel.network.profile import get_cluster
-    from monta.perfmodel.training.memory import GB
-    from monta.perfmodel.training.planner import plan
     from monta.perfmodel.training.strategy import RECOMPUTE
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
@@ -151,6 +161,15 @@ def _cmd_plan(args) -> int:
         raise ValueError(f"--zero {args.zero!r}: comma list of ZeRO stages 0-3") from None
     if not zero or any(z not in (0, 1, 2, 3) for z in zero):
         raise ValueError(f"--zero {args.zero!r}: comma list of ZeRO stages 0-3")
+    return recompute, zero
+
+
+def _cmd_plan(args) -> int:
+    from monta.model.config import resolve_config
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.planner import plan
+
+    recompute, zero = _plan_choices(args)
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
     # The preset's name: the records state layers and seq in columns of their own.
     model = resolve_config(args.model).with_overrides(layers=args.layers, seq=args.seq)
@@ -167,6 +186,15 @@ def _cmd_plan(args) -> int:
         zero=zero,
     )
     dt = time.perf_counter() - t0
+    _print_plan(args, model, cluster, result, dt)
+    if args.out:
+        _write(args.out, _plan_records(args, model, cluster, result))
+    return 0
+
+
+def _print_plan(args, model, cluster, result, dt: float) -> None:
+    from monta.perfmodel.training.memory import GB
+
     print(
         f"plan: {model.name} ({model.num_layers} layers, {model.total_params / 1e9:.1f}B params), seq {args.seq}, "
         f"global batch {result.global_batch} sequences, variant {args.variant}"
@@ -186,36 +214,37 @@ def _cmd_plan(args) -> int:
             f"{c.memory.total / GB:>7.1f} {st.inter_bytes / 1e9:>9.2f} {st.intra_bytes / 1e9:>9.2f}  {c.why}"
         )
     print("bytes are per GPU per step; 'why' compares each choice with #1 (and #1 with #2)")
-    if args.out:
-        from monta.results import make_record
 
-        recs = [
-            make_record(
-                kind="plan",
-                source="predicted",
-                experiment="plan",
-                params={
-                    "cluster": cluster.name,
-                    "nodes": cluster.nodes,
-                    "gpus_per_node": cluster.gpus_per_node,
-                    "model": model.name,
-                    "layers": model.num_layers,
-                    "seq": args.seq,
-                    "rank": i,
-                    **c.strategy.to_dict(),
-                },
-                metrics={"step_time_us": c.step.total_us, **c.step.to_dict(), **c.memory.to_dict()},
-                config={
-                    "cluster": cluster.to_dict(),
-                    "model": model.to_dict(),
-                    "why": c.why,
-                    "global_batch": result.global_batch,
-                },
-            )
-            for i, c in enumerate(result.choices, 1)
-        ]
-        _write(args.out, recs)
-    return 0
+
+def _plan_records(args, model, cluster, result) -> list[dict]:
+    """The ranked choices as ``plan`` records."""
+    from monta.results import make_record
+
+    return [
+        make_record(
+            kind="plan",
+            source="predicted",
+            experiment="plan",
+            params={
+                "cluster": cluster.name,
+                "nodes": cluster.nodes,
+                "gpus_per_node": cluster.gpus_per_node,
+                "model": model.name,
+                "layers": model.num_layers,
+                "seq": args.seq,
+                "rank": i,
+                **c.strategy.to_dict(),
+            },
+            metrics={"step_time_us": c.step.total_us, **c.step.to_dict(), **c.memory.to_dict()},
+            config={
+                "cluster": cluster.to_dict(),
+                "model": model.to_dict(),
+                "why": c.why,
+                "global_batch": result.global_batch,
+            },
+        )
+        for i, c in enumerate(result.choices, 1)
+    ]
 
 
 def _cmd_paper(args) -> int:
