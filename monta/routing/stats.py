@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -96,7 +97,11 @@ class Routing:
 
     def places(self) -> torch.Tensor:
         """[R, T, k] each route's place among its expert's routes on its rank, first-come by token order
-        (DeepSpeed's ``locations``); -1 for a missing token."""
+        (DeepSpeed's ``locations``); -1 for a missing token. Computed once (every rank's plan reads it)."""
+        return self._places
+
+    @cached_property
+    def _places(self) -> torch.Tensor:
         R, T, k = self.choices.shape
         onehot = torch.zeros(R, T, self.experts + 1, dtype=torch.long)
         onehot.scatter_(2, self.choices.clamp_min(-1) % (self.experts + 1), 1)  # -1 -> column E (ignored)
