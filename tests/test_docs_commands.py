@@ -104,9 +104,14 @@ def _all_options(parser: argparse.ArgumentParser) -> set[str]:
     return found
 
 
+@cache
+def _parser(command: str) -> argparse.ArgumentParser:
+    return build_parser(command)  # argparse parsers can parse many times; building one imports its topic
+
+
 def check_monta(words: list[str]) -> None:
     args = words[1 : words.index("--")] if "--" in words else words[1:]
-    parser = build_parser(args[0] if args else "")
+    parser = _parser(args[0] if args else "")
     # Walk the subcommands the words name (monta bench alltoall ...), then check every flag exactly.
     for word in args:
         if word.startswith("-"):
@@ -126,7 +131,7 @@ def check_monta(words: list[str]) -> None:
     # Then argparse itself: placeholders such as N or my.yaml may fail a value's type, never a flag.
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
-        build_parser(args[0] if args else "").parse_args(args)
+        _parser(args[0] if args else "").parse_args(args)
     message = err.getvalue()
     assert "unrecognized arguments" not in message and "invalid choice" not in message, message
 
