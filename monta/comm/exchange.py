@@ -69,6 +69,36 @@ def flat_all_to_all(recv: torch.Tensor, send: torch.Tensor, g: ExchangeGroups, m
     return all_to_all(recv, send, g.ep)
 
 
+def _own_slice(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int) -> tuple[torch.Tensor, int]:
+    """The part of ``x`` [E, Cin, M] this rank sends (its 1/TP capacity slice when the pass drops to it)
+    and that part's capacity; ValueError when the shapes, TP, EP or ``chunks`` do not fit together."""
+    tp = g.tp_size
+    drop = spec.drop_in and tp > 1
+    E, c_in, M = x.shape
+    if drop and c_in % tp:
+        raise ValueError(f"capacity {c_in} is not divisible by the tensor-parallel size {tp}")
+    cl = c_in // tp if drop else c_in
+    if not 1 <= chunks <= cl:
+        raise ValueError(f"chunks={chunks} must be between 1 and the capacity slice {cl}")
+    if E % g.ep_size:
+        raise ValueError(f"{E} experts do not split over the expert-parallel group of {g.ep_size}")
+    return (x.view(E, tp, cl, M)[:, g.tp_rank] if drop else x), cl
+
+
+def _gather_over_tp(recv: torch.Tensor, g: ExchangeGroups, streams, meter, phase: str, alive: list) -> torch.Tensor:
+    """The AllGather of one received chunk over the TP group on the "ag" stream, the copy stream waiting
+    for it; the gathered [TP, ...] chunk (kept in ``alive`` until the pass joins)."""
+    with streams.use("ag"):
+        gathered = recv.new_empty((g.tp_size,) + tuple(recv.shape))
+        alive.append(gathered)
+        if meter is not None:
+            meter.all_gather(g.tp_ranks, recv.numel() * recv.element_size(), phase)
+        work_ag = all_gather(gathered, recv, g.tp)
+    with streams.use("copy"):
+        work_ag.wait()
+    return gathered
+
+
 def run_pass(
     x: torch.Tensor,
     spec: PassSpec,
@@ -86,21 +116,13 @@ def run_pass(
     g, meter, phase)``: how the EP AllToAll runs (a plugin's hierarchical one, say); returns a handle.
     """
     tp = g.tp_size
-    drop, gather = spec.drop_in and tp > 1, spec.gather_out and tp > 1
-    E, c_in, M = x.shape
-    if drop and c_in % tp:
-        raise ValueError(f"capacity {c_in} is not divisible by the tensor-parallel size {tp}")
-    cl = c_in // tp if drop else c_in
-    if not 1 <= chunks <= cl:
-        raise ValueError(f"chunks={chunks} must be between 1 and the capacity slice {cl}")
-    if E % g.ep_size:
-        raise ValueError(f"{E} experts do not split over the expert-parallel group of {g.ep_size}")
-    x_local = x.view(E, tp, cl, M)[:, g.tp_rank] if drop else x
+    gather = spec.gather_out and tp > 1
+    x_local, cl = _own_slice(x, spec, g, chunks)
+    E, M = x.shape[0], x.shape[2]
     out = x.new_empty(E, cl * tp if gather else cl, M)
     out_view = out.view(E, tp, cl, M) if gather else out.view(E, 1, cl, M)
     sizes = monta_split(cl, chunks)  # the first chunk half size: it halves the pipeline's fill
     offsets = [sum(sizes[:i]) for i in range(chunks)]
-    elsize = x.element_size()
     streams = Streams.for_device(x.device)
     streams.wait_current("a2a")  # the input was produced on the current stream
     # Every chunk buffer stays referenced until the pass has joined the current stream: on CUDA a
@@ -144,15 +166,7 @@ def run_pass(
                 activity.ALLTOALL.exit()
                 busy = False
             if gather:
-                with streams.use("ag"):
-                    gathered = recv.new_empty((tp,) + tuple(recv.shape))
-                    alive.append(gathered)
-                    if meter is not None:
-                        meter.all_gather(g.tp_ranks, recv.numel() * elsize, phase)
-                    work_ag = all_gather(gathered, recv, g.tp)
-                with streams.use("copy"):
-                    work_ag.wait()
-                place(i, gathered, "copy")
+                place(i, _gather_over_tp(recv, g, streams, meter, phase, alive), "copy")
             else:
                 place(i, recv.unsqueeze(0), "copy")
     finally:

@@ -27,7 +27,6 @@ API:
 from __future__ import annotations
 
 import copy
-import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -36,77 +35,13 @@ from typing import Any
 
 import yaml
 
+from monta.perfmodel.network import cluster_schema as schema
 from monta.perfmodel.network.links import CURVES, LINK_CLASSES, Cluster, Link
 
 SCHEMA = "monta.cluster/1"
 ENV_DIR = "MONTA_CLUSTERS_DIR"
 OPS = ("alltoall", "allgather", "reducescatter", "allreduce")
 
-# Field kinds: str, strlist, map, any, pos (number > 0), nonneg (number >= 0), frac (0 < x <= 1),
-# count (integer >= 1), curve (a name of links.CURVES or [[size_bytes, eff], ...]).
-_TOP = {
-    "schema": ("str", True),
-    "name": ("str", True),
-    "description": ("str", False),
-    "aliases": ("strlist", False),
-    "base": ("str", False),
-    "gpu": ("map", True),
-    "gpus_per_node": ("count", True),
-    "nodes": ("count", False),
-    "nvlink": ("map", True),
-    "nic": ("map", True),
-    "collectives": ("map", False),
-    "sources": ("map", False),
-    "calibration": ("any", False),  # free-form notes of `monta calibrate` (what it fitted, residuals)
-    "nccl": ("map", False),  # what the collective library does beyond rings (collectives.allreduce)
-}
-_NCCL = {
-    "allreduce": ("strlist", False),
-    "nvls_algbw_GBps": ("pos", False),
-    "note": ("str", False),
-}
-ALLREDUCE_ALGORITHMS = ("ring", "tree", "nvls")
-_GPU = {
-    "model": ("str", False),
-    "peak_tflops": ("pos", True),
-    "gemm_eff": ("frac", False),
-    "attn_eff": ("frac", False),
-    "mem_GB": ("pos", True),
-    "hbm_GBps": ("pos", True),
-    "copy_GBps": ("pos", True),
-}
-_NVLINK = {
-    "generation": ("str", False),
-    "bandwidth_GBps": ("pos", True),
-    "latency_us": ("nonneg", True),
-    "efficiency": ("curve", False),
-    "note": ("str", False),
-}
-_NIC = {
-    "model": ("str", False),
-    "count": ("count", True),
-    "rate_gbps": ("pos", False),
-    "bandwidth_GBps": ("pos", True),
-    "latency_us": ("nonneg", True),
-    "efficiency": ("curve", False),
-    "note": ("str", False),
-}
-_OVERRIDE = {
-    "bandwidth_GBps": ("pos", False),
-    "latency_us": ("nonneg", False),
-    "efficiency": ("curve", False),
-    "note": ("str", False),
-}
-_WHAT = {
-    "str": "a string",
-    "strlist": "a list of names",
-    "map": "a mapping of keys",
-    "pos": "a number > 0",
-    "nonneg": "a number >= 0",
-    "frac": "a number in (0, 1]",
-    "count": "an integer >= 1",
-    "curve": f"a curve name ({', '.join(CURVES)}) or a list [[size_bytes, eff], ...]",
-}
 # Cluster fields the emulator's link profiles set; a cluster file describes real GPUs and cannot hold them.
 _EMULATOR_ONLY = ("intra_shared", "intra_machine_shared", "host_cores", "a2a_cpu_us", "ag_cpu_us")
 
@@ -221,103 +156,19 @@ def _cached(path: str, _mtime_ns: int, _size: int) -> ClusterFile:
     return from_doc(doc, p)
 
 
-# -- validation ---------------------------------------------------------------------------------------
-class _Check:
-    """Validates one document; every problem is one line naming the file and the dotted key."""
-
-    def __init__(self, where: str):
-        self.where = where
-
-    def fail(self, key: str, text: str) -> None:
-        raise ValueError(f"{self.where}: {key}: {text}" if key else f"{self.where}: {text}")
-
-    def section(self, d: Any, spec: dict, prefix: str = "") -> dict:
-        if not isinstance(d, dict):
-            self.fail(prefix, f"expected a mapping of keys ({', '.join(spec)}), got {_show(d)}")
-        for k in d:
-            if k not in spec:
-                where = f"in {prefix}" if prefix else "at the top level"
-                self.fail(f"{prefix}.{k}" if prefix else str(k), f"unknown key ({where} allowed: {', '.join(spec)})")
-        out = {}
-        for k, (kind, required) in spec.items():
-            key = f"{prefix}.{k}" if prefix else k
-            if k not in d or d[k] is None:
-                if required:
-                    self.fail(key, f"missing (expected {_WHAT.get(kind, kind)})")
-                continue
-            out[k] = self.value(d[k], kind, key)
-        return out
-
-    def value(self, v: Any, kind: str, key: str) -> Any:
-        if kind == "any":
-            return v
-        if kind == "str":
-            if not isinstance(v, str) or not v.strip():
-                self.fail(key, f"expected a non-empty string, got {_show(v)}")
-            return v
-        if kind == "strlist":
-            if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
-                self.fail(key, f"expected a list of names, e.g. [a800], got {_show(v)}")
-            return list(v)
-        if kind == "map":
-            if not isinstance(v, dict):
-                self.fail(key, f"expected a mapping of keys, got {_show(v)}")
-            return v
-        if kind == "curve":
-            return self.curve(v, key)
-        if kind == "count":
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                self.fail(key, f"expected an integer >= 1, got {_show(v)}")
-            return v
-        x = self.number(v, key)
-        bad = {"pos": x <= 0, "nonneg": x < 0, "frac": not 0 < x <= 1}[kind]
-        if bad:
-            self.fail(key, f"expected {_WHAT[kind]}, got {_show(v)}")
-        return x
-
-    def number(self, v: Any, key: str) -> float:
-        if isinstance(v, str):
-            # YAML 1.1 reads 1.5e9 (no sign after the e) as text; a numeric string is a number here.
-            try:
-                v = float(v.replace("_", ""))
-            except ValueError:
-                self.fail(key, f"expected a number, got {_show(v)}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            self.fail(key, f"expected a number, got {_show(v)}")
-        return float(v)
-
-    def curve(self, v: Any, key: str) -> tuple[tuple[float, float], ...]:
-        if isinstance(v, str):
-            if v not in CURVES:
-                choices = ", ".join(CURVES)
-                self.fail(key, f"unknown efficiency curve {v!r}; choose one of {choices} or give [[size, eff], ...]")
-            return CURVES[v]
-        if not isinstance(v, list) or not v:
-            self.fail(key, f"expected {_WHAT['curve']}, got {_show(v)}")
-        pts = []
-        for i, pt in enumerate(v):
-            if not isinstance(pt, (list, tuple)) or len(pt) != 2:
-                self.fail(f"{key}[{i}]", f"expected a pair [size_bytes, eff], got {_show(pt)}")
-            size, eff = (self.number(x, f"{key}[{i}]") for x in pt)
-            if size <= 0 or eff <= 0:
-                self.fail(f"{key}[{i}]", f"expected size_bytes > 0 and eff > 0, got {_show(pt)}")
-            pts.append((size, eff))
-        return tuple(pts)
-
-
 def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
     """Validate a parsed ``monta.cluster/1`` document and build its ``Cluster``."""
     where = f"cluster file {os.fspath(path)}"
-    ck = _Check(where)
+    ck = schema.DocCheck(where)
     if not isinstance(doc, dict):
         keys = "schema, name, gpu, gpus_per_node, nvlink, nic"
-        ck.fail("", f"expected a mapping with {keys} (schema {SCHEMA}); got {_show(doc)}")
+        ck.fail("", f"expected a mapping with {keys} (schema {SCHEMA}); got {schema.show(doc)}")
     if doc.get("schema") != SCHEMA:
-        ck.fail("schema", f"expected {SCHEMA!r}, got {_show(doc.get('schema'))}")
-    top = ck.section(doc, _TOP)
-    gpu = ck.section(top["gpu"], _GPU, "gpu")
-    nv = ck.section(top["nvlink"], _NVLINK, "nvlink")
-    nic = ck.section(top["nic"], _NIC, "nic")
+        ck.fail("schema", f"expected {SCHEMA!r}, got {schema.show(doc.get('schema'))}")
+    top = ck.section(doc, schema.TOP)
+    gpu = ck.section(top["gpu"], schema.GPU, "gpu")
+    nv = ck.section(top["nvlink"], schema.NVLINK, "nvlink")
+    nic = ck.section(top["nic"], schema.NIC, "nic")
     intra = Link(nv["bandwidth_GBps"], nv["latency_us"], nv.get("efficiency", ()))
     inter = Link(nic["bandwidth_GBps"], nic["latency_us"], nic.get("efficiency", ()))
     coll = []
@@ -325,11 +176,11 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
         if op not in OPS:
             ck.fail(f"collectives.{op}", f"unknown collective (choose from {', '.join(OPS)})")
         if not isinstance(by_cls, dict):
-            ck.fail(f"collectives.{op}", f"expected a mapping intra/inter -> link, got {_show(by_cls)}")
+            ck.fail(f"collectives.{op}", f"expected a mapping intra/inter -> link, got {schema.show(by_cls)}")
         for cls, o in by_cls.items():
             if cls not in LINK_CLASSES:
                 ck.fail(f"collectives.{op}.{cls}", f"unknown link class (choose from {', '.join(LINK_CLASSES)})")
-            o = ck.section(o, _OVERRIDE, f"collectives.{op}.{cls}")
+            o = ck.section(o, schema.OVERRIDE, f"collectives.{op}.{cls}")
             base = intra if cls == "intra" else inter
             # Unset fields are the base link's: a file may override just the curve, or just the rate.
             link = Link(
@@ -339,17 +190,17 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
             )
             coll.append(((op, cls), link))
     coll.sort(key=lambda kv: (OPS.index(kv[0][0]), LINK_CLASSES.index(kv[0][1])))
-    nccl = ck.section(top.get("nccl") or {}, _NCCL, "nccl")
+    nccl = ck.section(top.get("nccl") or {}, schema.NCCL, "nccl")
     algos = tuple(nccl.get("allreduce", ("ring",)))
     for a in algos:
-        if a not in ALLREDUCE_ALGORITHMS:
-            ck.fail("nccl.allreduce", f"unknown algorithm {a!r} (choose from {', '.join(ALLREDUCE_ALGORITHMS)})")
+        if a not in schema.ALLREDUCE_ALGORITHMS:
+            ck.fail("nccl.allreduce", f"unknown algorithm {a!r} (choose from {', '.join(schema.ALLREDUCE_ALGORITHMS)})")
     if "nvls" in algos and "nvls_algbw_GBps" not in nccl:
         ck.fail("nccl.nvls_algbw_GBps", "nvls needs its algorithm bandwidth per GPU (GB/s)")
     sources = top.get("sources") or {}
     for k, v in sources.items():
         if not isinstance(v, str) or not v.strip():
-            ck.fail(f"sources.{k}", f"expected a string (a URL or document and what it says), got {_show(v)}")
+            ck.fail(f"sources.{k}", f"expected a string (a URL or document and what it says), got {schema.show(v)}")
         if not _has_path(doc, str(k)):
             ck.fail(f"sources.{k}", "names no key of this file (a source belongs to a key, e.g. nvlink.bandwidth_GBps)")
     unsourced = tuple(p for p in _number_paths(doc) if not _sourced(p, sources))
@@ -374,11 +225,6 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
         nvls_algbw_GBps=float(nccl.get("nvls_algbw_GBps", 0.0)),
     )
     return ClusterFile(cluster, doc, Path(path), unsourced)
-
-
-def _show(v: Any) -> str:
-    text = repr(v) if not isinstance(v, (dict, list)) else f"a {type(v).__name__} {v!r}"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _display(path: str | os.PathLike) -> str:
@@ -427,6 +273,27 @@ def _curve_doc(link: Link) -> Any:
         if link.efficiency == Link(1.0, 0.0, pts).efficiency:
             return name
     return [[s, e] for s, e in link.efficiency]
+
+
+def _collectives_doc(cluster: Cluster) -> dict[str, dict]:
+    """``cluster.collective_links`` as ``{op: {intra|inter: link fields}}``."""
+    coll: dict[str, dict] = {}
+    for (op, cls), link in cluster.collective_links:
+        if op not in OPS or cls not in LINK_CLASSES:
+            raise ValueError(f"cluster {cluster.name}: collective ({op}, {cls}) is not one of {OPS} x {LINK_CLASSES}")
+        plain = cluster.intra if cls == "intra" else cluster.inter
+        # Only what differs from the plain link: the reader takes the rest from it.
+        entry = {
+            k: v
+            for k, v, same in (
+                ("bandwidth_GBps", link.bandwidth_GBps, link.bandwidth_GBps == plain.bandwidth_GBps),
+                ("latency_us", link.latency_us, link.latency_us == plain.latency_us),
+                ("efficiency", _curve_doc(link), link.efficiency == plain.efficiency),
+            )
+            if not same
+        }
+        coll.setdefault(op, {})[cls] = entry or {"bandwidth_GBps": link.bandwidth_GBps}
+    return coll
 
 
 def to_doc(
@@ -479,22 +346,7 @@ def to_doc(
         "latency_us": cluster.inter.latency_us,
         "efficiency": _curve_doc(cluster.inter),
     }
-    coll: dict[str, dict] = {}
-    for (op, cls), link in cluster.collective_links:
-        if op not in OPS or cls not in LINK_CLASSES:
-            raise ValueError(f"cluster {cluster.name}: collective ({op}, {cls}) is not one of {OPS} x {LINK_CLASSES}")
-        plain = cluster.intra if cls == "intra" else cluster.inter
-        # Only what differs from the plain link: the reader takes the rest from it.
-        entry = {
-            k: v
-            for k, v, same in (
-                ("bandwidth_GBps", link.bandwidth_GBps, link.bandwidth_GBps == plain.bandwidth_GBps),
-                ("latency_us", link.latency_us, link.latency_us == plain.latency_us),
-                ("efficiency", _curve_doc(link), link.efficiency == plain.efficiency),
-            )
-            if not same
-        }
-        coll.setdefault(op, {})[cls] = entry or {"bandwidth_GBps": link.bandwidth_GBps}
+    coll = _collectives_doc(cluster)
     if coll:
         doc["collectives"] = coll
     if cluster.allreduce_algorithms != ("ring",) or cluster.nvls_algbw_GBps:

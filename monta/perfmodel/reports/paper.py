@@ -91,7 +91,6 @@ def step_setup(
 def run(clusters: list[str], layers: int | None, recompute: str, contention: float = 0.0) -> tuple[str, list[dict]]:
     """The printed report and the records (``source="predicted"``); ``contention``: the step's factor c
     (``monta.perfmodel.training.contention``)."""
-    from monta.results import make_record
 
     contention = K.check(contention, "--contention")
     out, recs = [], []
@@ -102,103 +101,126 @@ def run(clusters: list[str], layers: int | None, recompute: str, contention: flo
         "docs/design.md#a800-hardware)."
     )
     for name in clusters:
-        a = alltoall_setup(name)
-        c = a["cluster"]
-        out.append(f"\n[1] TP8 AllToAll, 2 x 8 {c.name} ({c.source})")
-        out.append(
-            f"    {'size':>6} {'legacy(us)':>11} {'deepspeed(us)':>14} {'monta(us)':>10} {'chunks':>6} "
-            f"{'vs legacy':>9} {'vs deepspeed':>12}"
-        )
-        by = {(r["size_bytes"], r["variant"]): r for r in a["rows"]}
-        for size in PAPER_SIZES:
-            lg, ds, mo = by[(size, "legacy")], by[(size, "deepspeed")], by[(size, "monta")]
-            out.append(
-                f"    {size >> 20:>5}M {lg['time_us']:>11.1f} {ds['time_us']:>14.1f} {mo['time_us']:>10.1f} "
-                f"{mo['chunks']:>6} {mo['speedup']:>8.2f}x {ds['time_us'] / mo['time_us']:>11.2f}x"
-            )
-            recs.append(
-                make_record(
-                    kind="alltoall",
-                    source="predicted",
-                    experiment="paper",
-                    params={
-                        "size_bytes": size,
-                        "variant": "monta",
-                        "chunks": mo["chunks"],
-                        "nodes": 2,
-                        "gpus_per_node": 8,
-                        "tp": 8,
-                        "ep": 2,
-                        "cluster": c.name,
-                    },
-                    metrics={
-                        "time_us": mo["time_us"],
-                        "legacy_us": lg["time_us"],
-                        "deepspeed_us": ds["time_us"],
-                        "speedup": mo["speedup"],
-                        "speedup_vs_deepspeed": ds["time_us"] / mo["time_us"],
-                        "published_speedup": PUBLISHED_ALLTOALL_SPEEDUP,
-                    },
-                    config={"cluster": c.to_dict()},
-                )
-            )
-        b = a["best"]
-        out.append(
-            f"    predicted monta vs legacy: up to {b['speedup']:.2f}x (at {b['size_bytes'] >> 20} MiB); "
-            f"published: {PUBLISHED_ALLTOALL_SPEEDUP:g}x (the bound is TP = 8, reached only when the "
-            "inter-node AllToAll is all that matters)"
-        )
-
-        st = step_setup(name, layers, recompute, contention=contention)
-        m, s, steps = st["model"], st["strategy"], st["steps"]
-        out.append(
-            f"\n[2] moe-2x70b step, seq {st['seq']}, 16 x {c.name}: {s.describe()}, global batch "
-            f"{s.dp * s.micro_batch} sequences (no gradient accumulation), {K.describe(contention)}"
-        )
-        out.append(
-            f"    layers: {m.num_layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
-            f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
-            + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **")
-        )
-        ref_ds, ref_lg = steps["deepspeed"].total_us, steps["legacy"].total_us
-        out.append(
-            f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} "
-            f"{'vs deepspeed':>12} {'vs legacy':>9}"
-        )
-        for v, b in steps.items():
-            out.append(
-                f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
-                f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}"
-            )
-            recs.append(
-                make_record(
-                    kind="step",
-                    source="predicted",
-                    experiment="paper",
-                    params={
-                        **s.to_dict(),
-                        "variant": v,
-                        "model": m.name,
-                        "layers": m.num_layers,
-                        "seq": st["seq"],
-                        "nodes": 2,
-                        "gpus_per_node": 8,
-                        "cluster": c.name,
-                        "contention": contention,
-                    },
-                    metrics={
-                        **b.to_dict(),
-                        "step_time_us": b.total_us,
-                        "improvement_vs_deepspeed": 1 - b.total_us / ref_ds,
-                        "improvement_vs_legacy": 1 - b.total_us / ref_lg,
-                        "published_improvement": PUBLISHED_STEP_IMPROVEMENT,
-                    },
-                    config={"cluster": c.to_dict(), "model": m.to_dict(), "memory": st["memory"].to_dict()},
-                )
-            )
-        mo = steps["monta"].total_us
-        out.append(
-            f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
-            f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)"
-        )
+        lines, a2a_recs, c = _alltoall_section(name)
+        out += lines
+        recs += a2a_recs
+        lines, step_recs = _step_section(name, c, layers, recompute, contention)
+        out += lines
+        recs += step_recs
     return "\n".join(out), recs
+
+
+def _alltoall_section(name: str) -> tuple[list[str], list[dict], Any]:
+    """Report part [1] on cluster ``name``: the TP8 AllToAll sweep; its lines, records and the cluster."""
+    from monta.results import make_record
+
+    out, recs = [], []
+    a = alltoall_setup(name)
+    c = a["cluster"]
+    out.append(f"\n[1] TP8 AllToAll, 2 x 8 {c.name} ({c.source})")
+    out.append(
+        f"    {'size':>6} {'legacy(us)':>11} {'deepspeed(us)':>14} {'monta(us)':>10} {'chunks':>6} "
+        f"{'vs legacy':>9} {'vs deepspeed':>12}"
+    )
+    by = {(r["size_bytes"], r["variant"]): r for r in a["rows"]}
+    for size in PAPER_SIZES:
+        lg, ds, mo = by[(size, "legacy")], by[(size, "deepspeed")], by[(size, "monta")]
+        out.append(
+            f"    {size >> 20:>5}M {lg['time_us']:>11.1f} {ds['time_us']:>14.1f} {mo['time_us']:>10.1f} "
+            f"{mo['chunks']:>6} {mo['speedup']:>8.2f}x {ds['time_us'] / mo['time_us']:>11.2f}x"
+        )
+        recs.append(
+            make_record(
+                kind="alltoall",
+                source="predicted",
+                experiment="paper",
+                params={
+                    "size_bytes": size,
+                    "variant": "monta",
+                    "chunks": mo["chunks"],
+                    "nodes": 2,
+                    "gpus_per_node": 8,
+                    "tp": 8,
+                    "ep": 2,
+                    "cluster": c.name,
+                },
+                metrics={
+                    "time_us": mo["time_us"],
+                    "legacy_us": lg["time_us"],
+                    "deepspeed_us": ds["time_us"],
+                    "speedup": mo["speedup"],
+                    "speedup_vs_deepspeed": ds["time_us"] / mo["time_us"],
+                    "published_speedup": PUBLISHED_ALLTOALL_SPEEDUP,
+                },
+                config={"cluster": c.to_dict()},
+            )
+        )
+    b = a["best"]
+    out.append(
+        f"    predicted monta vs legacy: up to {b['speedup']:.2f}x (at {b['size_bytes'] >> 20} MiB); "
+        f"published: {PUBLISHED_ALLTOALL_SPEEDUP:g}x (the bound is TP = 8, reached only when the "
+        "inter-node AllToAll is all that matters)"
+    )
+    return out, recs, c
+
+
+def _step_section(
+    name: str, c: Any, layers: int | None, recompute: str, contention: float
+) -> tuple[list[str], list[dict]]:
+    """Report part [2] on cluster ``name`` (``c``): the 2x70B step per variant; its lines and records."""
+    from monta.results import make_record
+
+    out, recs = [], []
+    st = step_setup(name, layers, recompute, contention=contention)
+    m, s, steps = st["model"], st["strategy"], st["steps"]
+    out.append(
+        f"\n[2] moe-2x70b step, seq {st['seq']}, 16 x {c.name}: {s.describe()}, global batch "
+        f"{s.dp * s.micro_batch} sequences (no gradient accumulation), {K.describe(contention)}"
+    )
+    out.append(
+        f"    layers: {m.num_layers} (80 in the 2x70B shape; the most that fit here: {st['max_layers']}); "
+        f"memory {st['memory'].total / GB:.1f} GB/GPU of {c.mem_GB:g}"
+        + ("" if st["fits"] else "  ** DOES NOT FIT: a prediction of a step that cannot run **")
+    )
+    ref_ds, ref_lg = steps["deepspeed"].total_us, steps["legacy"].total_us
+    out.append(
+        f"    {'variant':>15} {'step(ms)':>9} {'exchange(ms)':>12} {'grad(ms)':>8} "
+        f"{'vs deepspeed':>12} {'vs legacy':>9}"
+    )
+    for v, b in steps.items():
+        out.append(
+            f"    {v:>15} {b.total_us / 1e3:>9.1f} {b.exchange_us / 1e3:>12.1f} {b.grad_us / 1e3:>8.1f} "
+            f"{1 - b.total_us / ref_ds:>11.1%} {1 - b.total_us / ref_lg:>9.1%}"
+        )
+        recs.append(
+            make_record(
+                kind="step",
+                source="predicted",
+                experiment="paper",
+                params={
+                    **s.to_dict(),
+                    "variant": v,
+                    "model": m.name,
+                    "layers": m.num_layers,
+                    "seq": st["seq"],
+                    "nodes": 2,
+                    "gpus_per_node": 8,
+                    "cluster": c.name,
+                    "contention": contention,
+                },
+                metrics={
+                    **b.to_dict(),
+                    "step_time_us": b.total_us,
+                    "improvement_vs_deepspeed": 1 - b.total_us / ref_ds,
+                    "improvement_vs_legacy": 1 - b.total_us / ref_lg,
+                    "published_improvement": PUBLISHED_STEP_IMPROVEMENT,
+                },
+                config={"cluster": c.to_dict(), "model": m.to_dict(), "memory": st["memory"].to_dict()},
+            )
+        )
+    mo = steps["monta"].total_us
+    out.append(
+        f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
+        f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)"
+    )
+    return out, recs
