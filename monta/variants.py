@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,78 +45,18 @@ from monta.exchanges import (  # noqa: F401  (plugins read them here)
     slice_bytes,
     slice_routing_bytes,
 )
+from monta.variant_names import DEFAULT_PARTS, KEYS, compose, is_composed, parse_parts, split_list
+from monta.variant_parts import OverlapInputs, Schedule, ScheduleContext, Sync  # noqa: F401  (plugins read them here)
 
 EXCHANGES = CORE  # the core's, the one list of them; plugins add more: exchanges()
 
 ENTRY_POINT_GROUP = "monta.variants"
-KEYS = ("exchange", "schedule", "sync", "chunks")
-DEFAULT_PARTS = {"exchange": "deepspeed", "schedule": "deepspeed", "sync": "after-backward"}
 # Lina's gradient AllReduce micro-op size (its default, 30 MB): the lina-microops sync, the priority sync's
 # default micro-op and the performance model's price of one.
 LINA_CHUNK_BYTES = 30 * 2**20
 # Lancet's batch partitions / Lina's AllToAll token chunks (a decision, a knob), living with the schedules:
 # the default of the engine, the step benchmark and the performance model.
 PARTITIONS = 4
-
-
-@dataclass(frozen=True)
-class OverlapInputs:
-    """What a schedule's performance model sees of one layer (microseconds, per micro-batch):
-    the exchange's forward and backward time (dispatch + combine), attention and MoE compute forward,
-    top-k, the micro-batch in sequences and the pipeline's chunk count."""
-
-    ex_fwd_us: float
-    ex_bwd_us: float
-    attn_fwd_us: float
-    moe_fwd_us: float
-    top_k: int
-    micro_batch: int
-    partitions: int
-
-
-@dataclass
-class ScheduleContext:
-    """What a schedule's ``build`` gets on each rank: the model (``MoETransformer``), its config, the
-    exchange's process groups, the pipeline's chunk count and Lancet-style batch partitions."""
-
-    model: Any
-    cfg: Any
-    pgs: Any
-    chunks: int
-    partitions: int
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """An MoE schedule. ``build(ctx)`` (on every rank, collective where it makes groups) returns the
-    object ``MoETransformer.set_schedule`` takes, or ``None`` for DeepSpeed's own forward; an object with
-    ``begin_backward``/``end_backward`` gets them called around each backward. ``check_model(cfg)``
-    raises ValueError for a model the schedule cannot run. ``hidden_us(OverlapInputs)`` returns the
-    (forward, backward) exchange time per layer the schedule hides behind compute (performance model).
-    ``needs``: the exchange capabilities it cannot run without (``monta.exchanges``, e.g.
-    ``CAPACITY_PASSES``); a composition with an exchange that lacks one is refused up front."""
-
-    name: str
-    build: Callable[[Any], Any] | None = None
-    check_model: Callable[[Any], None] | None = None
-    hidden_us: Callable[[OverlapInputs], tuple[float, float]] | None = None
-    needs: frozenset[str] = frozenset()
-    about: str = ""
-    origin: str = "monta"
-
-
-@dataclass(frozen=True)
-class Sync:
-    """A gradient synchronization. ``priority``: gradient AllReduce on a background thread that starts a
-    micro-op only while no AllToAll waits or runs (``monta.comm.priority.PriorityGradSync``);
-    ``chunk_bytes``: its micro-op size (``None`` = one per gradient). Without priority: DeepSpeed's
-    reduction after backward."""
-
-    name: str
-    priority: bool = False
-    chunk_bytes: int | None = None
-    about: str = ""
-    origin: str = "monta"
 
 
 @dataclass(frozen=True)
@@ -319,42 +258,6 @@ def syncs() -> dict[str, Sync]:
     return dict(_R.syncs)
 
 
-def compose(
-    exchange: str = "deepspeed", schedule: str = "deepspeed", sync: str = "after-backward", chunks: int | None = None
-) -> str:
-    """The canonical composed name (keys in a fixed order)."""
-    s = f"exchange={exchange},schedule={schedule},sync={sync}"
-    return s + (f",chunks={chunks}" if chunks is not None else "")
-
-
-def is_composed(name: str) -> bool:
-    return "=" in name
-
-
-def _parse_parts(name: str) -> dict[str, Any]:
-    parts: dict[str, Any] = {}
-    for tok in name.replace(";", ",").split(","):
-        tok = tok.strip()
-        if not tok:
-            continue
-        if "=" not in tok:
-            raise ValueError(f"variant {name!r}: {tok!r} is not key=value (keys: {', '.join(KEYS)})")
-        k, v = (x.strip() for x in tok.split("=", 1))
-        if k not in KEYS:
-            raise ValueError(f"variant {name!r}: unknown key {k!r}; keys: {', '.join(KEYS)}")
-        if k in parts:
-            raise ValueError(f"variant {name!r}: {k} given twice")
-        if k == "chunks":
-            try:
-                v = int(v)
-            except ValueError:
-                raise ValueError(f"variant {name!r}: chunks={v!r} must be an integer >= 1") from None
-            if v < 1:
-                raise ValueError(f"variant {name!r}: chunks={v} must be an integer >= 1")
-        parts[k] = v
-    return parts
-
-
 def _build(name: str, parts: dict[str, Any], about: str = "", origin: str = "monta") -> Variant:
     p = {**DEFAULT_PARTS, **{k: v for k, v in parts.items() if v is not None}}
     if p["exchange"] not in _R.exchanges:
@@ -390,7 +293,7 @@ def get(name: str) -> Variant:
         meta = _R.variants[name]
         return _build(name, {k: meta[k] for k in KEYS}, meta["about"], meta["origin"])
     if is_composed(name):
-        return _build(name, _parse_parts(name), origin="composed")
+        return _build(name, parse_parts(name), origin="composed")
     raise ValueError(
         f"unknown variant {name!r}; choose from {', '.join(_R.variants)}, or compose one as "
         f"exchange={'|'.join(_R.exchanges)},schedule={'|'.join(_R.schedules)},"
@@ -402,38 +305,6 @@ def check(name: str) -> str:
     """``name`` if it names a variant (registered or composed), else ValueError."""
     get(name)
     return name
-
-
-def split_list(spec: str | list[str] | tuple[str, ...]) -> list[str]:
-    """Variant names from a comma list, keeping each composition's ``key=value`` items together:
-    ``deepspeed,exchange=monta,schedule=lina,monta`` -> ``[deepspeed, exchange=monta,schedule=lina, monta]``."""
-    if not isinstance(spec, str):
-        return [s for item in spec for s in split_list(item)]
-    out: list[str] = []
-    group: list[str] = []
-    keys: set[str] = set()
-
-    def close():
-        if group:
-            out.append(",".join(group))
-            group.clear()
-            keys.clear()
-
-    for tok in spec.split(","):
-        tok = tok.strip()
-        if not tok:
-            continue
-        if "=" in tok:
-            k = tok.split("=", 1)[0].strip()
-            if k in keys:
-                close()
-            group.append(tok)
-            keys.add(k)
-        else:
-            close()
-            out.append(tok)
-    close()
-    return out
 
 
 def parse_list(spec: str | list[str]) -> list[str]:

@@ -42,110 +42,140 @@ def _iters(nbytes: int) -> int:
     return 10 if nbytes < (256 << 10) else 5
 
 
+def _concurrent_iters(op: str, nbytes: int) -> int:
+    # Many ranks on few cores are noisy (+-25% between single calls): 30 calls per point where a call
+    # is short, fewer where one takes a second or more (AllToAll of 4 MiB and up).
+    return 30 if nbytes <= (1 << 20) or op == "allgather" else 12 if nbytes <= (4 << 20) else 5
+
+
 # -- rank side (torch imported only here) ----------------------------------------------------
-def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
+def _make_groups(pattern: list[list[int]], rank: int, transport: str):
+    """This rank's group of ``pattern`` on the exchange's transport (collective: all ranks)."""
+    import torch.distributed as dist
+
+    from monta.comm.duplex import duplex_groups
+
+    if transport == "duplex":
+        return duplex_groups(pattern, rank)
+    mine = None
+    for ranks in pattern:
+        g = dist.new_group(ranks)
+        mine = g if rank in ranks else mine
+    return mine
+
+
+def _pingpong(rank: int, a: int, b: int, nbytes: int, iters: int) -> float | None:
+    """Median one-way time (s) of an nbytes message a->b->a; None on ranks not in the pair."""
     import torch
     import torch.distributed as dist
 
+    buf = torch.zeros(nbytes, dtype=torch.uint8)
+    times = []
+    for _ in range(iters + 1):  # +1: warm-up (connection set-up, allocation)
+        if rank == a:
+            t0 = time.perf_counter()
+            dist.send(buf, b)
+            dist.recv(buf, b)
+            times.append(time.perf_counter() - t0)
+        elif rank == b:
+            dist.recv(buf, a)
+            dist.send(buf, a)
+    return statistics.median(times[1:]) / 2 if times else None
+
+
+def _collective_call(op: str, n: int, nbytes: int, group):
+    """One warmed-up call of the exchange's own ``op`` (async + wait: on gloo a blocking AllGather runs
+    10-25% slower) of about ``nbytes`` over a group of ``n``, as a function to time."""
+    import torch
+
     from monta.comm.collectives import all_gather, all_to_all
-    from monta.comm.duplex import duplex_groups, transport_for
+
+    elems = max(n, nbytes // 4 // n * n)  # float32, divisible by the group size
+    if op == "alltoall":
+        inp, out = torch.ones(elems), torch.empty(elems)
+        run = lambda: all_to_all(out, inp, group).wait()  # noqa: E731
+    else:
+        inp, out = torch.ones(elems // n), torch.empty(elems)
+        run = lambda: all_gather(out, inp, group).wait()  # noqa: E731
+    run()  # warm-up
+    return run
+
+
+def _collective(op: str, members: list[int], group, barrier, rank: int, nbytes: int, iters: int) -> float | None:
+    """Median over iterations of the slowest member's time (s); None off the group."""
+    import torch
+    import torch.distributed as dist
+
+    if rank not in members:
+        return None
+    run = _collective_call(op, len(members), nbytes, group)
+    times = torch.zeros(iters, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier(group=barrier)
+        t0 = time.perf_counter()
+        run()
+        times[i] = time.perf_counter() - t0
+    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=barrier)
+    return float(times.median())
+
+
+def _concurrent(op: str, ranks: list[int], group, world: int, nbytes: int, iters: int) -> list[float]:
+    """[size, slowest rank's median time (s), mean CPU seconds per rank and call] with every rank
+    running ``op`` in its own group of the pattern at the same time. A world barrier before each call:
+    in an exchange the ranks reach each chunk's collective out of step (other work runs in between),
+    which a back-to-back loop would hide (it measures ~30% less)."""
+    import torch
+    import torch.distributed as dist
+
+    run = _collective_call(op, len(ranks), nbytes, group)
+    times = torch.zeros(iters, dtype=torch.float64)
+    cpu = torch.zeros(1, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier()  # whole world: the groups start together, as in the exchange
+        t0, c0 = time.perf_counter(), time.process_time()  # process time: gloo's threads too
+        run()
+        times[i] = time.perf_counter() - t0
+        cpu += time.process_time() - c0
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    dist.all_reduce(cpu)
+    return [nbytes, float(times.median()), float(cpu) / iters / world]
+
+
+def _copy_Bps() -> float:
+    """Memory copy rate of one rank alone (the exchange packs its slice and copies what arrives)."""
+    import torch
+
+    src, dst = torch.ones(16 << 18), torch.empty(16 << 18)  # 16 MiB of float32
+    rates = []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        rates.append(src.numel() * 4 / (time.perf_counter() - t0))
+    return statistics.median(rates[1:])
+
+
+def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
+    import torch.distributed as dist
+
+    from monta.comm.duplex import transport_for
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     gpn = int(os.environ["LOCAL_WORLD_SIZE"])
     nodes = world // gpn
     transport = transport_for("gloo")
-
-    def make_groups(pattern: list[list[int]]):
-        """This rank's group of ``pattern`` on the exchange's transport (collective: all ranks)."""
-        if transport == "duplex":
-            return duplex_groups(pattern, rank)
-        mine = None
-        for ranks in pattern:
-            g = dist.new_group(ranks)
-            mine = g if rank in ranks else mine
-        return mine
-
     groups = {"intra": list(range(gpn)), "inter": [k * gpn for k in range(nodes)]}
     # The benchmarks' transport, so the profile describes what the exchanges actually run on.
-    handles = {link: make_groups([ranks]) for link, ranks in groups.items()}
+    handles = {link: _make_groups([ranks], rank, transport) for link, ranks in groups.items()}
     barriers = {link: dist.new_group(ranks) for link, ranks in groups.items()}  # for barrier / all_reduce
     pairs = {"intra": (0, 1), "inter": (0, gpn)}
-
-    def pingpong(a: int, b: int, nbytes: int, iters: int) -> float | None:
-        """Median one-way time (s) of an nbytes message a->b->a; None on ranks not in the pair."""
-        buf = torch.zeros(nbytes, dtype=torch.uint8)
-        times = []
-        for _ in range(iters + 1):  # +1: warm-up (connection set-up, allocation)
-            if rank == a:
-                t0 = time.perf_counter()
-                dist.send(buf, b)
-                dist.recv(buf, b)
-                times.append(time.perf_counter() - t0)
-            elif rank == b:
-                dist.recv(buf, a)
-                dist.send(buf, a)
-        return statistics.median(times[1:]) / 2 if times else None
-
-    def collective(op: str, link: str, nbytes: int, iters: int) -> float | None:
-        """Median over iterations of the slowest member's time (s); None off the group."""
-        members, group = groups[link], handles[link]
-        if rank not in members:
-            return None
-        n = len(members)
-        elems = max(n, nbytes // 4 // n * n)  # float32, divisible by the group size
-        if op == "alltoall":
-            inp, out = torch.ones(elems), torch.empty(elems)
-            run = lambda: all_to_all(out, inp, group).wait()  # noqa: E731
-        else:
-            inp, out = torch.ones(elems // n), torch.empty(elems)
-            run = lambda: all_gather(out, inp, group).wait()  # noqa: E731
-        run()  # warm-up
-        times = torch.zeros(iters, dtype=torch.float64)
-        for i in range(iters):
-            dist.barrier(group=barriers[link])
-            t0 = time.perf_counter()
-            run()
-            times[i] = time.perf_counter() - t0
-        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=barriers[link])
-        return float(times.median())
-
     # Every rank in one group of each concurrent pattern; new_group is collective, so all create all.
     strided = [[local + k * gpn for k in range(nodes)] for local in range(gpn)]
     per_node = [list(range(k * gpn, (k + 1) * gpn)) for k in range(nodes)]
     mine = {
-        name: (next(r for r in pattern if rank in r), make_groups(pattern))
+        name: (next(r for r in pattern if rank in r), _make_groups(pattern, rank, transport))
         for name, pattern in (("inter_all", strided), ("intra_all", per_node))
     }
-
-    def concurrent(op: str, name: str, nbytes: int, iters: int) -> list[float]:
-        """[size, slowest rank's median time (s), mean CPU seconds per rank and call] with every
-        rank running ``op`` in its own group of the pattern at the same time. A world barrier
-        before each call: in an exchange the ranks reach each chunk's collective out of step (other
-        work runs in between), which a back-to-back loop would hide (it measures ~30% less)."""
-        ranks, group = mine[name]
-        n = len(ranks)
-        elems = max(n, nbytes // 4 // n * n)
-        # The exchange's own calls (async + wait): on gloo a blocking AllGather runs 10-25% slower.
-        if op == "alltoall":
-            inp, out = torch.ones(elems), torch.empty(elems)
-            run = lambda: all_to_all(out, inp, group).wait()  # noqa: E731
-        else:
-            inp, out = torch.ones(elems // n), torch.empty(elems)
-            run = lambda: all_gather(out, inp, group).wait()  # noqa: E731
-        run()
-        times = torch.zeros(iters, dtype=torch.float64)
-        cpu = torch.zeros(1, dtype=torch.float64)
-        for i in range(iters):
-            dist.barrier()  # whole world: the groups start together, as in the exchange
-            t0, c0 = time.perf_counter(), time.process_time()  # process time: gloo's threads too
-            run()
-            times[i] = time.perf_counter() - t0
-            cpu += time.process_time() - c0
-        dist.all_reduce(times, op=dist.ReduceOp.MAX)
-        dist.all_reduce(cpu)
-        return [nbytes, float(times.median()), float(cpu) / iters / world]
-
     raw: dict[str, Any] = {
         "groups": groups,
         "latency_s": {},
@@ -157,30 +187,24 @@ def _measure(raw_path: str, sizes: list[int], coll_sizes: list[int]) -> None:
         "transport": transport,
     }
     for link, (a, b) in pairs.items():
-        raw["latency_s"][link] = pingpong(a, b, _LATENCY_BYTES, 50)
-        raw["p2p"][link] = [[s, pingpong(a, b, s, _iters(s))] for s in sizes]
+        raw["latency_s"][link] = _pingpong(rank, a, b, _LATENCY_BYTES, 50)
+        raw["p2p"][link] = [[s, _pingpong(rank, a, b, s, _iters(s))] for s in sizes]
         dist.barrier()
     for op in ("alltoall", "allgather"):
         for link in groups:
-            raw[op][link] = [[s, collective(op, link, s, _iters(s))] for s in coll_sizes]
+            raw[op][link] = [
+                [s, _collective(op, groups[link], handles[link], barriers[link], rank, s, _iters(s))]
+                for s in coll_sizes
+            ]
             dist.barrier()
     for op, name in (("alltoall", "inter_all"), ("allgather", "intra_all")):
-        # Many ranks on few cores are noisy (+-25% between single calls): 30 calls per point where
-        # a call is short, fewer where one takes a second or more (AllToAll of 4 MiB and up).
+        ranks, group = mine[name]
         raw["concurrent"][f"{op}.{name}"] = [
-            concurrent(op, name, s, 30 if s <= (1 << 20) or op == "allgather" else 12 if s <= (4 << 20) else 5)
-            for s in coll_sizes
+            _concurrent(op, ranks, group, world, s, _concurrent_iters(op, s)) for s in coll_sizes
         ]
-    # Memory copy rate of one rank alone (the exchange packs its slice and copies what arrives);
-    # the others wait at the barrier, blocked, so rank 0 has a core to itself.
+    # The others wait at the barrier, blocked, so rank 0 has a core to itself.
     if rank == 0:
-        src, dst = torch.ones(16 << 18), torch.empty(16 << 18)  # 16 MiB of float32
-        rates = []
-        for _ in range(6):
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            rates.append(src.numel() * 4 / (time.perf_counter() - t0))
-        raw["copy_Bps"] = statistics.median(rates[1:])
+        raw["copy_Bps"] = _copy_Bps()
     dist.barrier()
     if rank == 0:
         Path(raw_path).write_text(json.dumps(raw))

@@ -200,18 +200,7 @@ def launch(
     """
     topology = topology if topology is not None else Topology.preset("unshaped")
     _validate(argv, nodes, gpus_per_node, topology, timeout_s)
-    problem = namespace_problem()
-    if problem and not allow_unshaped:
-        raise NamespaceUnavailable(problem)
-    emulated = problem is None
-    if not emulated:
-        msg = (
-            f"WARNING: monta emulate: {problem.split(';')[0]}; running all {nodes * gpus_per_node} ranks "
-            "UNSHAPED on 127.0.0.1: inter- and intra-node links are the same, results are NOT emulated"
-        )
-        warnings.warn(msg, RuntimeWarning, stacklevel=2)
-        print(msg, file=sys.stderr, flush=True)
-
+    emulated = _can_emulate(nodes * gpus_per_node, allow_unshaped)
     own_log_dir = log_dir is None
     from monta import tmpdirs
 
@@ -236,7 +225,43 @@ def launch(
     }
     spec_path = logs / "spec.json"
     spec_path.write_text(json.dumps(spec))
+    sup_env = _supervisor_env(env)
+    cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
+    if emulated:
+        cmd = UNSHARE + ["--"] + cmd
+    captured, interrupted, returncode = _run_supervisor(cmd, sup_env, stdout, timeout_s)
+    if own_log_dir:  # from here on every error names this folder: keep it (a clean run removes it below)
+        tmpdirs.keep(logs)
+    result = _read_result(result_path, logs, captured, interrupted, returncode, emulated)
+    if result.ok and own_log_dir:
+        shutil.rmtree(logs, ignore_errors=True)
+    if (result.failure or {}).get("kind") in ("stalled", "timeout"):  # e.g. every rank waiting on a build lock
+        from monta import extensions
 
+        result.failure["message"] += extensions.stuck_note(sup_env)
+    if check and not result.ok:
+        raise RankFailed(_failure_message(result), result)
+    return result
+
+
+def _can_emulate(ranks: int, allow_unshaped: bool) -> bool:
+    """Whether the ranks run in network namespaces; without them, NamespaceUnavailable, or (when
+    ``allow_unshaped``) a warning that the ranks run unshaped on the loopback."""
+    problem = namespace_problem()
+    if problem and not allow_unshaped:
+        raise NamespaceUnavailable(problem)
+    if problem:
+        msg = (
+            f"WARNING: monta emulate: {problem.split(';')[0]}; running all {ranks} ranks "
+            "UNSHAPED on 127.0.0.1: inter- and intra-node links are the same, results are NOT emulated"
+        )
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)  # at launch()'s caller
+        print(msg, file=sys.stderr, flush=True)
+    return problem is None
+
+
+def _supervisor_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The supervisor's (and so the ranks') environment."""
     package_root = str(Path(__file__).resolve().parents[2])
     # The ranks inherit the supervisor's environment (never written to disk: it may hold secrets).
     # Every rank of every node shares this machine's cores: one compute thread each, whatever the
@@ -256,9 +281,14 @@ def launch(
     extensions.configure(sup_env)
     for note in extensions.clear_stale_locks(sup_env):
         print(note, file=sys.stderr, flush=True)
-    cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
-    if emulated:
-        cmd = UNSHARE + ["--"] + cmd
+    return sup_env
+
+
+def _run_supervisor(
+    cmd: list[str], sup_env: dict[str, str], stdout: TextIO | None, timeout_s: float | None
+) -> tuple[list[str], list[str], int | None]:
+    """Run the supervisor to its end, rank 0's stdout streamed to ``stdout``; the lines it printed, why it
+    was killed (if it was) and its exit status. Any exception tears the whole tree down first."""
     out = stdout if stdout is not None else sys.stdout
     captured: list[str] = []
     interrupted: list[str] = []
@@ -297,16 +327,20 @@ def launch(
             if proc.poll() is None:
                 _kill_tree(proc, interrupted, "cleanup")
             proc.stdout.close()
+    return captured, interrupted, proc.returncode
 
-    if own_log_dir:  # from here on every error names this folder: keep it (a clean run removes it below)
-        tmpdirs.keep(logs)
+
+def _read_result(
+    result_path: Path, logs: Path, captured: list[str], interrupted: list[str], returncode, emulated: bool
+) -> LaunchResult:
+    """The supervisor's result file as a LaunchResult; EmulationError when it wrote none or failed early."""
     if not result_path.exists():
-        why = "killed by the launcher's watchdog" if interrupted else f"exit status {proc.returncode}"
+        why = "killed by the launcher's watchdog" if interrupted else f"exit status {returncode}"
         raise EmulationError(f"the emulated cluster's supervisor died without a result ({why}); logs in {logs}")
     res_json = json.loads(result_path.read_text())
     if res_json.get("error"):
         raise EmulationError(f"emulated run failed before its ranks ran: {res_json['error']} (logs in {logs})")
-    result = LaunchResult(
+    return LaunchResult(
         returncodes=res_json["returncodes"],
         ranks=[RankInfo(**r) for r in res_json.get("ranks", [])],
         log_dir=logs,
@@ -316,13 +350,6 @@ def launch(
         links=res_json.get("links") or {},
         setup_s=res_json.get("setup_s"),
     )
-    if result.ok and own_log_dir:
-        shutil.rmtree(logs, ignore_errors=True)
-    if (result.failure or {}).get("kind") in ("stalled", "timeout"):  # e.g. every rank waiting on a build lock
-        result.failure["message"] += extensions.stuck_note(sup_env)
-    if check and not result.ok:
-        raise RankFailed(_failure_message(result), result)
-    return result
 
 
 def _failure_message(result: LaunchResult) -> str:

@@ -4,26 +4,23 @@ layers, links and pipeline stages."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from monta import variants as registry
-from monta.chunking import Auto, parse_chunks
 from monta.model.config import ModelConfig
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as, takes_chunks
 from monta.perfmodel.network.links import Cluster
-from monta.perfmodel.network.routed import ROUTED
 from monta.perfmodel.training import contention as K
-from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops, optimizer_us
+from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
+from monta.perfmodel.training.micro_batch import MicroBatch, micro_batch
 from monta.perfmodel.training.strategy import Strategy
-from monta.variants import LINA_CHUNK_BYTES, PARTITIONS  # a priority sync's micro-op size; Lancet's partitions
-
-PLAN_CHUNKS = (1, 2, 4, 8, 16)  # 'auto' at step level: powers of two keep the planner fast
+from monta.variants import (
+    LINA_CHUNK_BYTES,  # a priority sync's micro-op size
+    PARTITIONS,  # noqa: F401 (Lancet's partitions: monta.bench and the tests read it here)
+)
 
 # Per variant (monta.variants; docs/design.md#variants): its exchange runs the AllToAll, its sync says
 # whether AllToAll has priority over gradient sync, its schedule's ``hidden_us`` what overlap hides.
@@ -93,6 +90,84 @@ def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupS
     }
 
 
+def _priority_sync_us(
+    t_grad: float, t_last: float, t_bwd_free: float, a2a_busy: float | None, chunk: float, layers: int
+) -> float:
+    """The gradient sync's exposed time when the AllToAll goes first (``a2a_busy``: the AllToAll's time
+    on the link the sync shares, None when it shares none): gradients use only the link's idle time,
+    and a micro-op of ``chunk`` us in flight blocks a newly arriving AllToAll for half a chunk on average."""
+    idle = t_last - (a2a_busy if a2a_busy is not None else 0.0)
+    busy = min(1.0, t_grad / max(t_bwd_free, 1e-9))
+    return max(0.0, t_grad - idle) + (layers * 2 * 0.5 * chunk * busy if a2a_busy is not None else 0.0)
+
+
+def _link_bytes(link: str, micro: float, layers: int, num_micro: int, cp: int, exs, tp_ar, kv, grads, pp_send, zg):
+    """Bytes a rank sends over ``link`` ("inter" or "intra") in one step: per layer and micro-batch the
+    exchanges (dispatch + combine, forward and backward), the TP AllReduces and the CP ring, once per
+    step the gradient syncs, per micro-batch the pipeline's sends and ZeRO-3's gathers."""
+
+    def b(x) -> float:
+        return getattr(x, f"{link}_bytes")
+
+    per_layer_x = 2 * (b(exs[0]) + b(exs[1]))
+    return (
+        micro * layers * (per_layer_x + 4 * b(tp_ar) + 3 * (cp - 1) * b(kv))
+        + b(grads[0])
+        + b(grads[1])
+        + num_micro * 2 * (b(pp_send) + b(zg))
+    )
+
+
+def _zero3_gather(s: Strategy, g, cluster: Cluster, dense: float, expert: float, elem_bytes: int):
+    """ZeRO-3's parameter gathers before each forward and backward (nothing below stage 3)."""
+    if s.zero != 3:
+        return C.ZERO
+    return C.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + C.allgather(
+        expert * elem_bytes / s.expert_dp, g["edp"], cluster
+    )
+
+
+def _shared_link_busy(s: Strategy, g, a2a_busy: float) -> float | None:
+    """The AllToAll's busy time on the link a gradient sync (dense or expert) shares with it; None when
+    the syncs run on other links (or there is no AllToAll)."""
+    shares_link = any(x.link == g["ep"].link for x in (g["dp"], g["edp"]) if x.size > 1) and s.ep > 1
+    return a2a_busy if shares_link else None
+
+
+def _micro_batches(m: ModelConfig, s: Strategy, cluster: Cluster, seq: int, global_batch: int, validate: bool) -> int:
+    """Micro-batches per step; ValueError for a strategy that cannot run (``validate``) or a global batch
+    that does not split into them."""
+    if validate:
+        s.validate(cluster.world_size, cluster.gpus_per_node, m, seq)
+    if global_batch % (s.dp * s.micro_batch):
+        raise ValueError(f"global batch {global_batch} is not a multiple of dp*micro_batch = {s.dp * s.micro_batch}")
+    return global_batch // (s.dp * s.micro_batch)
+
+
+def _grad_sync(s: Strategy, g, cluster: Cluster, mb: MicroBatch, dense_bytes: float, expert_bytes: float, c: float):
+    """Gradient sync (AllReduce, or ReduceScatter + parameter AllGather: the same bytes), once per step,
+    overlapped with the last micro-batch's backward where it competes with the AllToAll for links: the
+    dense and expert syncs, their time, the part of it the step waits for, and what contention adds."""
+    hid_f, hid_b = mb.overlap[0], mb.overlap[1]
+    gd = C.allreduce(dense_bytes, g["dp"], cluster)
+    ge = C.allreduce(expert_bytes, g["edp"], cluster)
+    t_grad = gd.time_us + ge.time_us
+    # Contention: the sync slows the last backward's compute it overlaps (what the exchange already
+    # stretched excepted); a longer backward then hides more of the sync.
+    stretched = mb.layers * (hid_b + (hid_f if s.recompute == "full" else 0.0))
+    grad_more = K.grad_sync_stretch(t_grad, mb.bwd_c + mb.recompute_c - stretched, c) if c else 0.0
+    a2a_busy = mb.layers * (mb.ex_bwd - hid_b)  # the AllToAll's time on the link: compute speed does not change it
+    link_busy = _shared_link_busy(s, g, a2a_busy)
+    if mb.var.sync.priority:
+        chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense_bytes), g["dp"], cluster).time_us
+        grad_us = _priority_sync_us(t_grad, mb.t_bwd + grad_more, mb.t_bwd_free, link_busy, chunk, mb.layers)
+    else:  # fair sharing: while both are on the link, the AllToAll gets half of it
+        grad_us = max(0.0, t_grad - (mb.t_bwd + grad_more)) + (
+            0.5 * min(t_grad, a2a_busy) if link_busy is not None else 0.0
+        )
+    return gd, ge, t_grad, grad_us, grad_more
+
+
 def predict_step(
     m: ModelConfig,
     s: Strategy,
@@ -116,143 +191,23 @@ def predict_step(
     0 prices overlap as free, so overlap gains are upper bounds."""
     c = K.check(contention)
     gpn = cluster.gpus_per_node
-    if validate:
-        s.validate(cluster.world_size, gpn, m, seq)
-    if global_batch % (s.dp * s.micro_batch):
-        raise ValueError(f"global batch {global_batch} is not a multiple of dp*micro_batch = {s.dp * s.micro_batch}")
-    num_micro = global_batch // (s.dp * s.micro_batch)
+    num_micro = _micro_batches(m, s, cluster, seq, global_batch, validate)
     g = shapes(s, gpn)
-    tokens = s.micro_batch * seq // s.cp
-    layers = math.ceil(m.num_layers / s.pp)
-    fl = layer_flops(m, tokens, seq, s.tp)
-    pieces = forward_pieces_us(m, tokens, seq, s.tp, cluster, measured_tflops)
-    if compute_scale is not None:  # the emulated clock: the full-size model's pieces, dilated
-        pieces = compute_scale.pieces_us
-    attn_f = pieces["attention"] + pieces["attention_core"]
-    moe_f = pieces["gate"] + pieces["experts"]
-    head_f = pieces["head"]
-    fwd_c = layers * (attn_f + moe_f) + head_f
-    bwd_c = 2 * fwd_c
-
-    # Tensor parallelism without sequence parallelism: AllReduce after attention and after the
-    # experts, in the forward and the backward.
-    tp_ar = C.allreduce(tokens * m.hidden * elem_bytes, g["tp"], cluster)
-    # Context parallelism: ring attention passes this rank's K and V around the CP ring (cp-1 hops),
-    # overlapped with the attention core; the backward also returns dK, dV.
-    kv = C.p2p(tokens * 2 * m.kv_dim * elem_bytes, g["cp"].link, cluster, gpn) if s.cp > 1 else C.ZERO
-    attn_core = pieces["attention_core"]
-    cp_fwd = max(0.0, (s.cp - 1) * kv.time_us - attn_core)
-    cp_bwd = max(0.0, 2 * (s.cp - 1) * kv.time_us - 2 * attn_core)
-
-    # MoE token exchange: [E, C, M] per rank, 4 exchanges per layer (dispatch/combine x fwd/bwd).
-    var = registry.get(s.variant)
-    xv = modelled_as(var.exchange)  # a plugin's exchange: the core one it declared (ValueError if none)
-    S = m.capacity_factor * m.top_k * tokens * m.hidden * elem_bytes
-    chunks = 1
-    if takes_chunks(xv):
-        if var.chunks is not None:
-            chunks = var.chunks
-        else:
-            asked = parse_chunks(s.chunks)
-            # Auto at step level searches PLAN_CHUNKS only: powers of two keep the planner fast.
-            if isinstance(asked, Auto):
-                chunks = best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS)
-            else:
-                chunks = asked.n
-    if s.ep > 1:
-        # The routed exchanges' own models read the routing (top-k, experts, a token row's bytes).
-        routing = (m.top_k, m.num_experts, m.hidden * elem_bytes) if xv in ROUTED else ()
-        ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks, *routing)
-        ex_b = (
-            ex
-            if (pipeline_backward or not takes_chunks(xv))
-            else exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1)
-        )
-    else:
-        # EP1: every rank holds (its TP slice of) every expert; tokens never leave the rank.
-        ex = ex_b = exchange_shapes("legacy", 0.0, g["ep"], g["tp"], cluster, 1)
-    ex_fwd, ex_bwd = 2 * ex.total_us, 2 * ex_b.total_us
-    hid_f = hid_b = 0.0
-    # Contention, per layer: compute the overlap adds, and the exchange hidden with the compute slowed.
-    add_f = add_b = 0.0
-    slow_f = slow_b = 0.0
-    if var.schedule.hidden_us is not None:
-        # The schedule's own overlap model (Lina, Lancet: baselines/variants.py), on this variant's exchange.
-        inputs = registry.OverlapInputs(
-            ex_fwd_us=ex_fwd,
-            ex_bwd_us=ex_bwd,
-            attn_fwd_us=attn_f,
-            moe_fwd_us=moe_f,
-            top_k=m.top_k,
-            micro_batch=s.micro_batch,
-            partitions=PARTITIONS,
-        )
-        hid_f, hid_b = K.clamp_hidden(var.schedule.hidden_us(inputs), (ex_fwd, ex_bwd))
-        slow_f, slow_b = hid_f, hid_b
-        if c:
-            (add_f, add_b), (slow_f, slow_b) = K.schedule_overlap(var.schedule.hidden_us, inputs, (hid_f, hid_b), c)
-    # What contention adds to a layer's forward and backward (>= 0: the compute added less the exchange
-    # it newly hides); the uncontended times below stay as they were, these are added on top.
-    more_f = layers * (add_f - (slow_f - hid_f))
-    more_b = layers * (add_b - (slow_b - hid_b))
-
-    recompute = recompute_c = 0.0  # recomputation's time, and its compute
-    if s.recompute == "full":
-        recompute_c = fwd_c - head_f
-        recompute = recompute_c + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
-    elif s.recompute == "selective":
-        recompute = recompute_c = layers * gemm_us(fl.expert_act, cluster, measured_tflops)
-
-    t_fwd = fwd_c + layers * (ex_fwd - hid_f + 2 * tp_ar.time_us + cp_fwd)
-    t_bwd = bwd_c + layers * (ex_bwd - hid_b + 2 * tp_ar.time_us + cp_bwd) + recompute
-    t_bwd_free = t_bwd  # without contention: the priority sync's share of it stays a property of the sync
-    # Contention (0.0 at c = 0: the sums are unchanged); full recomputation redoes the forward's overlap.
-    more_rc = more_f if s.recompute == "full" else 0.0
-    recompute += more_rc
-    t_fwd += more_f
-    t_bwd += more_b + more_rc
-    t_mb = t_fwd + t_bwd
+    mb = micro_batch(m, s, cluster, seq, g, pipeline_backward, measured_tflops, compute_scale, elem_bytes, c)
+    layers, fwd_c, bwd_c = mb.layers, mb.fwd_c, mb.bwd_c
+    hid_f, hid_b, add_f, add_b, slow_f, slow_b = mb.overlap
 
     # Pipeline: 1F1B, (pp-1) bubble slots; activations T x h cross each stage boundary both ways.
     stage_link = "inter" if cluster.world_size // s.pp >= gpn else "intra"
-    pp_send = C.p2p(tokens * m.hidden * elem_bytes, stage_link, cluster, gpn) if s.pp > 1 else C.ZERO
-    pp_us = (s.pp - 1) * t_mb + num_micro * 2 * pp_send.time_us
+    pp_send = C.p2p(mb.tokens * m.hidden * elem_bytes, stage_link, cluster, gpn) if s.pp > 1 else C.ZERO
+    pp_us = (s.pp - 1) * mb.t_mb + num_micro * 2 * pp_send.time_us
 
     # ZeRO-3 gathers the parameters before each forward and backward, prefetched under compute.
     dense, expert = params_per_rank(m, s)
-    z3 = 0.0
-    zg = C.ZERO
-    if s.zero == 3:
-        zg = C.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + C.allgather(
-            expert * elem_bytes / s.expert_dp, g["edp"], cluster
-        )
-        z3 = num_micro * (max(0.0, zg.time_us - fwd_c) + max(0.0, zg.time_us - bwd_c))
+    zg = _zero3_gather(s, g, cluster, dense, expert, elem_bytes)
+    z3 = num_micro * (max(0.0, zg.time_us - fwd_c) + max(0.0, zg.time_us - bwd_c)) if s.zero == 3 else 0.0
 
-    # Gradient sync (AllReduce, or ReduceScatter + parameter AllGather: the same bytes), once per step,
-    # overlapped with the last micro-batch's backward where it competes with the AllToAll for links.
-    gd = C.allreduce(dense * elem_bytes, g["dp"], cluster)
-    ge = C.allreduce(expert * elem_bytes, g["edp"], cluster)
-    t_grad = gd.time_us + ge.time_us
-    a2a_busy = layers * (ex_bwd - hid_b)  # the AllToAll's time on the link: compute speed does not change it
-    shares_link = any(x.link == g["ep"].link for x in (g["dp"], g["edp"]) if x.size > 1) and s.ep > 1
-    # Contention: the sync slows the last backward's compute it overlaps (what the exchange already
-    # stretched excepted); a longer backward then hides more of the sync.
-    grad_more = 0.0
-    if c:
-        stretched = layers * (hid_b + (hid_f if s.recompute == "full" else 0.0))
-        grad_more = K.grad_sync_stretch(t_grad, bwd_c + recompute_c - stretched, c)
-    t_last = t_bwd + grad_more
-    if var.sync.priority:
-        # AllToAll first: gradients use only the link's idle time, and a micro-op in flight blocks a
-        # newly arriving AllToAll for half a chunk on average.
-        idle = t_last - (a2a_busy if shares_link else 0.0)
-        chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense * elem_bytes), g["dp"], cluster).time_us
-        busy = min(1.0, t_grad / max(t_bwd_free, 1e-9))
-        grad_us = max(0.0, t_grad - idle) + (layers * 2 * 0.5 * chunk * busy if shares_link else 0.0)
-    else:
-        # Fair sharing: while both are on the link, the AllToAll gets half of it.
-        delay = 0.5 * min(t_grad, a2a_busy) if shares_link else 0.0
-        grad_us = max(0.0, t_grad - t_last) + delay
+    gd, ge, t_grad, grad_us, grad_more = _grad_sync(s, g, cluster, mb, dense * elem_bytes, expert * elem_bytes, c)
 
     opt_us = (
         compute_scale.optimizer_us
@@ -260,43 +215,34 @@ def predict_step(
         else optimizer_us(dense, expert, s.lanes, s.expert_dp, s.zero, cluster)
     )
 
-    total = num_micro * t_mb + pp_us + z3 + grad_us + opt_us + grad_more
+    total = num_micro * mb.t_mb + pp_us + z3 + grad_us + opt_us + grad_more
     micro = num_micro * (1 if s.recompute != "full" else 1.5)  # full recompute redoes forward exchanges
-    per_layer_x = 2 * (ex.inter_bytes + ex_b.inter_bytes), 2 * (ex.intra_bytes + ex_b.intra_bytes)
-    inter = (
-        micro * layers * (per_layer_x[0] + 4 * tp_ar.inter_bytes + 3 * (s.cp - 1) * kv.inter_bytes)
-        + gd.inter_bytes
-        + ge.inter_bytes
-        + num_micro * 2 * (pp_send.inter_bytes + zg.inter_bytes)
-    )
-    intra = (
-        micro * layers * (per_layer_x[1] + 4 * tp_ar.intra_bytes + 3 * (s.cp - 1) * kv.intra_bytes)
-        + gd.intra_bytes
-        + ge.intra_bytes
-        + num_micro * 2 * (pp_send.intra_bytes + zg.intra_bytes)
+    inter, intra = (
+        _link_bytes(link, micro, layers, num_micro, s.cp, (mb.ex, mb.ex_b), mb.tp_ar, mb.kv, (gd, ge), pp_send, zg)
+        for link in ("inter", "intra")
     )
     return StepBreakdown(
         s.variant,
         total,
         num_micro * (fwd_c + bwd_c),
-        num_micro * recompute,
-        num_micro * layers * (ex_fwd + ex_bwd - slow_f - slow_b),
+        num_micro * mb.recompute,
+        num_micro * layers * (mb.ex_fwd + mb.ex_bwd - slow_f - slow_b),
         num_micro * layers * (slow_f + slow_b),
-        num_micro * layers * 4 * tp_ar.time_us,
-        num_micro * layers * (cp_fwd + cp_bwd),
+        num_micro * layers * 4 * mb.tp_ar.time_us,
+        num_micro * layers * (mb.cp_fwd + mb.cp_bwd),
         pp_us,
         grad_us + z3,
         opt_us,
         inter,
         intra,
-        chunks,
+        mb.chunks,
         num_micro,
         num_micro * layers * (add_f + add_b) + grad_more,
         extra={
             "contention": c,
-            "exchange_per_layer_us": ex_fwd + ex_bwd,
+            "exchange_per_layer_us": mb.ex_fwd + mb.ex_bwd,
             "grad_sync_us": t_grad,
-            "exchange_bytes": S,
-            "tokens_per_rank": tokens,
+            "exchange_bytes": mb.S,
+            "tokens_per_rank": mb.tokens,
         },
     )
