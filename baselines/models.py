@@ -28,7 +28,7 @@ from monta.perfmodel.network.routed import (
 )
 
 
-# -- 2dh: Tutel's 2D hierarchical AllToAll (baselines/hier2d.py) ------------------------------------------
+# -- 2dh: Tutel's 2D hierarchical AllToAll (baselines/exchange_2dh.py) ------------------------------------------
 def steps_2dh(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row) -> list[Step]:
     """Pack the 1/TP capacity slice; phase 1, intra: to each local peer j the blocks of every node's
     local-j member (part / L); phase 2, inter: to each same-local-index peer the node's blocks for it
@@ -59,7 +59,7 @@ def steps_2dh(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int
     return out
 
 
-# -- allgather: Megatron-Core's AllGather dispatcher (baselines/agdispatch.py) -----------------------------
+# -- allgather: Megatron-Core's AllGather dispatcher (baselines/exchange_allgather.py) -----------------------------
 def steps_allgather(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row) -> list[Step]:
     """The TP rank's token shard gathered over EP (across the nodes), then over TP; the routes (an int64
     slot per route) the same way; the local experts' slots of every source placed; the gates over EP."""
@@ -84,7 +84,7 @@ def steps_allgather(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, 
     return out
 
 
-# -- node-dedup: DeepEP's normal dispatch, node-deduplicated (baselines/dedup.py) --------------------------
+# -- node-dedup: DeepEP's normal dispatch, node-deduplicated (baselines/exchange_node_dedup.py) -----------------------
 def steps_node_dedup(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row) -> list[Step]:
     """1. rails: each token once to every node it touches, to that node's member of this local index;
     2. forward: the gateway's rows to the node's members holding one of their experts, one copy per

@@ -61,19 +61,19 @@ def _lancet_hidden(o):
 
 
 def _run_pass_2dh(*args, **kwargs):
-    from monta_baselines.hier2d import run_pass_2dh
+    from monta_baselines.exchange_2dh import run_pass_2dh
 
     return run_pass_2dh(*args, **kwargs)
 
 
 def _allgather(spec):
-    from monta_baselines.agdispatch import AllGatherDispatcher
+    from monta_baselines.exchange_allgather import AllGatherDispatcher
 
     return AllGatherDispatcher(spec)
 
 
 def _node_dedup(spec):
-    from monta_baselines.dedup import NodeDedupDispatcher
+    from monta_baselines.exchange_node_dedup import NodeDedupDispatcher
 
     return NodeDedupDispatcher(spec)
 

@@ -834,7 +834,7 @@ def test_routed_exchanges_are_their_own_models():
         routed_exchange_time("node-dedup", MiB, layout, "a800", top_k=2, experts=12)
     with pytest.raises(ValueError, match="top_k=0"):
         routed_exchange_time("allgather", MiB, layout, "a800", top_k=0)
-    with pytest.raises(ValueError, match="no routed model"):
+    with pytest.raises(ValueError, match="no token-level model"):
         routed_exchange_time("legacy", MiB, layout, "a800")
 
 

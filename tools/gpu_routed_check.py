@@ -10,8 +10,8 @@ import sys
 import torch
 
 sys.path.insert(0, ".")
-from baselines import agdispatch, dedup  # noqa: E402  (the folder, not the installed monta_baselines)
-from baselines.hier2d import run_pass_2dh  # noqa: E402
+from baselines import exchange_allgather, exchange_node_dedup  # noqa: E402  (the folder, not the installed monta_baselines)
+from baselines.exchange_2dh import run_pass_2dh  # noqa: E402
 from monta.bench.routes import make_input  # noqa: E402
 from monta.comm.exchange import ExchangeGroups, PassSpec  # noqa: E402
 from monta.parallel import ParallelLayout  # noqa: E402
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     dev = torch.device(ap.parse_args(argv).device)
     print(torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu", torch.__version__)
-    for name, mod in (("allgather", agdispatch), ("node-dedup", dedup)):
+    for name, mod in (("allgather", exchange_allgather), ("node-dedup", exchange_node_dedup)):
         gx, gg = run(mod, dev)
         cx, cg = run(mod, torch.device("cpu"))
         dx, dg = float((gx - cx).abs().max()), float((gg - cg).abs().max())

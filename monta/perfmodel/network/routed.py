@@ -237,7 +237,7 @@ def _price(variant: str):
     e = variants.exchanges().get(variant)
     if e is None or e.price is None:
         raise ValueError(
-            f"no routed model for {variant!r}: choose one of {', '.join(routed_exchanges() + (REFERENCE,))}"
+            f"no token-level model for {variant!r}: choose one of {', '.join(routed_exchanges() + (REFERENCE,))}"
         )
     return e.price
 

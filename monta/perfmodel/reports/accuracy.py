@@ -75,7 +75,7 @@ def _same_network(rec: dict, profile: LinkProfile) -> bool:
 
 
 def _routing(rec: dict) -> dict[str, Any]:
-    """The routing a record's exchange ran with (what the routed exchanges' models read; the core
+    """The routing a record's exchange ran with (what the token-level exchanges' models read; the core
     models ignore it): top-k (``topk``, 1 when absent), the experts (None: one per EP member) and a
     token row's bytes (hidden x the dtype's size), from its params or else its config."""
     from monta.dtypes import DTYPE_BYTES
