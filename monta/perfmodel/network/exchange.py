@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from monta.chunking import Auto, monta_weights, parse_chunks
+from monta.perfmodel.network import host_cpu
 from monta.perfmodel.network.collectives import CollTime, GroupShape, allgather, alltoall
 from monta.perfmodel.network.fluid import FluidTimeline
 from monta.perfmodel.network.links import Cluster
@@ -112,27 +113,16 @@ def _host_shared_exchange(
     variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int
 ) -> Breakdown:
     """The emulator: every rank runs on the same few cores, so the machine's CPU is a resource that
-    overlapping operations share (a fluid timeline), next to the nodes' NICs. The loopback is CPU
-    work too: an intra-node transfer's time is machine CPU time. CPU per rank -> machine time:
-    x world size / cores (SPMD: every rank runs the same operation)."""
-    per_rank_to_machine = cluster.world_size / cluster.host_cores
-    fixed, per_byte = cluster.a2a_cpu_us
+    overlapping operations share (a fluid timeline), next to the nodes' NICs (``host_cpu``: its terms)."""
 
     def a2a_demand(ct: CollTime) -> dict[str, float]:
-        cpu = ct.intra_us + (fixed + per_byte * ct.inter_bytes) * per_rank_to_machine
-        return {"inter": ct.inter_us, "cpu": cpu}
+        return host_cpu.alltoall_demand(ct, cluster)
 
     def ag_demand(ct: CollTime, name: str) -> dict[str, float]:
-        # The calibrated curve gives its time alone (all nodes at once); only the CPU it burns is
-        # shared with an overlapping AllToAll, the rest is waiting (wake-ups, ring hand-offs).
-        step, per_byte = cluster.ag_cpu_us
-        cpu = (step * (tp.size - 1) + per_byte * (ct.intra_bytes + ct.inter_bytes)) * per_rank_to_machine
-        if cpu <= 0:  # no CPU measurement: treat the gather as all CPU work
-            cpu = ct.intra_us
-        return {"cpu": min(cpu, ct.time_us), f"own:{name}": ct.intra_us, "inter": ct.inter_us}
+        return host_cpu.gather_demand(ct, name, tp.size - 1, cluster)
 
     def copy_demand(nbytes: float) -> dict[str, float]:
-        return {"cpu": nbytes / (cluster.copy_GBps * 1e3) * per_rank_to_machine}
+        return host_cpu.copy_demand(nbytes, cluster)
 
     tl = FluidTimeline()
     copy_us = copy_demand(S)["cpu"]

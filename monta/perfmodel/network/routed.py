@@ -313,25 +313,19 @@ def schedule_steps(variant: str, steps: list[Step], cluster: Cluster, tp_size: i
 
 def _fluid(steps: list[Step], cluster: Cluster, tp_size: int):
     """The emulator's schedule (one op after the other) with the core's calibrated CPU demands."""
+    from monta.perfmodel.network import host_cpu
     from monta.perfmodel.network.fluid import FluidTimeline
 
-    ptm = cluster.world_size / cluster.host_cores
-    fixed, a2a_byte = cluster.a2a_cpu_us
-    step_us, ag_byte = cluster.ag_cpu_us
     tl, prev = FluidTimeline(), None
     for s in steps:
         if s.role in ("pack", "copy"):
-            demand = {"cpu": s.nbytes / (cluster.copy_GBps * 1e3) * ptm}
+            demand = host_cpu.copy_demand(s.nbytes, cluster)
         elif s.gather:
-            ct = s.ct
-            cpu = (step_us * s.msgs + ag_byte * (ct.intra_bytes + ct.inter_bytes)) * ptm
-            if cpu <= 0:
-                cpu = ct.intra_us
-            demand = {"cpu": min(cpu, ct.time_us), f"own:{s.name}": ct.intra_us, "inter": ct.inter_us}
-        else:
-            ct = s.ct
-            cpu = ct.intra_us + (fixed + a2a_byte * ct.inter_bytes) * ptm if ct.time_us > 0 else 0.0
-            demand = {"inter": ct.inter_us, "cpu": cpu}
+            demand = host_cpu.gather_demand(s.ct, s.name, s.msgs, cluster)
+        elif s.ct.time_us > 0:
+            demand = host_cpu.alltoall_demand(s.ct, cluster)
+        else:  # an empty call costs no CPU here (the core's timeline charges its fixed cost: see exchange)
+            demand = {"inter": s.ct.inter_us, "cpu": 0.0}
         prev = tl.add(s.name, demand, after=(prev,))
     ops = tuple(tl.run())
     return ops, {o.name: o.end_us - o.start_us for o in ops}
