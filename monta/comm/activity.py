@@ -23,6 +23,8 @@ class ActivityTracker:
 
     def enter(self) -> None:
         with self._cond:
+            if self._count == 0:
+                self._busy()
             self._count += 1
 
     def exit(self) -> None:
@@ -31,7 +33,14 @@ class ActivityTracker:
                 raise RuntimeError(f"{self.name}: exit() without a matching enter()")
             self._count -= 1
             if self._count == 0:
+                self._idle()
                 self._cond.notify_all()
+
+    def _busy(self) -> None:
+        """Hook, under the lock: the first operation entered (a subclass records when)."""
+
+    def _idle(self) -> None:
+        """Hook, under the lock: the last operation left."""
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._cond:

@@ -18,10 +18,11 @@ import math
 import threading
 import time
 from collections import defaultdict, deque
-from contextlib import contextmanager
 from typing import Any
 
 import torch.distributed as dist
+
+from monta.comm.activity import ActivityTracker
 
 # The torch.distributed calls after which a thread's compute count restarts (a blocking collective,
 # an async launch, a wait: time spent there is communication, never compute).
@@ -45,41 +46,23 @@ _DIST_CALLS = (
 )
 
 
-class ExchangeWindow:
+class ExchangeWindow(ActivityTracker):
     """When the harness's MoE exchange is in flight in this process (on any thread): what the contention
     stretch reads. ``active()`` marks one exchange task; overlapping tasks count once."""
 
     def __init__(self, keep: int = 4096):
-        self._cond = threading.Condition()
-        self._count = 0
+        super().__init__("exchange window")
         self._since: float | None = None
         # Closed windows (start, end), oldest first; a piece looks back only to its own start.
         self._spans: deque[tuple[float, float]] = deque(maxlen=keep)
 
-    def enter(self) -> None:
-        with self._cond:
-            if self._count == 0:
-                self._since = time.perf_counter()
-                self._cond.notify_all()  # a stretched wait recomputes its end
-            self._count += 1
+    def _busy(self) -> None:
+        self._since = time.perf_counter()
+        self._cond.notify_all()  # a stretched wait recomputes its end
 
-    def exit(self) -> None:
-        with self._cond:
-            if self._count <= 0:
-                raise RuntimeError("exchange window: exit() without a matching enter()")
-            self._count -= 1
-            if self._count == 0:
-                self._spans.append((self._since, time.perf_counter()))
-                self._since = None
-                self._cond.notify_all()
-
-    @contextmanager
-    def active(self):
-        self.enter()
-        try:
-            yield
-        finally:
-            self.exit()
+    def _idle(self) -> None:
+        self._spans.append((self._since, time.perf_counter()))
+        self._since = None
 
     def run(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` as one exchange in flight (what the comm thread runs)."""
