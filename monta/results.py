@@ -198,8 +198,11 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
 def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(records)
+    from monta import results_schema  # jsonschema: imported where records are written, not by every reader
+
     for r in records:
         validate_record(r)
+        results_schema.check(r)  # its kind's params and metrics (docs/results-schema.md), before anything is written
     existing = path.read_bytes() if append and path.exists() else b""
     if existing and not existing.endswith(b"\n"):
         existing += b"\n"  # never glue a record onto the last line: it starts a line of its own

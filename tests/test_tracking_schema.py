@@ -68,3 +68,16 @@ def test_every_kind_states_its_units_and_the_docs_page_is_the_schema():
                 assert s["x-unit"], (kind, name)
     page = (ROOT / "docs/results-schema.md").read_text()
     assert page.endswith(results_schema.markdown()), "regenerate the tables: python -c 'from monta.results_schema ...'"
+
+
+def test_records_are_checked_on_write_and_nothing_is_written_when_one_fails(tmp_path):
+    from monta.results import write_records
+
+    out = tmp_path / "r.jsonl"
+    write_records(out, [_a2a()])
+    before = out.read_bytes()
+    bad = _a2a()
+    bad["params"]["chunks"] = 0
+    with pytest.raises(ValueError, match="params.chunks"):
+        write_records(out, [_a2a(), bad], append=True)
+    assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
