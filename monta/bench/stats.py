@@ -35,10 +35,15 @@ def alltoall_bw(size_bytes: int, time_us: float, n: int) -> tuple[float, float]:
 def bootstrap(
     stat, samples: list[list[float]], n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float, float]:
-    """``stat(*arrays)`` on paired samples (same length, iteration i of each belongs together) and
-    its percentile-bootstrap CI, resampling whole iterations. Returns (point, lo, hi); with fewer
-    than 3 iterations the interval is unknown (nan, nan)."""
+    """``stat(*arrays)`` on paired samples (same length, iteration i of each belongs together) and its
+    bias-corrected and accelerated (BCa) bootstrap CI, resampling whole iterations
+    (``scipy.stats.bootstrap(paired=True)``; ``stat`` works along the last axis). Returns (point, lo, hi);
+    with fewer than 3 iterations the interval is unknown (nan, nan). Where BCa cannot be computed (a
+    statistic with no spread over the jackknife) the percentile interval of the same resamples."""
+    import warnings
+
     import numpy as np
+    from scipy import stats
 
     arrays = [np.asarray(s, dtype=float) for s in samples]
     n = len(arrays[0])
@@ -47,12 +52,21 @@ def bootstrap(
     point = float(stat(*arrays))
     if n < 3:
         return point, float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    boots = np.asarray(stat(*(a[idx] for a in arrays)), dtype=float)
-    alpha = (1.0 - confidence) / 2
-    lo, hi = np.nanquantile(boots, [alpha, 1 - alpha])
-    return point, float(lo), float(hi)
+
+    def along(*a, axis=-1):
+        return stat(*(np.moveaxis(x, axis, -1) for x in a))
+
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a degenerate BCa warns and returns nan: fall back below
+            res = stats.bootstrap(
+                arrays, along, paired=True, vectorized=True, n_resamples=n_boot, confidence_level=confidence,
+                method=method, rng=np.random.default_rng(seed),
+            )  # fmt: skip
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if np.isfinite(lo) and np.isfinite(hi):
+            break
+    return point, lo, hi
 
 
 def median_ratio(num, den):
