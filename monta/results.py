@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "monta.record/1"
-SOURCES = ("measured", "emulated", "predicted")
+from monta import results_schema
+from monta.results_schema import SCHEMA, SOURCES  # noqa: F401  (the envelope's values; importers read them here)
 
 # Fields every record carries. ``params`` holds what identifies the point (size, variant,
 # chunks, tp, ...); ``metrics`` what was measured or predicted; ``config`` the full resolved
@@ -198,8 +198,6 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
 def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(records)
-    from monta import results_schema  # jsonschema: imported where records are written, not by every reader
-
     for r in records:
         validate_record(r)
         results_schema.check(r)  # its kind's params and metrics (docs/results-schema.md), before anything is written

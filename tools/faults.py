@@ -405,9 +405,9 @@ def _(tmp: Path) -> str:
     # the folder, renamed over the old one), which the folder's 555 must forbid.
     code = (
         "import os, sys, json; p = sys.argv[1]; sys.path.insert(0, sys.argv[2])\n"
-        "from monta.results import write_records\n"
+        "from monta.results import RecordWriteError, write_records\n"
         "try:\n    write_records(os.path.join(p, 'old.jsonl'), [json.loads(sys.argv[3])]); print('WROTE')\n"
-        "except PermissionError as e:\n    print('refused', e)\n"
+        "except (PermissionError, RecordWriteError) as e:\n    print('refused', e)\n"
         "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')]; print(caps[0].strip())"
     )
     try:
