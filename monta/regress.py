@@ -102,6 +102,18 @@ def _absolute(r: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**r, "metrics": r["metrics"]["absolute_metrics"]} if "absolute_metrics" in r["metrics"] else r
 
 
+def _by_point(
+    baseline: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]], metric: str
+) -> dict[tuple, list[list]]:
+    """Each point's [baseline records, current records] that carry ``metric``."""
+    groups: dict[tuple, list[list]] = defaultdict(lambda: [[], []])
+    for side, recs in ((0, baseline), (1, current)):
+        for r in recs:
+            if metric in r["metrics"]:
+                groups[point_key(r)][side].append(r)
+    return groups
+
+
 def compare(
     baseline: Sequence[Mapping[str, Any]],
     current: Sequence[Mapping[str, Any]],
@@ -124,14 +136,9 @@ def compare(
         if metric in HIGHER_IS_BETTER:
             raise ValueError(f"--paired-with compares times; metric {metric!r} is not one")
         baseline, current = relative_to(baseline, paired_with, metric), relative_to(current, paired_with, metric)
-    groups: dict[tuple, list[list]] = defaultdict(lambda: [[], []])
-    for side, recs in ((0, baseline), (1, current)):
-        for r in recs:
-            if metric in r["metrics"]:
-                groups[point_key(r)][side].append(r)
     spreads = run_spreads(baseline, metric, run_spread)
     rows = []
-    for i, (key, (b, c)) in enumerate(sorted(groups.items())):
+    for i, (key, (b, c)) in enumerate(sorted(_by_point(baseline, current, metric).items())):
         if not b or not c:
             continue
         paired = {side: {r["metrics"].get("paired") for r in recs} for side, recs in (("b", b), ("c", c))}
