@@ -43,6 +43,26 @@ manifest.section(
 measured[cols] if cols else measured
 
 # %%
+# The router's realized imbalance (docs/routing.md): per run and variant, the MaxVio and drop share the
+# MoE gates (or a --routing workload) realized, next to the synthetic workloads' MaxVio at the same shape.
+frame = tables.to_frame(recs, "step")
+router_cols = [c for c in frame.columns if c.startswith(("router.", "workload_maxvio."))]
+ids = [c for c in ("run_id", "variant", "routing") if c in frame.columns]
+router = frame[frame["router.maxvio"].notna()][ids + router_cols] if "router.maxvio" in frame else frame.iloc[0:0]
+manifest.section(
+    "The router's realized imbalance",
+    tables.write_table(
+        router,
+        out_dir,
+        "step_router",
+        "Router: realized MaxVio (mean over MoE layers and steps; layer range) and share of routes dropped, "
+        "with the synthetic workloads' MaxVio at the same experts, top-k and tokens",
+    ),
+    empty=router.empty,
+)
+router
+
+# %%
 predicted = tables.predicted_step_table(recs)
 manifest.section(
     "Training step, predicted",

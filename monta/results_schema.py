@@ -66,7 +66,10 @@ KINDS: dict[str, tuple[dict, list[str], dict, list[str]]] = {
         ["time_us"],
     ),
     "step": (
-        {"variant": {"type": "string", "description": "exchange x schedule x sync (monta.variants)"}},
+        {
+            "variant": {"type": "string", "description": "exchange x schedule x sync (monta.variants)"},
+            "routing": {"type": "string", "description": "the --routing workload every gate routed by, or gate"},
+        },
         ["variant"],
         {
             "step_ms": _unit(_POS, "ms", "median training-step time"),
@@ -83,6 +86,21 @@ KINDS: dict[str, tuple[dict, list[str], dict, list[str]]] = {
             "tokens_per_s": _unit(_NONNEG, "tokens/s", "throughput"),
             "peak_mem_bytes": {**_BYTES, "description": "peak memory of a rank"},
             "cpu_bound": {"type": "boolean", "description": "the ranks waited for a core more than the limit"},
+            "router": {
+                "type": "object",
+                "properties": {
+                    "maxvio": _unit(_NONNEG, "ratio", "max / mean expert load - 1, mean over layers and steps"),
+                    "drop_fraction": _unit({**_NONNEG, "maximum": 1}, "ratio", "routes past the capacity"),
+                },
+                "required": ["maxvio", "drop_fraction"],
+                "description": "what the MoE gates routed (docs/routing.md); absent: a schedule's own gate",
+            },
+            "workload_maxvio": {
+                "type": "object",
+                "additionalProperties": {"type": ["number", "null"], "minimum": 0},
+                "x-unit": "ratio",
+                "description": "the synthetic workloads' MaxVio at the same shape (null: the shape cannot hold it)",
+            },
         },
         [],
     ),

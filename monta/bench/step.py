@@ -93,6 +93,7 @@ def _worker(spec: dict[str, Any]) -> int:
         zero_stage=spec["zero_stage"],
         lancet_partitions=spec.get("lancet_partitions", PARTITIONS),
         clock=clock,
+        routing=spec.get("routing"),
     )
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(res, gathered, dst=0)

@@ -58,6 +58,13 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     for flag in ("layers", "hidden", "heads", "kv-heads", "ffn", "experts", "topk", "seq", "micro-batch"):
         p.add_argument(f"--{flag}", type=int, default=None, help="model override (default: the preset's)")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override (default: the preset's)")
+    p.add_argument(
+        "--routing",
+        default=None,
+        help="replace every MoE gate's expert choice with a routing workload (docs/routing.md: W0..W7, "
+        "lognormal:maxvio=1, zipf:s=1.2; seeded, the same in every layer, step and variant; the gate's "
+        "probabilities still weight the routes); default: the gate's own choice",
+    )
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -161,7 +168,9 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
                 check(cfg)
             except ValueError as e:
                 raise ValueError(f"variant {v}: {e}") from None
+    routing = check_routing(args.routing, cfg, layout)
     return {
+        "routing": routing,
         "layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
         "model": args.model,
         "overrides": {k: v for k, v in cfg.to_dict().items()},
@@ -182,3 +191,18 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
         "experiment": args.experiment,
         "peak_tflops": args.peak_tflops,
     }
+
+
+def check_routing(text: str | None, cfg, layout: ParallelLayout) -> str | None:
+    """``--routing``'s spec, built once at the step's shape (the EP group's members, each gate's tokens per
+    micro-batch, the model's experts and top-k) so a spec it cannot hold is one line before any rank
+    starts; None: the gate's own choice."""
+    if text is None:
+        return None
+    from monta.bench.step_router import step_routing
+
+    try:
+        step_routing(text, cfg, layout)
+    except ValueError as e:
+        raise ValueError(f"--routing: {e}") from None
+    return text.strip()

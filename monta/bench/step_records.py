@@ -98,6 +98,7 @@ def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_m
     from monta.bench.hostload import is_cpu_bound
     from monta.bench.stats import bootstrap, median_ratio, percentile
     from monta.bench.step_compute import model_flops_per_rank
+    from monta.bench.step_router import router_metrics
 
     n = len(per_rank[0][v]["step_s"])
     step_ms = slowest(per_rank, v)
@@ -127,6 +128,9 @@ def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_m
         "compute": spec.get("compute", "real"),
         "clock": clock,
     }
+    router = router_metrics(layout, cfg, per_rank, v)  # the gate's (or --routing's) realized imbalance
+    if router is not None:  # None: the schedule routes with a gate of its own, which records nothing
+        metrics["router"] = router
     if deepspeed_ms and v != "deepspeed":
         # paired per-step ratio (variants interleaved step by step) and its bootstrap CI
         pt, lo, hi = bootstrap(median_ratio, [deepspeed_ms, step_ms], seed=seed)
@@ -159,18 +163,22 @@ def variant_params(spec, layout, cfg, v: str, steps: int) -> dict[str, Any]:
         "contention": spec.get("contention", 0.0),
         "topology": topo.get("name"),
         "dilation": (spec.get("clock") or {}).get("dilation"),
+        "routing": spec.get("routing") or "gate",  # a --routing workload's spec, or the gate's own choice
     }
 
 
 def build_records(spec, layout, cfg, per_rank: list[dict]) -> tuple[list[tuple[str, dict]], list[dict]]:
     """(rows of (variant, metrics), records) of every variant, in the spec's order."""
+    from monta.bench.step_router import workloads_at
     from monta.results import make_record, new_run_id
 
     run_id = new_run_id()
+    workloads = workloads_at(layout, cfg)  # where the router sits among the synthetic workloads
     deepspeed_ms = slowest(per_rank, "deepspeed") if "deepspeed" in spec["variants"] else None
     rows, records = [], []
     for i, v in enumerate(spec["variants"]):
         metrics = variant_metrics(spec, layout, cfg, per_rank, v, deepspeed_ms, seed=i)
+        metrics["workload_maxvio"] = workloads
         records.append(
             make_record(
                 kind="step",

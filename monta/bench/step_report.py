@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from monta.bench.step_records import BREAKDOWN
+from monta.bench.step_router import router_lines
 from monta.chunking import is_auto
 from monta.units import format_duration
 
@@ -94,6 +95,8 @@ def print_footer(spec: dict[str, Any], rows: list[tuple[str, dict]]) -> None:
     )
     if spec.get("clock"):
         print_clock(spec, rows)
+    for line in router_lines(spec.get("routing"), rows):
+        print(line)
     for v, m in rows:
         print(f"# {v}: {verdict(m['host_cpu'])}")
     bound = [v for v, m in rows if m["cpu_bound"]]

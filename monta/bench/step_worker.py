@@ -88,17 +88,26 @@ def run_interleaved(
     zero_stage=1,
     lancet_partitions=PARTITIONS,
     clock=None,
+    routing: str | None = None,
 ) -> dict[str, Any]:
-    """Run warm-up + steps of every variant, interleaved; returns per-step losses and times of this rank.
-    ``clock``: a ``monta.model.clock.ComputeClock`` to run the compute on (None: the CPU's own speed)."""
+    """Run warm-up + steps of every variant, interleaved; returns per-step losses, times and what each MoE
+    layer's gate routed (``step_router``) of this rank. ``clock``: a ``monta.model.clock.ComputeClock`` to
+    run the compute on (None: the CPU's own speed). ``routing``: a workload spec every gate routes by."""
+    from monta.bench import step_router
     from monta.bench.hostload import HostLoad, own_run_delay_s
     from monta.model import clock as compute_clock
     from monta.model.engine import dp_rank_of, train_step
 
     pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
     dp_rank = dp_rank_of(pgs)
+    if routing is not None:  # the same routing object for every variant: every exchange sees the same tokens
+        routes = step_router.step_routing(routing, cfg, layout)
+        ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
+        for v in built.values():
+            step_router.install_routing(v.model, routes, ep_rank)
     out: dict[str, Any] = {
-        v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": []} for v in variants
+        v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": [], "router": []}
+        for v in variants
     }
     compute_clock.install(clock)
     # What CPU the steps had: the machine (rank 0 samples it) and this rank's own wait for a core.
@@ -111,9 +120,12 @@ def run_interleaved(
             beat(where)
             if clock is not None:
                 clock.reset_stats()
+            step_router.start_tallies(built[name].model)
             d0, t0 = own_run_delay_s(), time.perf_counter()
             r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
             d1, t1 = own_run_delay_s(), time.perf_counter()
+            tallies = step_router.read_tallies(built[name].model)  # after the clock: no sync inside it
+            step_router.check_forced(name, tallies, routing)
             if eta is not None:  # rank 0's stdout is what the launcher streams live to the person watching
                 print(eta.advance(where), flush=True)
             if step >= warmup:
@@ -122,6 +134,7 @@ def run_interleaved(
                 out[name]["breakdown_s"].append(r["breakdown_s"])
                 out[name]["wait_s"].append(d1 - d0 if d0 is not None and d1 is not None else None)
                 out[name]["wall_s"].append(t1 - t0)
+                out[name]["router"].append(tallies)
                 spans[name].append((t0, t1))
                 if clock is not None:
                     out[name]["clock"].append(clock.stats())

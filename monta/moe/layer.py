@@ -31,6 +31,7 @@ from monta.comm.dispatcher import Dispatcher, build_dispatcher
 from monta.comm.exchange import exchange_groups, validate_exchange
 from monta.comm.timing import timed_combine, timed_dispatch
 from monta.groups import ProcessGroups, init_deepspeed_groups
+from monta.moe.gate_routing import RouteTally, workload_gate
 
 log = logging.getLogger(__name__)
 _REDUCED: set[tuple[int, int]] = set()  # (chunks asked, capacity slice) already reported by this process
@@ -83,6 +84,11 @@ class ExchangeMOELayer(MOELayer):
         self.meter: TrafficMeter | None = None
         self.record_times = False
         self.times: dict[str, float] = {}
+        # A routing workload's [S, k] expert choices for this rank (monta bench step --routing), which
+        # replace the gate's choice (monta.moe.gate_routing); None: the gate's own.
+        self.forced_choices: torch.Tensor | None = None
+        # A list while the step records what the gate routed (one RouteTally per routing call); None: off.
+        self.tallies: list[RouteTally] | None = None
 
     # -- groups ---------------------------------------------------------------------------
     def _set_ep_group(self, ep_group):
@@ -140,13 +146,22 @@ class ExchangeMOELayer(MOELayer):
         if expected is not None:  # fail before the gate's or the exchange's collectives
             chunks = self.chunks_for(expected, x_SM)
             self.exchange.check_capacity(expected, chunks)
-        l_aux, C, E, indices, locations, gates, exp_counts = self.gate(x_SM, used_token, True, False)
+        if self.forced_choices is not None:
+            if expected is None:
+                raise ValueError("a routing workload needs the gate's drop_tokens=True (a fixed capacity)")
+            gate_out = workload_gate(self.gate, x_SM, self.forced_choices, expected)
+        else:
+            gate_out = self.gate(x_SM, used_token, True, False)
+        l_aux, C, E, indices, locations, gates, exp_counts = gate_out
         C = int(C)
         if expected is None:
             chunks = self.chunks_for(C, x_SM)
             self.exchange.check_capacity(C, chunks)
         slots = _route_slots(indices, locations, E, C)
-        return RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts, chunks)
+        plan = RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts, chunks)
+        if self.tallies is not None:
+            self.tallies.append(RouteTally.of(plan, self.forced_choices))
+        return plan
 
     def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
         E, C, M = x_ECM.shape

@@ -22,6 +22,14 @@ from typing import Any
 import torch
 
 
+def maxvio(load) -> float:
+    """max load / mean load - 1 over experts (0: balanced; 0 for no load at all): the imbalance a routing
+    and the step's gate (``monta.routing.router``) both report, from per-expert route counts."""
+    t = torch.as_tensor(load).double()
+    mean = float(t.mean()) if t.numel() else 0.0
+    return float(t.max()) / mean - 1.0 if mean > 0 else 0.0
+
+
 def capacity(tokens: int, experts: int, k: int, cf: float) -> int:
     """DeepSpeed's capacity for ``tokens`` rows: ceil((T / E) x (cf x k))."""
     if not cf > 0:
@@ -79,9 +87,7 @@ class Routing:
 
     def maxvio(self) -> float:
         """max expert load / mean expert load - 1 (0: balanced)."""
-        load = self.expert_load().double()
-        mean = float(load.mean())
-        return float(load.max()) / mean - 1.0 if mean > 0 else 0.0
+        return maxvio(self.expert_load())
 
     def traffic(self) -> torch.Tensor:
         """[R, R] routes from source rank (row) to the member holding the expert (column)."""

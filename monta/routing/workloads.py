@@ -17,7 +17,7 @@ import torch
 
 from monta.routing.construct import balanced_rows, counts_from_weights, rows_with_counts
 from monta.routing.spec import RoutingSpec, param, parse_spec
-from monta.routing.stats import Routing
+from monta.routing.stats import Routing, maxvio
 
 MAXVIO_TOLERANCE = 0.10  # a log-normal target is met when realized MaxVio is within 10% of it
 
@@ -142,8 +142,7 @@ def _weights(s: RoutingSpec, ranks: int, experts: int, k: int, pool: int) -> tor
 
 
 def realized_maxvio(weights: torch.Tensor, pool: int, k: int) -> float:
-    counts = counts_from_weights(weights, pool, k).double()
-    return float(counts.max() / counts.mean()) - 1.0
+    return maxvio(counts_from_weights(weights, pool, k))
 
 
 def _lognormal_weights(s: RoutingSpec, z: torch.Tensor, pool: int, k: int) -> torch.Tensor:
