@@ -61,6 +61,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--routing",
         default=None,
+        metavar="SPEC",
         help="replace every MoE gate's expert choice with a routing workload (docs/routing.md: W0..W7, "
         "lognormal:maxvio=1, zipf:s=1.2; seeded, the same in every layer, step and variant; the gate's "
         "probabilities still weight the routes); default: the gate's own choice",
