@@ -35,6 +35,8 @@ _Z90 = 1.2815515655446004  # standard normal 90th percentile: p90 - p10 = 2 * z 
 def point_key(rec: Mapping[str, Any]) -> tuple:
     """(kind, source, params without the run-specific ones): which point a record measures."""
     params = {k: v for k, v in rec["params"].items() if k not in RUN_SPECIFIC}
+    if params.get("dilation") == 1:  # the links as asked: the same point as a record from before --dilation
+        del params["dilation"]
     return (rec["kind"], rec["source"], json.dumps(params, sort_keys=True, default=str))
 
 

@@ -42,6 +42,9 @@ KINDS: dict[str, tuple[dict, list[str], dict, list[str]]] = {
             "nodes": _unit(_COUNT, "count", "nodes"),
             "gpus_per_node": _unit(_COUNT, "count", "ranks per node"),
             "tp": _unit(_COUNT, "count", "tensor-parallel degree"),
+            "dilation": _unit(
+                {"type": "number", "minimum": 1}, "factor", "the clock's slowdown over the run's links (--dilation)"
+            ),
         },
         ["size_bytes", "variant"],  # the others typed where present (older records and the model's lack some)
         {
@@ -62,6 +65,7 @@ KINDS: dict[str, tuple[dict, list[str], dict, list[str]]] = {
             },
             "cpu_bound": {"type": "boolean", "description": "the ranks waited for a core more than the limit"},
             "cpu_us": _unit(_NONNEG, "us", "CPU time of the ranks per call"),
+            "dilation_reason": {"type": "string", "description": "why the point ran at its dilation"},
         },
         ["time_us"],
     ),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -98,6 +97,14 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="gloo transport of the exchange: duplex (default: one TCP connection per direction) or "
         "native (gloo's own collectives: both directions share a connection and serialize)",
+    )
+    p.add_argument(
+        "--dilation",
+        default="auto",
+        metavar="auto|F",
+        help="the emulated clock: auto (default) reruns each CPU-bound size alone with every link rate halved, "
+        "up to x4 or --budget-s, until its ranks stop waiting for a core; F: every link rate / F from the "
+        "start, no reruns (reproducible timing). Records carry params.dilation (docs/testbed.md)",
     )
     p.add_argument(
         "--inject-slowdown",
@@ -309,9 +316,13 @@ def default_timeout(cfg: AlltoallConfig) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
+    from monta.bench import dilation
+    from monta.bench.alltoall_launch import fixed_dilation, launch_once, rerun_alone, stated
     from monta.bench.common_args import network_line
 
     cfg = build_config(args)
+    fixed, cfg = fixed_dilation(args, cfg)
+    args.timeout_given = args.timeout
     if args.timeout is None:
         args.timeout = default_timeout(cfg)
     if os.environ.get("RANK", "0") == "0":  # the first line: what runs where (once, not per torchrun rank)
@@ -323,38 +334,23 @@ def main(args: argparse.Namespace) -> int:
             f.write(cfg.to_json())
             f.flush()
             return alltoall_worker.main(f.name)
-    from monta.emulate import EmulationError, Topology, launch
+    records = launch_once(cfg, args, args.timeout)
+    if records is None:
+        return 1
+    if fixed is not None:
+        records = dilation.annotate(records, fixed, f"fixed by --dilation {args.dilation}")
+    else:  # auto: a CPU-bound size again, alone, on a slower clock (hand-set links cannot be slowed)
+        why_not = "" if cfg.topology.get("cluster") and cfg.topology.get("inter_gbps") else "unshaped or hand-set links"
+        budget = cfg.budget_s if cfg.adaptive else 0.0
+        records = dilation.adapt(records, lambda s, f: rerun_alone(cfg, args, s, f), budget, why_not=why_not)
+    if cfg.out:
+        from monta.results import write_records
 
-    topo = Topology(**{k: v for k, v in cfg.topology.items() if k != "description"})
-    from monta import tmpdirs
+        write_records(cfg.out, stated(records, cfg), append=cfg.append)  # atomic: all of them or none
+        print(f"# wrote {len(records)} records to {cfg.out}")
+        if not args.no_wandb:
+            from monta.results import read_records
+            from monta.tracking import log_records
 
-    tmpdirs.clean_stale()
-    tmp = tmpdirs.make("monta-a2a-")
-    try:
-        cfg_path = Path(tmp) / "config.json"
-        cfg_path.write_text(cfg.to_json())
-        env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        try:
-            launch(
-                [sys.executable, "-m", "monta.bench.alltoall_worker", str(cfg_path)],
-                args.nodes,
-                args.gpus_per_node,
-                topo,
-                env=env,
-                timeout_s=args.timeout,
-                allow_unshaped=args.allow_unshaped,
-                stall_s=stall_seconds(cfg),
-            )
-        except EmulationError as e:
-            print(f"monta: error: {e}", file=sys.stderr)
-            return 1
-    finally:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-    if cfg.out and not args.no_wandb:
-        from monta.results import read_records
-        from monta.tracking import log_records
-
-        log_records(read_records(cfg.out), group=cfg.experiment, config=cfg.to_dict(), job_type="alltoall")
+            log_records(read_records(cfg.out), group=cfg.experiment, config=cfg.to_dict(), job_type="alltoall")
     return 0

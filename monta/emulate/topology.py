@@ -108,6 +108,21 @@ class Topology:
         _, nic = per_gpu_rates(clusterfile.load_cluster(self.cluster))
         return gpus_per_node * nic * 8.0 / self.inter_gbps
 
+    def dilated(self, factor: float) -> Topology:
+        """The same cluster on a clock ``factor`` x slower (``monta bench alltoall --dilation``): derived
+        again from its cluster file at ``inter_gbps / factor``, so the loopback follows at rho and
+        intra:inter stays the cluster's. ValueError for hand-set rates: they emulate no cluster."""
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+            raise ValueError(f"dilation {factor!r}: must be a factor >= 1")
+        if factor == 1:
+            return self
+        if not self.cluster or self.inter_gbps is None:
+            raise ValueError(
+                f"topology {self.name!r} has no cluster file to slow down (hand-set or unshaped links); "
+                "use --topology CLUSTER[@GBPS] or --dilation 1"
+            )
+        return Topology.emulating(self.cluster, self.inter_gbps / factor, tcp_cc=self.tcp_cc)
+
     def describe(self) -> str:
         def rate(v: float | None) -> str:
             return "unshaped" if v is None else f"{v:g} Gbit/s"

@@ -90,6 +90,30 @@ class LinkProfile:
         os.replace(tmp, p)
         return p
 
+    @property
+    def clock_factor(self) -> float:
+        """How many times slower than its calibration this profile's links are (``rescaled``; 1 = as measured)."""
+        return float(self.extra.get("clock_factor", 1.0))
+
+    def rescaled(self, factor: float) -> LinkProfile:
+        """This profile on a clock ``factor`` x slower, for a record the emulator ran at the calibrated rates
+        / ``factor`` (``monta bench alltoall --dilation``, or 2 x 8 at half the 2 x 4 rates): every link's
+        bandwidth / factor; latencies and the efficiency per message size unchanged, because the shaping
+        adds no delay of its own (netem 0) and its token bucket is a byte count, not a time (docs/testbed.md,
+        "the model follows the clock"); the host's CPU terms unchanged (the same work per byte)."""
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+            raise ValueError(f"rescaled({factor!r}): the factor must be a positive number")
+        if factor == 1:
+            return self
+        topo = dict(self.extra.get("topology") or {})
+        for key in ("inter_gbps", "intra_gbps"):
+            if topo.get(key) is not None:
+                topo[key] = float(topo[key]) / factor
+        total = self.clock_factor * factor
+        calibrated = self.extra.get("calibrated_name", self.name)
+        extra = {**self.extra, "topology": topo, "clock_factor": total, "calibrated_name": calibrated}
+        return replace(self, name=f"{calibrated}/{total:g}", extra=extra)
+
     def cluster(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
         """The emulated cluster: one shaped veth per node (one 'NIC' unless the profile says more),
         one shared loopback per node, and per-collective efficiency from the measured sweeps."""
@@ -120,7 +144,9 @@ class LinkProfile:
             a2a_cpu_us=_fit_cpu(host, "alltoall.inter_all", int(topo.get("nodes", 2))),
             ag_cpu_us=_fit_cpu(host, "allgather.intra_all", int(topo.get("gpus_per_node", 4))),
         )
-        return replace(base, collective_links=self._collective_links(base, topo))
+        # The curves come from the calibration's measured times at its own rates; then the clock applies.
+        base = replace(base, collective_links=self._collective_links(base, topo))
+        return _slower(base, self.clock_factor)
 
     def _collective_links(self, cl: Cluster, topo: dict) -> tuple:
         """Turn measured (size, time_us) collective points into efficiency curves.
@@ -207,6 +233,22 @@ class LinkProfile:
             busy = max(float(t_us) / nodes_cal - link.latency_us, 0.05 * float(t_us) / nodes_cal)
             pts.append((float(size), moved / (busy * link.bandwidth_GBps * 1e3)))
         return Link(link.bandwidth_GBps, link.latency_us, monotone(pts))
+
+
+def _slower(cl: Cluster, factor: float) -> Cluster:
+    """``cl`` with every link's bandwidth / ``factor`` (its latency and efficiency curve kept)."""
+    if factor == 1:
+        return cl
+
+    def slow(link: Link) -> Link:
+        return replace(link, bandwidth_GBps=link.bandwidth_GBps / factor)
+
+    return replace(
+        cl,
+        intra=slow(cl.intra),
+        inter=slow(cl.inter),
+        collective_links=tuple((key, slow(link)) for key, link in cl.collective_links),
+    )
 
 
 def _fit_cpu(host: dict, key: str, n: int) -> tuple[float, float]:

@@ -31,6 +31,7 @@ class Point:
     measured_us: float
     predicted_us: float
     cpu_bound: bool | None = None  # the measurement's ranks waited for cores (monta.bench.hostload)
+    clock_factor: float = 1.0  # the record's links ran this many times slower than the profile's calibration
 
     @property
     def error(self) -> float:
@@ -74,6 +75,31 @@ def _same_network(rec: dict, profile: LinkProfile) -> bool:
     return True
 
 
+# Two links slowed by one factor agree to this share (the emulator rounds the loopback's rate to 4 digits).
+_SAME_FACTOR = 1e-3
+
+
+def clock_factor(rec: dict, profile: LinkProfile) -> float | None:
+    """How many times slower than the profile's calibration a record's links ran, where both ran slower by
+    one factor (a cluster's profile at another NIC rate: ``NAME@GBPS``, ``--dilation``); None where they
+    differ otherwise (another intra:inter ratio, e.g. a bandwidth-ratio ablation point; one side unshaped)."""
+    topo = profile.extra.get("topology") or {}
+    factors = []
+    for key in ("inter_gbps", "intra_gbps"):
+        if key not in topo or key not in rec["params"]:
+            continue
+        want, got = topo[key], rec["params"][key]
+        if (want is None) != (got is None):
+            return None
+        if want is not None:
+            factors.append(float(want) / float(got))
+    if not factors:
+        return 1.0
+    if max(factors) > min(factors) * (1 + _SAME_FACTOR):
+        return None
+    return 1.0 if abs(factors[0] - 1) <= _SAME_FACTOR else factors[0]
+
+
 def _routing(rec: dict) -> dict[str, Any]:
     """The routing a record's exchange ran with (what the token-level exchanges' models read; the core
     models ignore it): top-k (``topk``, 1 when absent), the experts (None: one per EP member) and a
@@ -106,7 +132,10 @@ def _has_model(variant: str) -> bool:
 
 
 def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], list[ChunkCheck]]:
+    """Every measured AllToAll record priced on ``profile`` at the rates it ran at (the profile rescaled
+    to a record's slower clock: ``clock_factor``), and the chunk choice per setup."""
     pts: list[Point] = []
+    at: dict[float, LinkProfile] = {}  # the profile per clock
     for i, rec in enumerate(records):
         if rec.get("kind") != "alltoall" or rec.get("source") not in MEASURED_SOURCES:
             continue
@@ -117,12 +146,13 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
             continue
         if not _has_model(variant):  # a plugin's exchange that declared no model (model_as): said once
             continue
-        if not _same_network(rec, profile):  # e.g. a bandwidth-ratio ablation point: another link
+        factor = clock_factor(rec, profile)
+        if factor is None:  # e.g. a bandwidth-ratio ablation point: another intra:inter ratio
             continue
         chunks = _param(rec, "chunks", where)
         nodes, gpn, tp = (int(_param(rec, k, where)) for k in ("nodes", "gpus_per_node", "tp"))
         layout = make_layout(nodes, gpn, tp, rec["params"].get("ep"))
-        cluster = profile.cluster(nodes, gpn)
+        cluster = at.setdefault(factor, profile.rescaled(factor)).cluster(nodes, gpn)
         try:
             measured = float(rec["metrics"]["time_us"])
         except (KeyError, TypeError, ValueError):
@@ -142,6 +172,7 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
                 measured,
                 b.total_us,
                 rec["metrics"].get("cpu_bound"),
+                factor,
             )
         )
     if not pts:
@@ -149,24 +180,31 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
             "no measured AllToAll records (kind 'alltoall', source measured/emulated) in the input; "
             "produce them with `monta bench alltoall --out FILE.jsonl`"
         )
+    return pts, _chunk_checks(pts, at)
+
+
+def _chunk_checks(pts: list[Point], at: dict[float, LinkProfile]) -> list[ChunkCheck]:
+    """Per setup (size, shape and clock) measured at two or more chunk counts: the model's pick among them."""
     checks = []
     groups: dict[tuple, dict[int, float]] = defaultdict(dict)
     bound: dict[tuple, set[int]] = defaultdict(set)
     for p in pts:
         if is_chunked(p.variant):  # the exchange whose chunk count the measurements vary
-            groups[(p.size_bytes, p.nodes, p.gpus_per_node, p.tp, p.ep)][p.chunks] = p.measured_us
+            key = (p.size_bytes, p.nodes, p.gpus_per_node, p.tp, p.ep, p.clock_factor)
+            groups[key][p.chunks] = p.measured_us
             if p.cpu_bound:
-                bound[(p.size_bytes, p.nodes, p.gpus_per_node, p.tp, p.ep)].add(p.chunks)
-    for setup, by_k in sorted(groups.items()):
+                bound[key].add(p.chunks)
+    for key, by_k in sorted(groups.items()):
         if len(by_k) < 2:
             continue
-        size, nodes, gpn, tp, ep = setup
-        chosen = choose_chunks(size, make_layout(nodes, gpn, tp, ep), profile.cluster(nodes, gpn), candidates=by_k)
+        size, nodes, gpn, tp, ep, factor = key
+        cluster = at[factor].cluster(nodes, gpn)
+        chosen = choose_chunks(size, make_layout(nodes, gpn, tp, ep), cluster, candidates=by_k)
         best = min(by_k, key=by_k.get)
         checks.append(
-            ChunkCheck(setup, best, chosen, by_k[chosen] / by_k[best] - 1, bool(bound[setup] & {best, chosen}))
+            ChunkCheck(key[:5], best, chosen, by_k[chosen] / by_k[best] - 1, bool(bound[key] & {best, chosen}))
         )
-    return pts, checks
+    return checks
 
 
 def _judged_note(checks: list[ChunkCheck]) -> str:
@@ -209,6 +247,13 @@ def report(points: list[Point], checks: list[ChunkCheck]) -> str:
         + ", ".join(f"{v} {mape(ps):.1%} ({len(ps)})" for v, ps in by_v.items())
         + f"; all {mape(points):.1%} over {len(points)} points (target <= 10%, goal 5%)"
     )
+    slower = sorted({p.clock_factor for p in points} - {1.0})
+    if slower:
+        lines.append(
+            f"{sum(p.clock_factor != 1.0 for p in points)} points ran slower than the calibration (x"
+            + ", x".join(f"{f:g}" for f in slower)
+            + "): priced on the profile rescaled to their links (LinkProfile.rescaled)"
+        )
     if checks:
         lines.append(
             f"chunk choice (model's pick among the measured counts, within {CHUNK_TOLERANCE:.0%} of the best):"
