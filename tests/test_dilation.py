@@ -89,18 +89,23 @@ def test_factor_doubles_per_retry_up_to_the_limit_and_a_last_bound_try_stays_fla
 
 
 def test_the_budget_stops_a_retry_that_would_pass_it():
-    # 2 variants x 1 s of timed calls at x1: a retry at x2 is estimated at 4 s (fits 10 s); it took 5 s
-    # and timed 4 s, so one at x4 (~8 s more) would pass the budget.
+    # 2 variants x 1 s of timed calls at x1: a retry at x2 costs at least 4 s (fits 10 s); it took 5 s
+    # and timed 4 s, so one at x4 (at least 8 s more) would pass the budget.
     first = [_rec(MiB, v, 0.3, samples=(1e6,)) for v in ("legacy", "monta")]
-    assert dilation.timed_s(first) == pytest.approx(2.0)
+    assert dilation.timed_s(first) == pytest.approx(2.0) and dilation.retry_s(first) == pytest.approx(4.0)
+    # 40 iterations of which the run asked for 5 at least: a retry costs 5 of them, twice as slow
+    many = [_rec(MiB, v, 0.3, samples=(1e5,) * 40) for v in ("legacy", "monta")]
+    for r in many:
+        r["config"] = {"iters": 5}
+    assert dilation.retry_s(many) == pytest.approx(2 * 2 * 0.1 * 5)
     rerun = Reruns({2.0: 0.3, 4.0: 0.1}, wall_s=5.0)
     out = dilation.adapt(first, rerun, budget_s=10.0, say=lambda _: None)
     assert rerun.calls == [(MiB, 2.0)]
     assert out[0]["params"]["dilation"] == 2.0 and "budget (5 s of 10 s spent" in out[0]["metrics"]["dilation_reason"]
     # no time budget (0): the retry limit alone
-    assert dilation.next_factor(2.0, 1, spent_s=1e9, last_timed_s=1e9, budget_s=0) == 4.0
-    assert dilation.next_factor(4.0, 2, spent_s=0, last_timed_s=0, budget_s=0) is None
-    assert dilation.next_factor(1.0, 0, spent_s=0, last_timed_s=6.0, budget_s=10.0) is None  # 2 x 6 s > 10 s
+    assert dilation.next_factor(2.0, 1, spent_s=1e9, retry_cost_s=1e9, budget_s=0) == 4.0
+    assert dilation.next_factor(4.0, 2, spent_s=0, retry_cost_s=0, budget_s=0) is None
+    assert dilation.next_factor(1.0, 0, spent_s=0, retry_cost_s=12.0, budget_s=10.0) is None
 
 
 def test_hand_set_links_are_not_dilated_and_the_records_say_why():

@@ -77,13 +77,23 @@ def timed_s(records: Iterable[dict]) -> float:
     return sum(sum(r["metrics"].get("samples_us") or []) for r in records) * 1e-6
 
 
-def next_factor(factor: float, retries: int, spent_s: float, last_timed_s: float, budget_s: float) -> float | None:
-    """The factor of the next try, or None when the retry limit or the budget ends it: a try on a clock
-    RETRY_STEP x slower takes about RETRY_STEP x the last try's timed seconds, and the tries of one size
-    may spend ``budget_s`` seconds in all (0: no time budget, the retry limit only)."""
+def retry_s(records: list[dict]) -> float:
+    """The least a retry of this size costs: its minimum iterations (the run's --iters; --adaptive may
+    add more within --budget-s) on a clock RETRY_STEP x slower than this try's iterations took."""
+    done = max((len(r["metrics"].get("samples_us") or []) for r in records), default=0)
+    if not done:
+        return 0.0
+    least = min(int((records[0].get("config") or {}).get("iters") or done), done)
+    return RETRY_STEP * timed_s(records) / done * least
+
+
+def next_factor(factor: float, retries: int, spent_s: float, retry_cost_s: float, budget_s: float) -> float | None:
+    """The factor of the next try, or None when the retry limit or the budget ends it: the reruns of one
+    size may spend ``budget_s`` seconds in all (the run's --budget-s; 0: the retry limit only), and a
+    retry starts only when what it costs at least (``retry_s``) still fits."""
     if retries >= MAX_RETRIES:
         return None
-    if budget_s and spent_s + RETRY_STEP * last_timed_s > budget_s:
+    if budget_s and spent_s + retry_cost_s > budget_s:
         return None
     return factor * RETRY_STEP
 
@@ -111,7 +121,7 @@ def adapt_size(size: int, first: list[dict], rerun: Rerun, budget_s: float, say:
     retries, spent = 0, 0.0
     while is_bound(recs):
         notes.append(wait_note(recs, factor))
-        nxt = next_factor(factor, retries, spent, timed_s(recs), budget_s)
+        nxt = next_factor(factor, retries, spent, retry_s(recs), budget_s)
         if nxt is None:
             notes.append(f"still CPU-bound at x{factor:g}: {_stop_note(retries, spent, budget_s)}")
             say(f"# dilation: {size} B {notes[-1]}; kept flagged")
