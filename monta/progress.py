@@ -5,6 +5,10 @@ rank's beat count, the time and a short description of where it is to ``rank{RAN
 few microseconds; a no-op without the variable, e.g. under torchrun). The supervisor reads these
 files (monta.emulate.supervisor): a rank stopped by a signal, or a run in which no rank has made
 progress for the stall limit, ends the run with the rank that is behind and where it was.
+
+For the person watching, ``start_live(total)`` then ``live(what)``: progress lines (``Eta``) on stdout,
+which the launchers stream live to the terminal from rank 0. Off until ``start_live``, so a test that
+calls a bench's loops directly prints nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import time
 
 _state = {"n": 0}
+_live: dict = {"eta": None}
 
 
 def beat(where: str) -> None:
@@ -58,3 +63,15 @@ class Eta:
             f"# {what} ({self.done}/{self.total}): elapsed {format_duration(elapsed)}, "
             f"about {format_duration(left)} left"
         )
+
+
+def start_live(total: int) -> None:
+    """Turn on ``live``'s lines on stdout for a run of ``total`` units (call on rank 0 only)."""
+    _live["eta"] = Eta(total)
+
+
+def live(what: str) -> None:
+    """One unit done: its ``Eta`` line on stdout (nothing before ``start_live``)."""
+    eta = _live["eta"]
+    if eta is not None:
+        print(eta.advance(what), flush=True)

@@ -45,6 +45,11 @@ KINDS: dict[str, tuple[dict, list[str], dict, list[str]]] = {
             "dilation": _unit(
                 {"type": "number", "minimum": 1}, "factor", "the clock's slowdown over the run's links (--dilation)"
             ),
+            "mode": {
+                "type": "string",
+                "enum": ["dispatch", "layer"],
+                "description": "what was timed (--mode): absent = dispatch, layer = the MoE layer's forward+backward",
+            },
         },
         ["size_bytes", "variant"],  # the others typed where present (older records and the model's lack some)
         {

@@ -54,6 +54,13 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         default="W0",
         help="routing workload: W0 (balanced, default) .. W7, lognormal:maxvio=V, zipf:s=A (docs/routing.md)",
     )
+    p.add_argument(
+        "--mode",
+        choices=("dispatch", "layer"),
+        default="dispatch",
+        help="what is timed: dispatch (the exchange's dispatch alone, default) or layer (the MoE layer's "
+        "forward+backward around it: dispatch, a per-expert FFN of width --hidden, combine; docs/routing.md)",
+    )
 
 
 def _add_repetition_arguments(p: argparse.ArgumentParser) -> None:
@@ -247,6 +254,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         "chunks_arg": args.chunks,
         "topk": args.topk,
         "routing": routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout),
+        "mode": args.mode,
     }
     return AlltoallConfig(**fields)
 

@@ -44,6 +44,7 @@ class AlltoallConfig:
     chunks_arg: str  # --chunks as given (e.g. "auto")
     topk: int = 1  # routes per token of the balanced routing (monta.bench.routes)
     routing: str = "W0"  # --routing: the point's routing spec (monta.routing; W0 the balanced one)
+    mode: str = "dispatch"  # --mode: what is timed, the dispatch alone or the MoE layer's forward+backward
 
     def __post_init__(self) -> None:
         for name in ("sizes", "variants", "chunks"):
@@ -51,12 +52,15 @@ class AlltoallConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (lists, not tuples), in field order: the records' ``config`` (the balanced
-        routing's left out: its records stay as they were before ``routing`` existed)."""
+        routing's and dispatch mode's left out: their records stay as they were before ``routing`` and
+        ``mode`` existed)."""
         out = {
             f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
         }
         if out["routing"] == "W0":
             del out["routing"]
+        if out["mode"] == "dispatch":
+            del out["mode"]
         return out
 
     def to_json(self) -> str:

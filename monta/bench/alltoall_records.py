@@ -150,6 +150,8 @@ def _params(cfg: AlltoallConfig, layout, topo: dict, size: int, v: str, c: int) 
         "topology": topo.get("name"),
         "inter_gbps": topo.get("inter_gbps"),
         "intra_gbps": topo.get("intra_gbps"),
+        # what was timed: absent = the dispatch alone (records of before --mode), "layer" = the MoE layer
+        **({"mode": cfg.mode} if cfg.mode != "dispatch" else {}),
     }
 
 

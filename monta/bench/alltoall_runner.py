@@ -22,9 +22,9 @@ from monta.comm.collectives import all_gather
 from monta.comm.dispatcher import build_dispatcher
 from monta.groups import build_process_groups
 from monta.parallel import ParallelLayout
-from monta.progress import beat
+from monta.progress import beat, live
 from monta.testaids import FAULT, Slowdown
-from monta.units import format_size
+from monta.units import format_bytes, format_size
 
 # The rows that are no exchange: the two halves of the core pass alone (for the overlap bound).
 COMPONENTS = ("a2a", "ag")
@@ -59,7 +59,7 @@ def variant_rows(cfg: AlltoallConfig) -> list[tuple[str, int]]:
             out += [(v, c) for c in cfg.chunks]
         else:
             out.append((v, 1))
-    if cfg.tp > 1 and cfg.components:
+    if cfg.tp > 1 and cfg.components and cfg.mode == "dispatch":  # the halves are a dispatch's, not a layer's
         out += [("a2a", 1), ("ag", 1)]
     return out
 
@@ -90,6 +90,16 @@ class Runner:
         # every exchange (the core's or a plugin's) as the MoE layer builds it, once
         self.dispatchers = {v: build_dispatcher(v, self.groups, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
         self.routing_spec = getattr(cfg, "routing", "W0")
+        self._layer = None  # layer mode's MoE layer (alltoall_layer.LayerRows), built on first use
+
+    @property
+    def layer_rows(self):
+        """Layer mode's MoE layer, built (collectively: every rank reaches its first use together) once."""
+        if self._layer is None:
+            from monta.bench.alltoall_layer import LayerRows
+
+            self._layer = LayerRows(self)
+        return self._layer
 
     def point(self, shape) -> PointRouting | None:
         """The point's one routing (None: the balanced one), the same on every rank and for every exchange."""
@@ -107,7 +117,10 @@ class Runner:
         return d is None or d.capacity_passes is not None
 
     def run(self, variant: str, chunks: int, inp: SizeInput) -> torch.Tensor:
-        """One dispatch of exchange ``variant`` (or a component row): the expert input [E, C, M]."""
+        """One dispatch of exchange ``variant`` (or a component row): the expert input [E, C, M]; in
+        layer mode one forward+backward of the MoE layer around it: the layer's output [S, M]."""
+        if self.cfg.mode == "layer":
+            return self.layer_rows.run(variant, chunks, inp)[0]
         x = inp.buffer
         if variant == "a2a":
             return ex.run_pass(x, A2A_SPEC, self.groups, chunks, self.meter, variant)
@@ -160,7 +173,19 @@ def warm_up(r: Runner, variants, inputs, sizes, warmup: int) -> None:
         for v, c in variants:
             for _ in range(warmup):
                 r.run(v, c, x)
+        live(f"progress: warmed up {_point(sizes, si)}: {warmup} x {_rows(variants)}")
     sync(inputs[0].buffer)
+
+
+def _point(sizes, si: int) -> str:
+    return f"size {format_bytes(sizes[si])} ({si + 1}/{len(sizes)})"
+
+
+def _rows(variants) -> str:
+    """The variant rows for a progress line: "3 variant rows (deepspeed, monta2, node-dedup)"."""
+    from monta.bench.adaptive import row_label
+
+    return f"{len(variants)} variant rows ({', '.join(row_label(v, c) for v, c in variants)})"
 
 
 def _grid(n_sizes: int, n_variants: int) -> list[list[list]]:
@@ -258,6 +283,7 @@ def time_sizes(
                 file=sys.stderr,
                 flush=True,
             )
+            live(f"progress: timed {_point(sizes, si)}: {it} iterations of {_rows(variants)}, {tm.stop_note[si]}")
     return tm
 
 
@@ -286,8 +312,34 @@ def check_routes(r: Runner, variants, shapes, sizes, dtype, device, inject_fault
                 wrong[si, vi] = int((got != r.expected(v, si, shp, dtype, salt=1)).sum())
                 if v not in COMPONENTS and r.groups.tp_rank == 0:
                     held[si, vi] = int((got != 0).any(-1).sum())
+            live(f"progress: checked {_point(sizes, si)}")
     finally:
         FAULT.enabled = False
     dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
     dist.all_reduce(held, op=dist.ReduceOp.SUM)
     return wrong, held
+
+
+def check_layer(r: Runner, variants, shapes, sizes, dtype, device, inject_fault: bool) -> torch.Tensor:
+    """Layer mode's check: per size and variant row, the elements of the layer's output and input gradient
+    (fresh data) that differ from stock DeepSpeed's on the same routing, summed over ranks: at the
+    buffer's capacity for a capacity exchange, at the dropless capacity for a token-level one."""
+    from monta.bench.alltoall_layer import wrong_elements
+
+    wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
+    FAULT.enabled = inject_fault  # TEST AID: corrupts the core's pass, never stock DeepSpeed's
+    try:
+        for si, shp in enumerate(shapes):
+            beat(f"checking the layer at size {format_size(sizes[si])}")
+            x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk, r.point(shp)).to(device)
+            refs: dict[bool, tuple] = {}  # every rank asks for them in the same order (collective)
+            for vi, (v, c) in enumerate(variants):
+                cap = r.capacity_based(v)
+                if cap not in refs:
+                    refs[cap] = r.layer_rows.reference(x, cap)
+                wrong[si, vi] = wrong_elements(r.layer_rows.run(v, c, x), refs[cap])
+            live(f"progress: checked the layer at {_point(sizes, si)}")
+    finally:
+        FAULT.enabled = False
+    dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
+    return wrong

@@ -48,12 +48,19 @@ def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
             "check",
         )
     }
+    knobs["mode"] = cfg.mode
     print("# " + " ".join(f"{k}={v}" for k, v in knobs.items()))
     if cfg.inject_slowdown:
         sd = cfg.inject_slowdown
         print(
             f"# TEST AID: --inject-slowdown slows {sd['variant']} by {100 * sd['fraction']:g}% on purpose "
             "(a measured delay after each call); its records say injected_slowdown"
+        )
+    if cfg.mode == "layer":
+        print(
+            "# mode layer: time = the MoE layer's forward+backward around the exchange (encode, dispatch, "
+            f"a per-expert FFN {cfg.hidden} -> {cfg.hidden} -> {cfg.hidden}, combine, decode, and their backward); "
+            "inter/intra = bytes of all four passes"
         )
     print("# size = one rank's [E, C, M] dispatch buffer; algbw = size / time; busbw = algbw * (EP-1)/EP;")
     print("# time = median over iterations of the slowest rank; inter/intra = bytes this rank sent per call;")
@@ -74,23 +81,36 @@ def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
 
 def print_table(records) -> None:
     """One row per size and variant, nccl-tests style, sizes and times in human units (records keep bytes, us)."""
+    from tabulate import tabulate
+
     us = lambda x: format_duration(x / 1e6)  # noqa: E731
-    hdr = (
-        f"{'size':>10} {'variant':>9} {'chunks':>6} {'time':>10} {'p10':>10} {'p90':>10} {'n':>3} "
-        f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'inter':>10} {'intra':>10} {'cpu':>10} {'#wrong':>6} "
-        f"{'vs legacy [95% CI]':>20}"
-    )
-    print(hdr)
+    headers = (
+        "size", "variant", "chunks", "time", "p10", "p90", "n", "algbw(GB/s)", "busbw(GB/s)", "inter", "intra",
+        "cpu", "#wrong", "vs legacy [95% CI]",
+    )  # fmt: skip
+    rows = []
     for rec in records:
         p, m = rec["params"], rec["metrics"]
-        wrong = m["wrong"] if m["checked"] else "N/A"
-        sp = fmt_ci(m.get("speedup_vs_legacy"), m.get("speedup_vs_legacy_ci"))
-        print(
-            f"{format_bytes(p['size_bytes']):>10} {p['variant']:>9} {p['chunks']:>6} {us(m['time_us']):>10} "
-            f"{us(m['time_us_p10']):>10} {us(m['time_us_p90']):>10} {m['iters']:>3} {m['algbw_GBps']:>11.3f} "
-            f"{m['busbw_GBps']:>11.3f} {format_bytes(m['inter_bytes']):>10} {format_bytes(m['intra_bytes']):>10} "
-            f"{us(m['cpu_us']):>10} {wrong:>6} {sp:>20}"
+        rows.append(
+            [
+                format_bytes(p["size_bytes"]),
+                p["variant"],
+                p["chunks"],
+                us(m["time_us"]),
+                us(m["time_us_p10"]),
+                us(m["time_us_p90"]),
+                m["iters"],
+                f"{m['algbw_GBps']:.3f}",
+                f"{m['busbw_GBps']:.3f}",
+                format_bytes(m["inter_bytes"]),
+                format_bytes(m["intra_bytes"]),
+                us(m["cpu_us"]),
+                m["wrong"] if m["checked"] else "N/A",
+                fmt_ci(m.get("speedup_vs_legacy"), m.get("speedup_vs_legacy_ci")),
+            ]
         )
+    # every cell already formatted: tabulate aligns them and parses none as a number
+    print(tabulate(rows, headers, tablefmt="plain", stralign="right", disable_numparse=True))
     print_footer(records)
     print_formulas(records)
 

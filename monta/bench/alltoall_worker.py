@@ -24,6 +24,7 @@ from monta.bench.alltoall_runner import (
     Runner,
     buffer_shape,
     check_chunks,
+    check_layer,
     check_routes,
     rank_input,
     time_sizes,
@@ -33,7 +34,7 @@ from monta.bench.alltoall_runner import (
 from monta.bench.alltoall_table import print_header, print_table
 from monta.bench.hostload import HostLoad, own_run_delay_s
 from monta.dtypes import DTYPE_BYTES, torch_dtype
-from monta.progress import beat
+from monta.progress import beat, start_live
 from monta.results import write_records
 from monta.testaids import Slowdown
 
@@ -77,6 +78,8 @@ def main(cfg_path: str) -> int:
     inputs = [
         rank_input(rank // cfg.tp, i, shp, dtype, 0, cfg.topk, points[i]).to(device) for i, shp in enumerate(shapes)
     ]
+    if rank == 0:  # progress lines on stdout, which the launcher streams live: per size warm-up, timing, check
+        start_live(len(shapes) * (2 + int(cfg.check)))
     warm_up(r, variants, inputs, cfg.sizes, cfg.warmup)
 
     load = HostLoad().start() if rank == 0 else None
@@ -88,7 +91,10 @@ def main(cfg_path: str) -> int:
     dist.all_reduce(tm.waits, op=dist.ReduceOp.SUM)
     dist.all_reduce(measured_wait, op=dist.ReduceOp.MIN)
 
-    if cfg.check:
+    if cfg.check and cfg.mode == "layer":
+        wrong = check_layer(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.inject_fault)
+        held = None  # the layer's output is per token: the routes held are dispatch mode's figure
+    elif cfg.check:
         wrong, held = check_routes(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.inject_fault)
     else:
         wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
@@ -103,7 +109,8 @@ def main(cfg_path: str) -> int:
                     d, w = tm.waits[si, vi].tolist()
                     host[si][vi]["rank_wait"] = d / w if w > 0 else None
         records = build_records(cfg, r.layout, variants, tm, wrong, host, r.transport, slowdown)
-        add_formulas(records, cfg, r, inputs, tm, variants)
+        if cfg.mode == "dispatch":  # the byte formulas are one dispatch's; a layer call moves four passes
+            add_formulas(records, cfg, r, inputs, tm, variants)
         add_routing(records, cfg, r, points, variants, held)
         print_table(records)
         if cfg.out:
