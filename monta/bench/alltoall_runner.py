@@ -182,7 +182,7 @@ def _point(sizes, si: int) -> str:
 
 
 def _rows(variants) -> str:
-    """The variant rows for a progress line: "3 variant rows (deepspeed, monta2, node-dedup)"."""
+    """The variant rows for a progress line: "2 variant rows (deepspeed, monta2)"."""
     from monta.bench.adaptive import row_label
 
     return f"{len(variants)} variant rows ({', '.join(row_label(v, c) for v, c in variants)})"
