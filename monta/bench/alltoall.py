@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall_launch import default_timeout, expected_seconds, stall_seconds  # noqa: F401
 from monta.comm import EXCHANGES
 from monta.dtypes import DTYPE_BYTES, DTYPES
 from monta.parallel import ParallelLayout
@@ -276,51 +277,6 @@ def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:
                 f"--topk {k}: size {s} B holds {routes // k} tokens, which {', '.join(split)} cannot split over "
                 f"TP {tp}; use sizes whose token count TP divides"
             )
-
-
-# Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
-_UNSHAPED_GBPS = 4.0
-
-
-def expected_seconds(cfg: AlltoallConfig) -> float:
-    """A generous estimate of one run's wall time: start-up (imports, rendezvous, per rank on a
-    shared machine), then per size the warm-up, the timed iterations (the most adaptive iterations
-    can take: --max-iters, or --budget-s when set) and the check, each iteration one call of every
-    variant row at the legacy exchange's inter-node time (the slowest variant's bytes)."""
-    topo = cfg.topology or {}
-    gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
-    from monta import variants as registry
-
-    chunked = sum(registry.exchange(v).chunked for v in cfg.variants)
-    rows = len(cfg.variants) - chunked + len(cfg.chunks) * chunked
-    rows += 2 if cfg.tp > 1 and cfg.components else 0
-    total = 60.0 + 5.0 * cfg.nodes * cfg.gpus_per_node
-    for size in cfg.sizes:
-        call = max(0.01, cfg.gpus_per_node * size * 8 / (gbps * 1e9))
-        round_s = rows * call
-        timed = cfg.iters * round_s
-        if cfg.max_iters > cfg.iters and cfg.target_ci > 0:
-            extra = (cfg.max_iters - cfg.iters) * round_s
-            timed += min(extra, cfg.budget_s + round_s) if cfg.budget_s else extra
-        total += cfg.warmup * round_s + timed + (round_s if cfg.check else 0.0)
-    return total
-
-
-def stall_seconds(cfg: AlltoallConfig) -> float:
-    """How long the ranks may go without a progress report before the run counts as stalled: the
-    longest stretch between two reports (one size's warm-up or check, or one timed iteration) four
-    times over, and never under two minutes plus 5 s a rank (start-up on a shared machine)."""
-    topo = cfg.topology or {}
-    gbps = topo.get("inter_gbps") or _UNSHAPED_GBPS
-    rows = len(cfg.variants) * len(cfg.chunks) + 2
-    longest = max(max(0.01, cfg.gpus_per_node * s * 8 / (gbps * 1e9)) * rows * max(1, cfg.warmup) for s in cfg.sizes)
-    return max(120.0, 60.0 + 5.0 * cfg.nodes * cfg.gpus_per_node, 4 * longest)
-
-
-def default_timeout(cfg: AlltoallConfig) -> float:
-    """Twice the expected run time plus two minutes: a slow machine passes, a hung run does not wait
-    the old fixed 20 minutes for a sweep of seconds (and a stalled rank is caught sooner still)."""
-    return round(2 * expected_seconds(cfg) + 120.0)
 
 
 def main(args: argparse.Namespace) -> int:
