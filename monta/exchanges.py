@@ -19,8 +19,10 @@ and ``combine(y_ECM, plan, handle) -> y_SM``. An entry names how to build one:
 Its model (all optional; hooks are plain functions, called with keyword-free positional arguments):
 
 - ``price(S, ep, tp, cluster, top_k, experts, row_bytes) -> [Step]``: the steps of one dispatch pass's
-  timeline (``monta.perfmodel.network.routed.Step``), which the model schedules; or ``model_as``: the
-  core exchange whose model prices it. Neither: predictions leave it out and say so.
+  timeline (``monta.perfmodel.network.routed.Step``), which the model schedules with every other
+  exchange's (the core's too: ``full_buffer_price``, ``slice_price``; a chunked core exchange's hook also
+  takes the chunk count and answers an ``ExchangeSteps``); or ``model_as``: the core exchange whose
+  model prices it. Neither: predictions leave it out and say so.
 - ``inter_bytes(LayoutBytes) -> (formula, bytes)``: the inter-node payload one rank sends in one
   dispatch, from the layout (the model's, the exchange map's);
 - ``routing_inter_bytes(RoutingBytes) -> (formula, bytes)``: the same from one routing (the AllToAll
@@ -140,3 +142,21 @@ def full_buffer_routing_bytes(r: RoutingBytes) -> tuple[str, int]:
 def slice_routing_bytes(r: RoutingBytes) -> tuple[str, int]:
     P, L = r.members, r.per_node
     return "B/TP (P-L)/P", r.buffer_bytes // r.tp * (P - L) // P
+
+
+# -- the core exchanges' prices: the steps of their timelines -----------------------------------------
+# The steps are the performance model's (monta.perfmodel.network.core_steps), imported when the model
+# prices an exchange, never when the registry loads: the model reads this registry.
+def full_buffer_price(S, ep, tp, cluster, top_k, experts, row_bytes):
+    """AllToAll the full buffer, copy it into place (legacy)."""
+    from monta.perfmodel.network.core_steps import full_buffer_steps
+
+    return full_buffer_steps(S, ep, cluster)
+
+
+def slice_price(S, ep, tp, cluster, top_k, experts, row_bytes, chunks=1):
+    """Pack the 1/TP capacity slice, AllToAll it, AllGather it over TP, copy into place: in ``chunks``
+    pipelined pieces (deepspeed: one; monta: the run's)."""
+    from monta.perfmodel.network.core_steps import slice_steps
+
+    return slice_steps(S, ep, tp, cluster, chunks)

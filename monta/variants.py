@@ -40,9 +40,11 @@ from monta.exchanges import (  # noqa: F401  (plugins read them here)
     CORE,
     Exchange,
     full_buffer_bytes,
+    full_buffer_price,
     full_buffer_routing_bytes,
     make_exchange,
     slice_bytes,
+    slice_price,
     slice_routing_bytes,
 )
 from monta.variant_names import DEFAULT_PARTS, KEYS, compose, is_composed, parse_parts, split_list
@@ -153,24 +155,24 @@ def _check_part_name(name: str, what: str) -> None:
 
 
 # The core's parts and today's names (their meaning unchanged).
-# The core's exchanges: buffer exchanges over monta.comm.exchange.run_pass, priced by
-# monta.perfmodel.network.exchange (model_as: themselves).
+# The core's exchanges: buffer exchanges over monta.comm.exchange.run_pass, priced by the steps of their
+# timelines (monta.exchanges: full_buffer_price, slice_price), as the plugins' exchanges are.
 _CORE_BYTES = {"inter_bytes": slice_bytes, "routing_inter_bytes": slice_routing_bytes}
 add_exchange(
     "legacy",
     full_buffer=True,
-    model_as="legacy",
+    price=full_buffer_price,
     inter_bytes=full_buffer_bytes,
     routing_inter_bytes=full_buffer_routing_bytes,
     about="every TP rank AllToAlls its full buffer (DeepSpeed < 0.14.5)",
 )
 add_exchange(
-    "deepspeed", model_as="deepspeed", about="drop to the capacity slice, AllToAll, AllGather over TP", **_CORE_BYTES
+    "deepspeed", price=slice_price, about="drop to the capacity slice, AllToAll, AllGather over TP", **_CORE_BYTES
 )
 add_exchange(
     "monta",
     chunked=True,
-    model_as="monta",
+    price=slice_price,
     about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i",
     **_CORE_BYTES,
 )

@@ -1,34 +1,28 @@
-"""Token-exchange timelines for ``legacy``, ``deepspeed`` and ``monta(chunks)`` on a resource model.
+"""The model's price of one token exchange (``exchange_time``) and MoNTA's chunk choice (``best_chunks``).
 
-Resources are the inter-node link, the intra-node link and the copy engine; an operation starts when
-its dependencies are done and every resource it uses is free, so overlap happens only across links.
+Every exchange is priced the same way: its registry entry's ``price`` hook gives the steps of one dispatch
+pass of one rank (the core's: ``core_steps``; a plugin's: its own, ``routed``), and the one scheduler
+(``schedule.schedule_steps``) runs them on the cluster's links, or on the emulator's shared CPU.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from monta.chunking import Auto, monta_weights, parse_chunks
-from monta.perfmodel.network import host_cpu
-from monta.perfmodel.network.collectives import CollTime, GroupShape, allgather, alltoall
-from monta.perfmodel.network.fluid import FluidTimeline
+from monta.chunking import Auto, parse_chunks
+from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import routed_shapes
-from monta.perfmodel.network.timeline import Breakdown, Timeline, _res, layout_shapes  # noqa: F401 (re-exported)
-from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones modelled here
+from monta.perfmodel.network.schedule import schedule_steps
+from monta.perfmodel.network.steps import ExchangeSteps
+from monta.perfmodel.network.timeline import Breakdown, layout_shapes  # noqa: F401 (re-exported)
+from monta.variants import EXCHANGES as VARIANTS  # the core exchanges, the ones priced without a routing
 from monta.variants import is_chunked as registry_is_chunked
-
-# Semantics (the lead's monta.comm does the same): the dispatch buffer [E, C, M] of S bytes is
-# identical on every TP rank. legacy: every TP rank AllToAlls all S over the EP group (inter-node
-# bytes x TP), then copies the received buffer into place. deepspeed: pack the own 1/TP capacity
-# slice -> AllToAll(EP) -> AllGather(TP) -> copy into place, sequentially. monta: the slice cut into
-# `chunks` pieces, AllToAll(i+1) runs while AllGather(i) and copy(i) run. Combine and both backward
-# passes have the same shape.
 
 
 def modelled_as(variant: str) -> str:
-    """The model that prices ``variant``: a core exchange's own, an exchange's own steps (a registered
-    ``price``: itself, scheduled by ``routed``), or the core exchange it declared (``model_as``);
+    """The model that prices ``variant``: a core exchange's own steps, an exchange's own steps (a registered
+    ``price``: itself, token-level, ``routed``), or the core exchange it declared (``model_as``);
     ValueError when it has none or the name is unknown."""
     if variant in VARIANTS:
         return variant
@@ -73,99 +67,22 @@ def exchange_shapes(
     ``top_k``, ``experts``, ``row_bytes``: the routing, for the exchanges priced by their own steps
     (``monta.perfmodel.network.routed``; never chunked); the core exchanges ignore them."""
     variant = modelled_as(variant)
-    if variant not in VARIANTS:  # priced by its own registered steps
+    if variant not in VARIANTS:  # a token-level exchange: its own steps, which read the routing
         return routed_shapes(variant, S, ep, tp, cluster, top_k, experts, row_bytes)
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks={chunks!r}: must be a positive integer (or 'auto')")
-    if cluster.host_cores:
-        return _host_shared_exchange(variant, S, ep, tp, cluster, chunks)
-    ntp = tp.size
-    copy_us = S / (cluster.copy_GBps * 1e3)  # the received (and gathered) buffer copied into place
-    tl = Timeline()
-    if variant == "legacy" or ntp == 1:
-        a2a = alltoall(S, ep, cluster)
-        end = tl.add("alltoall", _res(a2a))
-        tl.add("copy", {"copy": copy_us}, after=(end,))
-        return Breakdown(
-            variant, 1, tl.makespan, a2a.time_us, 0.0, copy_us, a2a.inter_bytes, a2a.intra_bytes, tuple(tl.ops)
-        )
-    part = S / ntp
-    whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
-    k = 1 if variant == "deepspeed" else chunks
-    shares = monta_weights(k)  # the exchange's own split (first chunk half size)
-    # The own capacity slice is strided in [E, C, M]: packing it is a copy on the AllToAll's stream.
-    pack_us = part / (cluster.copy_GBps * 1e3)
-    prev_a2a = prev_ag = 0.0
-    inter = intra = 0.0
-    for i, w in enumerate(shares):
-        a2a, ag = alltoall(part * w, ep, cluster), allgather(part * w, tp, cluster)
-        inter, intra = inter + a2a.inter_bytes + ag.inter_bytes, intra + a2a.intra_bytes + ag.intra_bytes
-        packed = tl.add(f"pack[{i}]", {"a2a_stream": pack_us * w}, after=(prev_a2a,))
-        prev_a2a = tl.add(f"alltoall[{i}]", _res(a2a), after=(packed,))
-        prev_ag = tl.add(f"allgather[{i}]", _res(ag), after=(prev_a2a, prev_ag))
-        tl.add(f"copy[{i}]", {"copy": copy_us * w}, after=(prev_ag,))
-    return Breakdown(
-        variant, k, tl.makespan, whole_a2a.time_us, whole_ag.time_us, copy_us, inter, intra, tuple(tl.ops), pack_us
-    )
+    return schedule_steps(variant, core_exchange_steps(variant, S, ep, tp, cluster, chunks), cluster)
 
 
-def _host_shared_exchange(
+def core_exchange_steps(
     variant: str, S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, chunks: int
-) -> Breakdown:
-    """The emulator: every rank runs on the same few cores, so the machine's CPU is a resource that
-    overlapping operations share (a fluid timeline), next to the nodes' NICs (``host_cpu``: its terms)."""
+) -> ExchangeSteps:
+    """A core exchange's steps from its registry entry's ``price`` hook (no routing: one expert per EP
+    member, top-1); a chunked one also takes the chunk count."""
+    from monta import variants as registry
 
-    def a2a_demand(ct: CollTime) -> dict[str, float]:
-        return host_cpu.alltoall_demand(ct, cluster)
-
-    def ag_demand(ct: CollTime, name: str) -> dict[str, float]:
-        return host_cpu.gather_demand(ct, name, tp.size - 1, cluster)
-
-    def copy_demand(nbytes: float) -> dict[str, float]:
-        return host_cpu.copy_demand(nbytes, cluster)
-
-    tl = FluidTimeline()
-    copy_us = copy_demand(S)["cpu"]
-    if variant == "legacy" or tp.size == 1:
-        a2a = alltoall(S, ep, cluster)
-        tl.add("copy", copy_demand(S), after=(tl.add("alltoall", a2a_demand(a2a)),))
-        ops = tl.run()
-        return Breakdown(
-            variant,
-            1,
-            max(o.end_us for o in ops),
-            a2a.time_us,
-            0.0,
-            copy_us,
-            a2a.inter_bytes,
-            a2a.intra_bytes,
-            tuple(ops),
-        )
-    part = S / tp.size
-    whole_a2a, whole_ag = alltoall(part, ep, cluster), allgather(part, tp, cluster)
-    k = 1 if variant == "deepspeed" else chunks
-    prev_a2a = prev_ag = None
-    inter = intra = 0.0
-    for i, w in enumerate(monta_weights(k)):
-        a2a, ag = alltoall(part * w, ep, cluster), allgather(part * w, tp, cluster)
-        inter, intra = inter + a2a.inter_bytes + ag.inter_bytes, intra + a2a.intra_bytes + ag.intra_bytes
-        packed = tl.add(f"pack[{i}]", copy_demand(part * w), after=(prev_a2a,))
-        prev_a2a = tl.add(f"alltoall[{i}]", a2a_demand(a2a), after=(packed,))
-        prev_ag = tl.add(f"allgather[{i}]", ag_demand(ag, f"allgather[{i}]"), after=(prev_a2a, prev_ag))
-        tl.add(f"copy[{i}]", copy_demand(S * w), after=(prev_ag,))
-    ops = tl.run()
-    return Breakdown(
-        variant,
-        k,
-        max(o.end_us for o in ops),
-        whole_a2a.time_us,
-        whole_ag.time_us,
-        copy_us,
-        inter,
-        intra,
-        tuple(ops),
-        copy_demand(part)["cpu"],
-    )
+    price = registry.exchange(variant).price
+    return price(S, ep, tp, cluster, 1, ep.size, None, *((chunks,) if registry_is_chunked(variant) else ()))
 
 
 def exchange_time(

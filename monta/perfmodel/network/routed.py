@@ -35,18 +35,20 @@ Conventions (documented decisions):
 * The emulator (``cluster.host_cores``): the fluid timeline, with the core's calibrated demands: an
   AllToAll-like call its ``a2a_cpu_us`` (fixed per call, per inter-node byte), a gather its
   ``ag_cpu_us`` (per message, per byte), copies at ``copy_GBps``; all in machine time.
-* Every step runs after the previous one (none is chunked or overlapped).
+* Every step runs after the previous one (none is chunked or overlapped); one scheduler runs these
+  steps and the core exchanges' (``schedule.schedule_steps``, re-exported here).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
 
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import ZERO, CollTime, GroupShape
 from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.network.schedule import schedule_steps
+from monta.perfmodel.network.steps import Step  # the plugins' price hooks import it from here
 
 REFERENCE = "deepspeed"  # the flat exchange priced under the same conventions (see above)
 
@@ -64,10 +66,11 @@ NIC_MESSAGE_US = 1.0
 
 
 def routed_exchanges() -> tuple[str, ...]:
-    """The registered exchanges priced by their own steps (a ``price`` hook), in registration order."""
+    """The registered token-level exchanges: the plugins' priced by their own steps (a ``price`` hook), in
+    registration order (the core's price hooks take no routing: ``exchange.exchange_shapes``)."""
     from monta import variants
 
-    return tuple(n for n, e in variants.exchanges().items() if e.price is not None)
+    return tuple(n for n, e in variants.exchanges().items() if e.price is not None and n not in variants.CORE)
 
 
 class _Priced:
@@ -102,18 +105,6 @@ def check_routing(experts: int, top_k: int, members: int) -> None:
         raise ValueError(f"experts={experts!r}: need a positive multiple of the EP group size {members}")
     if not isinstance(top_k, int) or not 1 <= top_k <= experts:
         raise ValueError(f"top_k={top_k!r}: need 1 <= top_k <= experts ({experts})")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of an exchange's timeline, run after the previous one."""
-
-    name: str
-    role: str  # a2a | ag | pack | copy | meta
-    ct: CollTime = ZERO  # a call (role a2a, ag or meta)
-    nbytes: float = 0.0  # a copy (role pack or copy)
-    gather: bool = False  # a call priced as a gather on the emulator's CPU (ag_cpu_us)
-    msgs: int = 0  # its messages (the emulator's per-message CPU step)
 
 
 def latency(cluster: Cluster, cls: str, op: str | None) -> float:
@@ -234,12 +225,11 @@ def _price(variant: str):
         return lambda S, ep, tp, cluster, k, E, row: reference_steps(S, ep, tp, cluster)
     from monta import variants
 
-    e = variants.exchanges().get(variant)
-    if e is None or e.price is None:
+    if variant not in routed_exchanges():
         raise ValueError(
             f"no token-level model for {variant!r}: choose one of {', '.join(routed_exchanges() + (REFERENCE,))}"
         )
-    return e.price
+    return variants.exchange(variant).price
 
 
 @lru_cache(maxsize=16384)
@@ -266,69 +256,7 @@ def routed_shapes(
     if row_bytes is not None and not row_bytes > 0:
         raise ValueError(f"row_bytes={row_bytes!r}: must be > 0 (or None)")
     steps = price(float(S), ep, tp, cluster, top_k, E, row_bytes)
-    return schedule_steps(variant, steps, cluster, tp.size)
-
-
-def schedule_steps(variant: str, steps: list[Step], cluster: Cluster, tp_size: int):
-    """``steps`` one after the other: on the emulator (``cluster.host_cores``) the fluid timeline with the
-    core's calibrated CPU demands, elsewhere the links' list schedule; as an ``exchange.Breakdown``."""
-    from monta.perfmodel.network.timeline import Breakdown, Timeline, _res
-
-    inter = intra = meta_inter = meta_intra = 0.0
-    for s in steps:
-        if s.role in ("a2a", "ag"):
-            inter, intra = inter + s.ct.inter_bytes, intra + s.ct.intra_bytes
-        elif s.role == "meta":
-            meta_inter, meta_intra = meta_inter + s.ct.inter_bytes, meta_intra + s.ct.intra_bytes
-
-    if cluster.host_cores:
-        ops, times = _fluid(steps, cluster, tp_size)
-    else:
-        tl, prev, times = Timeline(), 0.0, {}
-        for s in steps:
-            dur = {"copy": s.nbytes / (cluster.copy_GBps * 1e3)} if s.role in ("pack", "copy") else _res(s.ct)
-            end = tl.add(s.name, dur, after=(prev,))
-            times[s.name], prev = end - prev, end
-        ops = tuple(tl.ops)
-    total = max((o.end_us for o in ops), default=0.0)
-
-    def role_us(role: str) -> float:
-        return sum(times[s.name] for s in steps if s.role == role)
-
-    return Breakdown(
-        variant,
-        1,
-        total,
-        role_us("a2a"),
-        role_us("ag"),
-        role_us("copy"),
-        inter,
-        intra,
-        ops,
-        role_us("pack"),
-        meta_inter,
-        meta_intra,
-    )
-
-
-def _fluid(steps: list[Step], cluster: Cluster, tp_size: int):
-    """The emulator's schedule (one op after the other) with the core's calibrated CPU demands."""
-    from monta.perfmodel.network import host_cpu
-    from monta.perfmodel.network.fluid import FluidTimeline
-
-    tl, prev = FluidTimeline(), None
-    for s in steps:
-        if s.role in ("pack", "copy"):
-            demand = host_cpu.copy_demand(s.nbytes, cluster)
-        elif s.gather:
-            demand = host_cpu.gather_demand(s.ct, s.name, s.msgs, cluster)
-        elif s.ct.time_us > 0:
-            demand = host_cpu.alltoall_demand(s.ct, cluster)
-        else:  # an empty call costs no CPU here (the core's timeline charges its fixed cost: see exchange)
-            demand = {"inter": s.ct.inter_us, "cpu": 0.0}
-        prev = tl.add(s.name, demand, after=(prev,))
-    ops = tuple(tl.run())
-    return ops, {o.name: o.end_us - o.start_us for o in ops}
+    return schedule_steps(variant, steps, cluster)
 
 
 def routed_exchange_time(
