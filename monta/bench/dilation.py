@@ -120,13 +120,14 @@ def adapt_size(size: int, first: list[dict], rerun: Rerun, budget_s: float, say:
     factor, recs, notes = 1.0, first, []
     retries, spent = 0, 0.0
     while is_bound(recs):
-        notes.append(wait_note(recs, factor))
+        note = wait_note(recs, factor)
+        notes.append(note)
         nxt = next_factor(factor, retries, spent, retry_s(recs), budget_s)
         if nxt is None:
             notes.append(f"still CPU-bound at x{factor:g}: {_stop_note(retries, spent, budget_s)}")
-            say(f"# dilation: {size} B {notes[-1]}; kept flagged")
+            say(f"# dilation: {size} B {note}; {notes[-1]}; kept flagged")
             break
-        say(f"# dilation: {size} B {notes[-1]}: rerunning this size alone at x{nxt:g}")
+        say(f"# dilation: {size} B {note}: rerunning this size alone at x{nxt:g}")
         done = rerun(size, nxt)
         if done is None:  # the rerun failed: keep what the last try measured, flagged
             notes.append(f"the rerun at x{nxt:g} failed")
