@@ -1,8 +1,8 @@
 """The emulator's host-CPU terms, once: every emulated rank runs on the same few cores, so an operation's
 CPU work is a demand on one shared resource ("cpu", in machine time) next to the nodes' NICs ("inter").
 CPU per rank -> machine time: x world size / cores (SPMD: every rank runs the same operation). The
-loopback is CPU work too: an intra-node transfer's time is machine CPU time. Both the core exchanges'
-timelines (``exchange``) and the token-level ones' (``routed``) build their fluid demands here."""
+loopback is CPU work too: an intra-node transfer's time is machine CPU time. The one scheduler of every
+exchange's steps (``schedule``) builds its fluid demands here."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ Conventions (documented decisions):
   link's bandwidth and efficiency (the collectives model's size convention: an AllToAll's efficiency
   at its nccl-tests size, the rank's buffer; a hierarchical AllToAll's inter phase on the emulator at
   the size of a flat one with the same message size, S x L, as the shaper's bursts see it), so fewer,
-  larger messages pay off. The core model (``exchange.exchange_shapes``) charges one latency per
+  larger messages pay off. The core's steps (``core_steps``) charge one latency per
   collective, so the flat reference these models are compared with is priced here under the same
   convention: ``"deepspeed"`` in :func:`routed_shapes` (at large sizes it is the core's deepspeed to
   within the latencies).

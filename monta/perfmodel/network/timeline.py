@@ -1,6 +1,6 @@
 """The building blocks of the exchange timelines: list scheduling on resources (``Timeline``), one
-exchange's predicted ``Breakdown``, and a layout's EP/TP group shapes; shared by the core exchanges'
-models (``exchange``) and the token-level ones' (``routed``).
+exchange's predicted ``Breakdown``, and a layout's EP/TP group shapes; the scheduler of every exchange's
+steps (``schedule``) builds on them.
 """
 
 from __future__ import annotations
