@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 # apply and supply a local torch-2.13.0+cpu wheel; a mirror of the index: make setup TORCH_INDEX=URL.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup doctor test-plugins test test-fast reproduce report pipeline-test exchange-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
+.PHONY: setup doctor test-plugins test test-fast reproduce report pipeline-test exchange-map skew-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -74,6 +74,10 @@ pipeline-test: setup
 # on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); ~10 min, not in reproduce.
 exchange-map: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/map/map.md
+
+# The skew map: every exchange under W0, a hot node and log-normal MaxVio 1 and 4 (docs/results/skew-map.md).
+skew-map: setup
+	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/skewmap/skew-map.md
 
 # The pipeline's 2 x 8 sweep as it runs it (config/default.yaml: 4 MiB and up, 1-8 chunks, adaptive).
 bench-alltoall: setup

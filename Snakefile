@@ -56,6 +56,7 @@ localrules:
     report_assets,
     regress,
     exchange_map,
+    skew_map,
 
 
 rule all:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+from monta import variants as registry  # noqa: E402
 from monta.parallel import ParallelLayout  # noqa: E402
 from monta.perfmodel.network.exchange import exchange_time  # noqa: E402
 from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
@@ -24,15 +25,24 @@ from monta.perfmodel.network.routed import inter_bytes_formula  # noqa: E402
 from monta.results import read_records  # noqa: E402
 from monta.variants import is_chunked  # noqa: E402
 
-EXCHANGES = ("deepspeed", "monta", "2dh", "allgather", "node-dedup")
 TIE = 0.03  # a winner ahead of the runner-up by less than this is a near tie
-WHY = {
-    "deepspeed": "one AllToAll of the capacity slice, AllGather over TP",
-    "monta": "the AllToAll of chunk i+1 overlaps the AllGather of chunk i",
-    "2dh": "fewer, larger inter-node messages (an extra intra-node AllToAll)",
-    "allgather": "tokens cross once for every top-k (bytes do not grow with k)",
-    "node-dedup": "a token crosses to a node once, however many of its experts live there",
-}
+
+
+def map_exchanges() -> list[str]:
+    """The exchanges the map compares: every registered exchange (the core's and each plugin's, in
+    registration order) that the model can price (its own ``price`` steps or ``model_as``), except a
+    ``full_buffer`` one: that is DeepSpeed before 0.14.5 (``legacy``), which today's deepspeed replaces
+    and the map does not race against it. A plugin's exchange appears without a line changed here."""
+    return [
+        name
+        for name, e in registry.exchanges().items()
+        if not e.full_buffer and (e.price is not None or e.model_as is not None)
+    ]
+
+
+def why(name: str) -> str:
+    """What the exchange does, as its registry entry describes it."""
+    return registry.exchange(name).about or "no description registered"
 
 
 def _key(rec) -> tuple:
@@ -43,8 +53,9 @@ def _key(rec) -> tuple:
 def points(records: list[dict], profile: LinkProfile) -> list[dict]:
     """One row per (layout, routing, size, exchange): measured median, predicted, bytes, CPU-bound flag."""
     out = []
+    exchanges = set(map_exchanges())
     for rec in records:
-        if rec.get("kind") != "alltoall" or rec["params"]["variant"] not in EXCHANGES:
+        if rec.get("kind") != "alltoall" or rec["params"]["variant"] not in exchanges:
             continue
         tp, ep, experts, k, size = _key(rec)
         c = rec["config"]
@@ -122,7 +133,7 @@ def real_cluster_map(cluster: str = "a800-4nic", sizes=(16 * 2**20, 256 * 2**20)
                     v: exchange_time(
                         v, size, layout, cluster, 8 if is_chunked(v) else 1, top_k=k, experts=experts, row_bytes=8192
                     ).total_us
-                    for v in EXCHANGES
+                    for v in map_exchanges()
                 }
                 best = min(t, key=t.get)
                 rows.append(
@@ -194,9 +205,9 @@ def report(pts: list[dict], wins: list[dict], real: list[dict]) -> str:
     counts = defaultdict(int)
     for w in wins:
         counts[w["measured_winner"]] += 1
-    for v in EXCHANGES:
+    for v in map_exchanges():
         if counts[v]:
-            lines.append(f"- **{v}** wins {counts[v]} of {len(wins)} emulated points: {WHY[v]}.")
+            lines.append(f"- **{v}** wins {counts[v]} of {len(wins)} emulated points: {why(v)}.")
     lines += ["", "## The model's map of the real cluster (a800-4nic, 2 x 8 GPUs, bf16, hidden 4096)", ""]
     lines += ["| TP | EP | experts | top-k | size | pick | vs deepspeed | inter-node bytes per rank (formula) |"]
     lines += ["|---|---|---|---|---|---|---|---|"]
@@ -211,6 +222,13 @@ def report(pts: list[dict], wins: list[dict], real: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def exchange_colors(exchanges: list[str]) -> dict[str, str]:
+    """One colour per exchange, the first five as the map has always drawn them, more from tab10."""
+    palette = ["tab:gray", "tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink"]
+    palette += ["tab:olive", "tab:cyan"]
+    return {v: palette[i % len(palette)] for i, v in enumerate(exchanges)}
+
+
 def figure(pts: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -219,18 +237,19 @@ def figure(pts: list[dict], path: Path) -> None:
 
     layouts = sorted({p["tp"] for p in pts})
     fig, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 4), sharey=True, squeeze=False)
-    colors = dict(zip(EXCHANGES, ("tab:gray", "tab:red", "tab:blue", "tab:green", "tab:purple")))
+    exchanges = map_exchanges()
+    colors = exchange_colors(exchanges)
     for ax, tp in zip(axes[0], layouts):
         sub = [p for p in pts if p["tp"] == tp]
         cases = sorted({(p["experts"], p["topk"], p["size_bytes"]) for p in sub})
         at = {(p["experts"], p["topk"], p["size_bytes"], p["variant"]): p for p in sub}
         base = {c: at[c + ("deepspeed",)]["measured_us"] for c in cases}
-        for i, v in enumerate(EXCHANGES):
+        for i, v in enumerate(exchanges):
             xs, meas, pred = [], [], []
             for j, c in enumerate(cases):
                 p = at.get(c + (v,))
                 if p:
-                    xs.append(j + (i - 2) * 0.12)
+                    xs.append(j + (i - (len(exchanges) - 1) / 2) * 0.12)
                     meas.append(base[c] / p["measured_us"])
                     pred.append(base[c] / p["predicted_us"])
             ax.scatter(xs, meas, color=colors[v], marker="o", label=f"{v} measured")
@@ -256,7 +275,7 @@ def main(argv=None) -> int:
     profile = LinkProfile.load(a.profile)
     pts = points(records, profile)
     if not pts:
-        print(f"exchange map: no records of {', '.join(EXCHANGES)} in {' '.join(a.measured)}", file=sys.stderr)
+        print(f"exchange map: no records of {', '.join(map_exchanges())} in {' '.join(a.measured)}", file=sys.stderr)
         return 2
     wins = winners(pts)
     out = Path(a.out)

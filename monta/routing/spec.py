@@ -16,6 +16,7 @@ PARAMS: dict[str, dict[str, tuple[type, float, object]]] = {
     "W5": {"rank": (int, 0, None)},
     "W6": {"hot": (int, 1, None), "heat": (float, 1.0, 4.0), "rank": (int, 0, 0)},
     "W7": {"period": (int, 1, 4), "heat": (float, 1.0, 16.0)},
+    "hotnode": {"node": (int, 0, 0), "heat": (float, 1.0, 4.0)},
     "lognormal": {"maxvio": (float, 0.0, "required")},
     "zipf": {"s": (float, 0.0, 1.0)},
 }

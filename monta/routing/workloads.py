@@ -4,7 +4,8 @@ seed, step) and the shape, so every exchange at a point sees the same tokens and
 
 W0-W7 follow Megatron-LM's token-imbalance suite (NVIDIA/Megatron-LM#7488), each isolating one variable:
 W0 balanced, W1 hot expert set, W2 hot rank, W3 the same heat spread, W4 ragged sources, W5 a rank that
-receives nothing, W6 a hotspot that moves with the step, W7 a burst; ``lognormal`` a per-expert load with
+receives nothing, W6 a hotspot that moves with the step, W7 a burst; ``hotnode`` every expert of one node
+hot (the load on one node's links); ``lognormal`` a per-expert load with
 a target MaxVio (DeepEP#393's fit of DeepSeek-V3's counts; sigma by bisection), ``zipf`` a Zipf load.
 """
 
@@ -49,7 +50,7 @@ def make_routing(spec: str | RoutingSpec, ranks: int, tokens: int, experts: int,
     elif s.name == "W4":
         choices = _ragged(s, ranks, tokens, experts, k)
     else:
-        w = _weights(s, ranks, experts, k, tokens * ranks)
+        w = _weights(s, ranks, experts, k, tokens * ranks, nodes)
         gen = torch.Generator().manual_seed(_seed(s, "rows"))
         counts = counts_from_weights(w, ranks * tokens, k)
         choices = rows_with_counts(counts, ranks * tokens, k, gen).view(ranks, tokens, k)
@@ -109,7 +110,7 @@ def _matched_heat(s: RoutingSpec, experts: int, hot_set: int) -> float:
     return max(1.0, mass * (experts - hot_set) / (hot_set * (1 - mass)))
 
 
-def _weights(s: RoutingSpec, ranks: int, experts: int, k: int, pool: int) -> torch.Tensor:
+def _weights(s: RoutingSpec, ranks: int, experts: int, k: int, pool: int, nodes: int = 1) -> torch.Tensor:
     """Per-expert weights (expected load up to a factor) of a weighted workload."""
     gen = torch.Generator().manual_seed(_seed(s, "weights"))
     w = torch.ones(experts, dtype=torch.float64)
@@ -131,6 +132,12 @@ def _weights(s: RoutingSpec, ranks: int, experts: int, k: int, pool: int) -> tor
         w[block] = 0.0
         if experts - len(block) < k:
             raise ValueError(f"routing {s.text!r}: top-{k} needs {k} experts off the empty rank; use more experts")
+    elif s.name == "hotnode":  # all of one node's experts at `heat`: that node's links carry the load
+        node = int(param(s, "node"))
+        if not 0 <= node < nodes:
+            raise ValueError(f"routing {s.text!r}: node={node} is outside the {nodes} nodes; use 0..{nodes - 1}")
+        per = experts // nodes
+        w[node * per : (node + 1) * per] = float(param(s, "heat"))
     elif s.name == "W7":  # a burst step: one expert (by seed and step) takes `heat` x its share
         w[int(torch.randint(experts, (1,), generator=gen))] = float(param(s, "heat"))
     elif s.name == "zipf":

@@ -1,8 +1,13 @@
 # The exchange map (`make exchange-map`; not in the default target, it takes longer than its budget):
 # every exchange on the 2 x 4 emulated A800 over TP 1/2/4, two routings and two buffer sizes, then the
 # map (measured winner vs the model's pick, per-exchange error) and the model's map of the real cluster.
+# The skew map (`make skew-map`): the same exchanges under four routing workloads at one routing and size.
 
-MAP_EXCHANGES = ["deepspeed", "monta", "2dh", "allgather", "node-dedup"]
+from monta_analysis.exchange_map import map_exchanges
+
+# Every exchange the registry holds that the model prices (legacy, the pre-0.14.5 DeepSpeed, aside):
+# a plugin's exchange joins both maps without a line changed here.
+MAP_EXCHANGES = map_exchanges()
 MAP_TP = [1, 2, 4]
 # (experts, top-k): the paper's one route per token on 8 experts, and a fine-grained 16 experts x top-8
 MAP_ROUTING = {"e8k1": (8, 1), "e16k8": (16, 8)}
@@ -53,3 +58,56 @@ rule exchange_map:
     shell:
         "python -m monta_analysis.exchange_map --measured {input.measured} --profile {input.profile}"
         " --out results/map > {log} 2>&1"
+
+
+# The skew map: TP 1/2/4 x four routings (docs/routing.md) at 32 experts top-4 and one 4 MiB buffer. 32
+# experts top-4: MaxVio 4 is reachable (up to E/k - 1 = 7; 16 x top-8 and 8 x top-2 cap it at 1 and 3),
+# and node-dedup wins at W0 by 1.3x without TP, a margin skew can take away. A fixed iteration count,
+# not the alltoall section's adaptive repetition, holds the 12 runs to the budget (docs/results/skew-map.md).
+SKEW_ROUTINGS = {"w0": "W0", "hotnode": "hotnode", "lnv1": "lognormal:maxvio=1", "lnv4": "lognormal:maxvio=4"}
+SKEW_EXPERTS, SKEW_TOPK, SKEW_SIZE, SKEW_ITERS = 32, 4, "4M", 5
+
+
+rule skew_bench:
+    output:
+        "results/skewmap/tp{tp}-{skew}.jsonl",
+    log:
+        "results/logs/skewmap/tp{tp}-{skew}.log",
+    wildcard_constraints:
+        skew="|".join(SKEW_ROUTINGS),
+    params:
+        # the alltoall section's repetition replaced by the fixed count
+        cmd=lambda wildcards: alltoall_cmd(
+            MAP_CLUSTER,
+            sizes=SKEW_SIZE,
+            variants=MAP_EXCHANGES,
+            chunks=[2],
+            tp=int(wildcards.tp),
+            flags=(
+                f"--experts {SKEW_EXPERTS} --topk {SKEW_TOPK} --routing {SKEW_ROUTINGS[wildcards.skew]}",
+                "--hidden 256 --no-components --check",
+            ),
+        ).replace(repeat_args(), f"--iters {SKEW_ITERS}"),
+    resources:
+        **cluster_resources(lambda wildcards: MAP_CLUSTER),
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "{params.cmd} --out {output} > {log} 2>&1"
+
+
+rule skew_map:
+    input:
+        measured=expand("results/skewmap/tp{tp}-{skew}.jsonl", tp=MAP_TP, skew=list(SKEW_ROUTINGS)),
+        profile="results/calibrate/linkprofile.json",
+    output:
+        report="results/skewmap/skew-map.md",
+        figure=report("results/skewmap/skew-map.png", caption="../report/skewmap.rst", category="Exchange map"),
+        points="results/skewmap/skew-points.jsonl",
+    log:
+        "results/logs/skewmap/skew-map.log",
+    conda:
+        "../envs/monta.yaml"
+    shell:
+        "python -m monta_analysis.skew_map --measured {input.measured} --profile {input.profile}"
+        " --out results/skewmap > {log} 2>&1"

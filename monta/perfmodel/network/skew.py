@@ -10,14 +10,17 @@ exchange at a point.
   routing: a gather of every token) keeps its balanced price. One that moves what the routing sends
   (its own ``price`` hook) waits for the most-loaded rank: its balanced steps are re-priced with every
   transfer term scaled by the worst rank's load relative to the mean (``SkewFactors``): inter-node
-  terms (time and bytes) by the larger of the worst rank's and the worst node's inter-node routes (sent
-  or received) over the mean, intra-node terms by the worst rank's intra-node routes over the mean,
+  terms (time and bytes) by the larger of the worst rank's and the worst node's inter-node bytes (sent)
+  under the exchange's own ``routing_inter_bytes`` over W0's (``inter_bytes_factor``; without that hook
+  its routes, sent or received, over the mean), intra-node terms by the worst rank's intra-node routes
+  over the mean,
   copies by the worst rank's routes received over the mean. The count exchanges (fixed size) are not
   scaled. The scaled steps are scheduled as the balanced ones are (``routed.schedule_steps``). A
   balanced routing (W0) has every factor exactly 1, so its price is the balanced one.
 
-Routes, not bytes, are counted: an exchange that sends a token once per node (deduplicating) is scaled
-by its routes' imbalance, an approximation stated here.
+Inside a node routes, not bytes, are counted; across nodes an exchange that sends a token once per node
+(deduplicating) is scaled by its own bytes: at top-4 of 32 experts nearly every token crosses already, so
+a hot node adds ~5% to its inter-node bytes where its routes grow 1.6x.
 """
 
 from __future__ import annotations
@@ -119,6 +122,28 @@ def _sent_bytes(hook, routing, rank: int, tp: int) -> int:
     return int(hook(r)[1])
 
 
+def inter_bytes_factor(hook, routing, tp: int) -> float:
+    """The inter-node factor of a token-level exchange from its own byte formula: the larger of the
+    worst source rank's and the worst node's inter-node bytes (sent) over the balanced routing's (W0 of
+    the same shape; else this routing's mean). Sent bytes only: on two nodes what a node receives is
+    what the other sends."""
+    from monta.routing import make_routing, parse_spec
+
+    if parse_spec(routing.spec).balanced:  # W0 is the balanced price, exactly
+        return 1.0
+    R, N = routing.ranks, routing.nodes
+    sent = [_sent_bytes(hook, routing, r, tp) for r in range(R)]
+    per_node = [sum(sent[n * (R // N) : (n + 1) * (R // N)]) for n in range(N)]
+    try:
+        w0 = make_routing("W0", R, routing.tokens, routing.experts, routing.k, N)
+        base = sum(_sent_bytes(hook, w0, r, tp) for r in range(R)) / R
+    except ValueError:  # no exactly balanced routing of this shape
+        base = sum(sent) / R
+    if base <= 0:
+        return 1.0
+    return max(max(sent) / base, max(per_node) / (base * R / N))
+
+
 def moves_what_routing_sends(variant: str, routing, tp: int) -> bool:
     """Whether a token-level exchange's bytes follow the routing: its registered ``routing_inter_bytes``
     differs between sources or from the balanced routing's (W0 of the same shape). An exchange without
@@ -163,6 +188,7 @@ def skew_price(
 ) -> SkewPrice:
     """``variant``'s dispatch under ``routing`` (module docstring). ``bytes_per_rank``: the balanced
     [E, C, M] buffer of one rank; ``cf``: the capacity factor a buffer exchange drops at."""
+    from monta import variants
     from monta.perfmodel.network import routed
     from monta.perfmodel.network.exchange import exchange_time
     from monta.perfmodel.network.profile import get_cluster
@@ -183,7 +209,11 @@ def skew_price(
         raise ValueError(f"exchange {variant!r} moves tokens but registers no price= steps to scale under skew")
     steps = routed._price(variant)(float(bytes_per_rank), ep, tp, cluster, k, E, row_bytes)
     balanced = routed.schedule_steps(variant, steps, cluster, tp.size)
-    worst = routed.schedule_steps(variant, scale_steps(steps, SkewFactors.of(routing)), cluster, tp.size)
+    f = SkewFactors.of(routing)
+    hook = variants.exchange(variant).routing_inter_bytes
+    if hook is not None:  # its own bytes, not its routes, on the most-loaded link (module docstring)
+        f = replace(f, inter=inter_bytes_factor(hook, routing, tp.size))
+    worst = routed.schedule_steps(variant, scale_steps(steps, f), cluster, tp.size)
     return SkewPrice(variant, True, balanced.total_us, worst.total_us, 0, 0.0, worst.inter_bytes)
 
 

@@ -1,0 +1,316 @@
+"""The skew map: the exchange map's routing axis. Per point (layout, routing workload) on the emulator:
+the measured winner (worst-rank median) and its margin, the skew model's pick (``monta predict skew``:
+worst-rank predictions), the model's error per exchange, the fraction of routes each capacity-based
+exchange dropped, and every point where skew changes the winner relative to W0 at the same layout, with
+the reason in bytes: the most-loaded link of a token-level exchange against a capacity buffer's fixed
+bytes.
+
+``python -m monta_analysis.skew_map --measured R.jsonl [...] --profile linkprofile.json --out DIR``
+writes DIR/skew-map.md, DIR/skew-map.png and DIR/skew-points.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from monta.dtypes import DTYPE_BYTES  # noqa: E402
+from monta.parallel import ParallelLayout  # noqa: E402
+from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
+from monta.results import read_records  # noqa: E402
+from monta_analysis.exchange_map import TIE, exchange_colors, map_exchanges, tie  # noqa: E402
+
+BALANCED = "W0"
+POINT = ("tp", "ep", "experts", "topk", "size_bytes", "routing")  # one point of the skew map
+
+
+@lru_cache(maxsize=256)
+def _routing(spec: str, members: int, tokens: int, experts: int, k: int, nodes: int):
+    from monta.routing import make_routing
+
+    return make_routing(spec, members, tokens, experts, k, nodes)
+
+
+def point_routing(rec: dict):
+    """The routing the bench built for ``rec``'s point (``monta.bench.routes.point_routing``'s shape:
+    T = E C / k tokens on each of the EP members, C from the [E, C, M] buffer), rebuilt for the model."""
+    p, c = rec["params"], rec["config"]
+    experts, k, hidden = int(c["experts"]), int(c.get("topk") or 1), int(c["hidden"])
+    capacity = int(p["size_bytes"]) // (experts * hidden * DTYPE_BYTES[c["dtype"]])
+    spec = p.get("routing") or BALANCED
+    return _routing(spec, int(p.get("ep") or c["ep"]), experts * capacity // k, experts, k, int(c["nodes"]))
+
+
+def _price(rec: dict, profile: LinkProfile):
+    from monta.perfmodel.network.skew import skew_price
+
+    p, c = rec["params"], rec["config"]
+    from monta.perfmodel.reports.accuracy import clock_factor
+
+    layout = ParallelLayout(c["nodes"], c["gpus_per_node"], int(p["tp"]), int(p.get("ep") or c["ep"]))
+    clock = clock_factor(rec, profile)  # a record run on a slower clock (--dilation) is priced on it
+    if clock is None:
+        raise ValueError(f"record {p['variant']} at TP {p['tp']} ran at another intra:inter ratio than {profile.name}")
+    cluster = (profile.rescaled(clock) if clock != 1 else profile).cluster(c["nodes"], c["gpus_per_node"])
+    row_bytes = int(c["hidden"]) * DTYPE_BYTES[c["dtype"]]
+    return skew_price(
+        p["variant"], point_routing(rec), int(p["size_bytes"]), layout, cluster,
+        chunks=int(p["chunks"]), cf=1.0, row_bytes=row_bytes,
+    )  # fmt: skip
+
+
+def points(records: list[dict], profile: LinkProfile) -> list[dict]:
+    """One row per (point, exchange): measured worst-rank median, the skew model's worst-rank time, the
+    routes dropped (measured and predicted), the model's inter-node bytes on the most-loaded link."""
+    exchanges = set(map_exchanges())
+    out = []
+    for rec in records:
+        p, m = rec["params"], rec["metrics"]
+        if rec.get("kind") != "alltoall" or p["variant"] not in exchanges:
+            continue
+        price = _price(rec, profile)
+        out.append(
+            {
+                "tp": int(p["tp"]),
+                "ep": int(p.get("ep") or rec["config"]["ep"]),
+                "experts": int(rec["config"]["experts"]),
+                "topk": int(rec["config"].get("topk") or 1),
+                "size_bytes": int(p["size_bytes"]),
+                "routing": p.get("routing") or BALANCED,
+                "variant": p["variant"],
+                "chunks": int(p["chunks"]),
+                "measured_us": float(m["time_us"]),
+                "p10_us": float(m["time_us_p10"]),
+                "p90_us": float(m["time_us_p90"]),
+                "iters": int(m["iters"]),
+                "predicted_us": price.worst_us,
+                "balanced_us": price.balanced_us,
+                "capacity_based": not price.dropless,
+                "drop_fraction": float(m.get("drop_fraction", 0.0)),  # W0's records: nothing dropped
+                "predicted_drop_fraction": price.drop_fraction,
+                "maxvio": float(m.get("maxvio", 0.0)),
+                "model_inter_bytes": price.inter_bytes,
+                "wrong": m.get("wrong"),
+                "cpu_bound": bool(m.get("cpu_bound")),
+            }
+        )
+    return out
+
+
+def winners(pts: list[dict]) -> list[dict]:
+    """Per point: the measured winner, its margin over the runner-up, the model's pick, the drops."""
+    by = defaultdict(list)
+    for p in pts:
+        by[tuple(p[k] for k in POINT)].append(p)
+    rows = []
+    for key, ps in sorted(by.items(), key=lambda kv: (kv[0][:5], kv[0][5] != BALANCED, kv[0][5])):
+        meas = sorted(ps, key=lambda p: p["measured_us"])
+        pred = sorted(ps, key=lambda p: p["predicted_us"])
+        rows.append(
+            {
+                **dict(zip(POINT, key)),
+                "maxvio": max(p["maxvio"] for p in ps),
+                "measured_winner": meas[0]["variant"],
+                "runner_up": meas[1]["variant"] if len(meas) > 1 else None,
+                "margin": meas[1]["measured_us"] / meas[0]["measured_us"] if len(meas) > 1 else 1.0,
+                "model_pick": pred[0]["variant"],
+                "agree": meas[0]["variant"] == pred[0]["variant"],
+                "winner_drop": meas[0]["drop_fraction"],
+                "drops": {p["variant"]: p["drop_fraction"] for p in ps if p["capacity_based"]},
+                "cpu_bound": any(p["cpu_bound"] for p in ps),
+            }
+        )
+    return rows
+
+
+def _describe(p: dict, base: dict) -> str:
+    """One exchange at a skewed point next to itself at W0: its bytes and time, its drops."""
+    t = p["measured_us"] / base["measured_us"]
+    if p["capacity_based"]:
+        return (
+            f"{p['variant']}'s capacity buffer keeps its bytes ({_mib(p['model_inter_bytes'])} per rank across "
+            f"the nodes; time x{t:.2f} of W0) and drops {100 * p['drop_fraction']:.0f}% of the routes"
+        )
+    grow = p["model_inter_bytes"] / base["model_inter_bytes"] if base["model_inter_bytes"] else 1.0
+    what = "its most-loaded link" if grow != 1.0 else "a gather of every token: the same bytes as at W0 on"
+    return (
+        f"{p['variant']} (dropless) carries {_mib(p['model_inter_bytes'])} on {what} (x{grow:.2f} of W0, model; "
+        f"time x{t:.2f} of W0)"
+    )
+
+
+def changes(pts: list[dict], wins: list[dict]) -> list[dict]:
+    """Every skewed point whose measured winner differs from W0's at the same layout and size, with why."""
+    at = {tuple(p[k] for k in POINT) + (p["variant"],): p for p in pts}
+    w0 = {tuple(w[k] for k in POINT[:5]): w for w in wins if w["routing"] == BALANCED}
+    out = []
+    for w in wins:
+        base = w0.get(tuple(w[k] for k in POINT[:5]))
+        if w["routing"] == BALANCED or base is None or base["measured_winner"] == w["measured_winner"]:
+            continue
+        old, new = base["measured_winner"], w["measured_winner"]
+        here = tuple(w[k] for k in POINT)
+        there = tuple(base[k] for k in POINT)
+        why = "; ".join(_describe(at[here + (v,)], at[there + (v,)]) for v in (old, new))
+        close = min(w["margin"], base["margin"]) < 1 + TIE
+        out.append({**w, "w0_winner": old, "why": why, "near_tie": close})
+    return out
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _drops(w: dict) -> str:
+    """The capacity exchanges' drop fractions: one figure where they agree (they should: one rule)."""
+    d = w["drops"]
+    if not d:
+        return "-"
+    if len({round(v, 6) for v in d.values()}) == 1:
+        return f"{_pct(next(iter(d.values())))} (all {len(d)})"
+    return ", ".join(f"{v} {_pct(x)}" for v, x in d.items())
+
+
+def mape(pts: list[dict]) -> float | None:
+    ok = [p for p in pts if p["measured_us"] > 0]
+    return 100 * sum(abs(p["predicted_us"] / p["measured_us"] - 1) for p in ok) / len(ok) if ok else None
+
+
+def summary(pts: list[dict], wins: list[dict]) -> dict:
+    """The agreement and the model's error, CPU-bound points left out (the emulator talking)."""
+    bound = {tuple(w[k] for k in POINT) for w in wins if w["cpu_bound"]}
+    clean_pts = [p for p in pts if tuple(p[k] for k in POINT) not in bound]
+    clean = [w for w in wins if not w["cpu_bound"]]
+    per = {v: mape([p for p in clean_pts if p["variant"] == v]) for v in dict.fromkeys(p["variant"] for p in pts)}
+    clear = [w for w in clean if w["margin"] >= 1 + TIE]
+    return {
+        "points": len(wins),
+        "cpu_bound": len(wins) - len(clean),
+        "agree": sum(w["agree"] for w in clean),
+        "judged": len(clean),
+        "clear_agree": sum(w["agree"] for w in clear),
+        "clear": len(clear),
+        "mape": mape(clean_pts),
+        "mape_per_exchange": per,
+    }
+
+
+def report(pts: list[dict], wins: list[dict], moved: list[dict]) -> str:
+    s = summary(pts, wins)
+    share = f"{100 * s['agree'] / s['judged']:.0f}%" if s["judged"] else "-"
+    err = f"{s['mape']:.1f}%" if s["mape"] is not None else "-"
+    lines = [
+        "# The skew map",
+        "",
+        f"Points: {s['points']} (layout x routing), {len(pts)} exchange timings (worst-rank medians); "
+        f"{s['cpu_bound']} CPU-bound, left out of the figures that follow. Measured winner = the skew model's "
+        f"pick at **{s['agree']} of {s['judged']}** points ({share}); model MAPE on worst-rank times **{err}**. "
+        f"Where the winner leads by {100 * TIE:.0f}% or more: {s['clear_agree']} of {s['clear']} agree. "
+        f"Skew changes the winner relative to W0 at {len(moved)} point(s).",
+        "",
+        "| TP | EP | experts | top-k | size | routing | MaxVio | measured winner | by (vs 2nd) | model's pick | "
+        "agree | winner drops | capacity exchanges drop | CPU-bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for w in wins:
+        lines.append(
+            f"| {w['tp']} | {w['ep']} | {w['experts']} | {w['topk']} | {_size(w['size_bytes'])} | {w['routing']} | "
+            f"{w['maxvio']:.2f} | {w['measured_winner']} | {w['margin']:.2f}x{tie(w)} ({w['runner_up']}) | "
+            f"{w['model_pick']} | {'yes' if w['agree'] else 'NO'} | {_pct(w['winner_drop'])} | {_drops(w)} | "
+            f"{'yes' if w['cpu_bound'] else ''} |"
+        )
+    lines += ["", "Model error per exchange (MAPE on worst-rank times, CPU-bound points left out):", ""]
+    lines += ["| exchange | MAPE |", "|---|---|"]
+    lines += [f"| {v} | {'-' if e is None else f'{e:.1f}%'} |" for v, e in s["mape_per_exchange"].items()]
+    lines += ["", "## Where skew changes the winner (relative to W0 at the same TP)", ""]
+    for c in moved:
+        flag = " *(near tie)*" if c["near_tie"] else ""
+        flag += " *(CPU-bound)*" if c["cpu_bound"] else ""
+        lines.append(
+            f"- TP {c['tp']}, {c['routing']} (MaxVio {c['maxvio']:.2f}): {c['w0_winner']} -> "
+            f"**{c['measured_winner']}**{flag}. {c['why']}."
+        )
+    if not moved:
+        lines.append("- none: every routing kept W0's winner at every TP.")
+    lines += ["", "Per exchange (worst-rank median / skew model, us; drops: measured / model):", ""]
+    lines += ["| TP | routing | exchange | measured | p10-p90 | n | predicted | error | dropped | model drops |"]
+    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
+    for p in pts:
+        lines.append(
+            f"| {p['tp']} | {p['routing']} | {p['variant']} | {p['measured_us']:.0f} | {p['p10_us']:.0f}-"
+            f"{p['p90_us']:.0f} | {p['iters']} | {p['predicted_us']:.0f} | "
+            f"{100 * (p['predicted_us'] / p['measured_us'] - 1):+.1f}% | {_pct(p['drop_fraction'])} | "
+            f"{_pct(p['predicted_drop_fraction'])} |"
+        )
+    lines += ["", "![skew map](skew-map.png)", ""]
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20}M" if n >= 2**20 else f"{n // 1024}K"
+
+
+def figure(pts: list[dict], path: Path) -> None:
+    """Per TP: each exchange's worst-rank time per routing, measured (o) beside the model (x)."""
+    import matplotlib.pyplot as plt
+
+    tps = sorted({p["tp"] for p in pts})
+    exchanges = list(dict.fromkeys(p["variant"] for p in pts))
+    colors = exchange_colors(map_exchanges())
+    fig, axes = plt.subplots(1, len(tps), figsize=(5 * len(tps), 4), squeeze=False)
+    for ax, tp in zip(axes[0], tps):
+        sub = [p for p in pts if p["tp"] == tp]
+        routings = list(dict.fromkeys(p["routing"] for p in sub))
+        for i, v in enumerate(exchanges):
+            mine = {p["routing"]: p for p in sub if p["variant"] == v}
+            xs = [j + (i - (len(exchanges) - 1) / 2) * 0.12 for j, r in enumerate(routings) if r in mine]
+            rs = [r for r in routings if r in mine]
+            ax.scatter(xs, [mine[r]["measured_us"] / 1e3 for r in rs], color=colors.get(v), marker="o", label=v)
+            ax.scatter(xs, [mine[r]["predicted_us"] / 1e3 for r in rs], color=colors.get(v), marker="x")
+        ax.set_xticks(range(len(routings)))
+        ax.set_xticklabels([r.replace(":", "\n") for r in routings], fontsize=8)
+        ax.set_title(f"TP {tp}, EP {sub[0]['ep']}: {sub[0]['experts']} experts top-{sub[0]['topk']}")
+        ax.set_ylabel("worst-rank dispatch, ms (o measured, x model)")
+    axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--measured", nargs="+", required=True, help="bench alltoall records (JSONL), one per routing")
+    ap.add_argument("--profile", required=True, help="the emulator's calibrated link profile (JSON)")
+    ap.add_argument("--out", required=True, help="output folder")
+    a = ap.parse_args(argv)
+    records = [r for f in a.measured for r in read_records(f)]
+    pts = points(records, LinkProfile.load(a.profile))
+    if not pts:
+        print(f"skew map: no records of {', '.join(map_exchanges())} in {' '.join(a.measured)}", file=sys.stderr)
+        return 2
+    pts.sort(key=lambda p: (p["tp"], p["routing"] != BALANCED, p["routing"], p["variant"]))
+    wins = winners(pts)
+    moved = changes(pts, wins)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    figure(pts, out / "skew-map.png")
+    text = report(pts, wins, moved)
+    (out / "skew-points.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pts))
+    (out / "skew-map.md").write_text(text + "\n")
+    print(text.split("\n")[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
