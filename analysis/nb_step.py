@@ -46,7 +46,8 @@ measured[cols] if cols else measured
 # The router's realized imbalance (docs/routing.md): per run and variant, the MaxVio and drop share the
 # MoE gates (or a --routing workload) realized, next to the synthetic workloads' MaxVio at the same shape.
 frame = tables.to_frame(recs, "step")
-router_cols = [c for c in frame.columns if c.startswith(("router.", "workload_maxvio."))]
+shown = ("router.maxvio", "router.maxvio_layer_min", "router.maxvio_layer_max", "router.drop_fraction")
+router_cols = [c for c in frame.columns if c in shown or c.startswith("workload_maxvio.")]
 ids = [c for c in ("run_id", "variant", "routing") if c in frame.columns]
 router = frame[frame["router.maxvio"].notna()][ids + router_cols] if "router.maxvio" in frame else frame.iloc[0:0]
 manifest.section(

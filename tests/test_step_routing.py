@@ -43,7 +43,7 @@ def runs(dist_world):
     return {
         "gate": world.run(_steps, None, ["deepspeed"], 2, timeout_s=600),
         "W0": world.run(_steps, "W0", ["deepspeed"], 1, timeout_s=600),
-        "W5": world.run(_steps, "W5", ["deepspeed", "monta"], 1, timeout_s=600),
+        "W5": world.run(_steps, "W5", ["deepspeed", "monta", "lina"], 1, timeout_s=600),
     }
 
 
@@ -91,7 +91,8 @@ def test_routing_w0_is_balanced_and_drops_nothing(runs):
 
 def test_routing_w5_runs_to_the_end_and_equals_the_routing(runs):
     """W5 (member 1 receives nothing): the step's figures in every layer are the Routing's own, the same
-    for every variant (one routing for every exchange), and the losses are finite."""
+    for every variant (one routing for every exchange; Lina's schedule routes through the layer too), and
+    the losses are finite."""
     from monta.bench.step_router import step_routing
 
     per_rank = runs["W5"]
@@ -99,7 +100,7 @@ def test_routing_w5_runs_to_the_end_and_equals_the_routing(runs):
     routing = step_routing("W5", cfg, layout)
     facts = routing.summary(cap=_capacity(cfg))
     assert facts["dropped_routes"] > 0  # half the experts take every route: the capacity drops
-    for v in ("deepspeed", "monta"):
+    for v in ("deepspeed", "monta", "lina"):
         r = _router(per_rank, v)
         for layer in range(cfg.num_layers):
             assert r["expert_load_per_layer"][0][layer] == facts["expert_load"]
