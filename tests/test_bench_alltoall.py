@@ -113,7 +113,8 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     cap); without it, --iters N is exactly N. The records carry paired speedups with CIs, host CPU
     figures and the testbed's tuning; --inject-slowdown slows exactly the named variant by about the
     asked fraction and marks it."""
-    common = ("--inter-gbps", "0.5", "--sizes", "1M", "--no-components")
+    # one clock for both runs (their times are compared): --dilation auto may rerun a CPU-bound size slower
+    common = ("--inter-gbps", "0.5", "--sizes", "1M", "--no-components", "--dilation", "1")
     plain = bench(
         *common,
         "--adaptive",

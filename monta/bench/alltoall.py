@@ -110,8 +110,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--dilation",
         default="auto",
         metavar="auto|F",
-        help="the emulated clock: auto (default) reruns each CPU-bound size alone with every link rate halved, "
-        "up to x4 or --budget-s, until its ranks stop waiting for a core; F: every link rate / F from the "
+        help="the emulated clock: auto (default; with --adaptive) reruns each CPU-bound size alone with every link "
+        "rate halved, up to x4 or --budget-s, until its ranks stop waiting for a core; F: every link rate / F from the "
         "start, no reruns (reproducible timing). Records carry params.dilation (docs/testbed.md)",
     )
     p.add_argument(
@@ -304,9 +304,13 @@ def main(args: argparse.Namespace) -> int:
     if fixed is not None:
         records = dilation.annotate(records, fixed, f"fixed by --dilation {args.dilation}")
     else:  # auto: a CPU-bound size again, alone, on a slower clock (hand-set links cannot be slowed)
-        why_not = "" if cfg.topology.get("cluster") and cfg.topology.get("inter_gbps") else "unshaped or hand-set links"
-        budget = cfg.budget_s if cfg.adaptive else 0.0
-        records = dilation.adapt(records, lambda s, f: rerun_alone(cfg, args, s, f), budget, why_not=why_not)
+        # Without --adaptive a run is exactly --iters, with no time budget for reruns: it says what it would need.
+        why_not = (
+            "" if cfg.adaptive else "without --adaptive a run is exactly --iters (give --adaptive or --dilation F)"
+        )
+        if not (cfg.topology.get("cluster") and cfg.topology.get("inter_gbps")):
+            why_not = "unshaped or hand-set links"
+        records = dilation.adapt(records, lambda s, f: rerun_alone(cfg, args, s, f), cfg.budget_s, why_not=why_not)
     if cfg.out:
         from monta.results import write_records
 
