@@ -82,11 +82,11 @@ def test_layer_check_counts_a_corrupted_exchange(dist_world):
 
 @pytest.mark.timeout(900)
 def test_layer_mode_run_prints_progress_on_stdout_and_records_the_mode(tmp_path):
-    out = tmp_path / "r.jsonl"
+    out = tmp_path / "r.jsonl"  # --dilation 1: one run, no reruns of a CPU-bound size (the test's time)
     cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
            "--sizes", "64K", "--hidden", "64", "--experts", "8", "--topk", "2", "--chunks", "2", "--iters", "2",
            "--warmup", "1", "--no-wandb", "--allow-unshaped", "--mode", "layer", "--routing", "W5", "--check",
-           "--variants", "deepspeed,monta,node-dedup", "--out", str(out)]  # fmt: skip
+           "--variants", "deepspeed,monta,node-dedup", "--dilation", "1", "--out", str(out)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=800)
     assert p.returncode == 0, p.stderr[-3000:]
     progress = [ln for ln in p.stdout.splitlines() if ln.startswith("# progress")]

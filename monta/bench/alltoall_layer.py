@@ -122,9 +122,13 @@ class LayerRows:
             enable_expert_tensor_parallelism=expert_tp,
         )
         dtype = torch_dtype(cfg.dtype)
+        cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (alltoall_worker)
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
         ep_index = runner.groups.ep_ranks.index(runner.rank)
-        self.layer = MoE(expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, groups=pgs, **kw).to(dtype)
-        self.stock = StockMoE(expert=expert(cfg.hidden), **kw).to(dtype)
+        self.layer = MoE(expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, groups=pgs, **kw)
+        self.stock = StockMoE(expert=expert(cfg.hidden), **kw)
+        self.layer.to(device=device, dtype=dtype)
+        self.stock.to(device=device, dtype=dtype)
         self.stock.set_deepspeed_parallelism()
         for m in (self.layer, self.stock):
             m.deepspeed_moe.gate = FixedGate()
@@ -133,8 +137,8 @@ class LayerRows:
 
     def _call(self, moe, inp: SizeInput):
         """Forward and backward of ``moe`` on ``inp``: (output, input gradient), both detached."""
-        p = inp.plan
-        moe.deepspeed_moe.gate.plan = (p.slots, layer_gates(p.gates), p.capacity, p.num_experts)
+        p, dev = inp.plan, inp.tokens.device  # the plan is built on the host (monta.bench.routes)
+        moe.deepspeed_moe.gate.plan = (p.slots.to(dev), layer_gates(p.gates).to(dev), p.capacity, p.num_experts)
         moe.zero_grad(set_to_none=True)
         x = inp.tokens.detach().requires_grad_(True)
         out = moe(x)[0]
