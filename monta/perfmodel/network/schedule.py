@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from monta.perfmodel.network import host_cpu
 from monta.perfmodel.network.fluid import FluidTimeline, Op
 from monta.perfmodel.network.links import Cluster
-from monta.perfmodel.network.steps import ExchangeSteps, Step
-from monta.perfmodel.network.timeline import Breakdown, Timeline, _res
+from monta.perfmodel.network.steps import COPY_ROLES, ExchangeSteps, Step
+from monta.perfmodel.network.timeline import Breakdown, Timeline
 
 
 def schedule_steps(
@@ -28,8 +28,8 @@ def schedule_steps(
     and per role the time of its steps as scheduled, or of its ``components`` alone. ``tp_size``: unused
     (a step carries its own message count); callers from before the steps did may still pass it."""
     plan = steps if isinstance(steps, ExchangeSteps) else ExchangeSteps(tuple(steps))
-    _check_links(plan.steps)
-    ops = _on_host(plan.steps, cluster) if cluster.host_cores else _on_links(plan.steps, cluster)
+    waits = _graph(plan.steps)
+    ops = (_on_host if cluster.host_cores else _on_links)(plan.steps, waits, cluster)
     if plan.components is None:
         role_steps = zip(plan.steps, (o.end_us - o.start_us for o in ops))
     else:
@@ -69,42 +69,42 @@ def alone_us(s: Step, cluster: Cluster) -> float:
     return s.nbytes / (cluster.copy_GBps * 1e3)
 
 
-def _check_links(steps: Sequence[Step]) -> None:
-    seen: set[str] = set()
-    for s in steps:
-        if s.name in seen:
+def _graph(steps: Sequence[Step]) -> list[tuple[int, ...]]:
+    """For each step the positions of the steps it waits on; ValueError when a name repeats or a link
+    names no earlier step."""
+    index: dict[str, int] = {}
+    waits: list[tuple[int, ...]] = []
+    for i, s in enumerate(steps):
+        if s.name in index:
             raise ValueError(f"step {s.name!r} appears twice in one timeline: name each step once")
-        missing = [a for a in s.after or () if a not in seen]
-        if missing:
-            raise ValueError(f"step {s.name!r} waits on {missing}: no earlier step has that name")
-        seen.add(s.name)
-
-
-def _waits_on(s: Step, prev: str | None) -> tuple[str, ...]:
-    if s.after is not None:
-        return s.after
-    return () if prev is None else (prev,)
-
-
-def _on_links(steps: Sequence[Step], cluster: Cluster) -> tuple[Op, ...]:
-    """A real cluster: list scheduling on the links and the copy streams."""
-    tl, ends, prev = Timeline(), {}, None
-    for s in steps:
-        if s.is_copy:
-            durations = {s.stream: s.nbytes / (cluster.copy_GBps * 1e3)}
+        if s.after is None:
+            waits.append((i - 1,) if i else ())
         else:
-            durations = _res(s.ct)
-        ends[s.name] = tl.add(s.name, durations, after=tuple(ends[a] for a in _waits_on(s, prev)))
-        prev = s.name
+            missing = [a for a in s.after if a not in index]
+            if missing:
+                raise ValueError(f"step {s.name!r} waits on {missing}: no earlier step has that name")
+            waits.append(tuple(index[a] for a in s.after))
+        index[s.name] = i
+    return waits
+
+
+def _on_links(steps: Sequence[Step], waits: list[tuple[int, ...]], cluster: Cluster) -> tuple[Op, ...]:
+    """A real cluster: list scheduling on the links and the copy streams (kept plain: the planner's hot loop)."""
+    tl, ends, rate = Timeline(), [], cluster.copy_GBps * 1e3
+    for s, deps in zip(steps, waits):
+        if s.role in COPY_ROLES:
+            durations = {s.stream: s.nbytes / rate}
+        else:
+            durations = {"intra": s.ct.intra_us, "inter": s.ct.inter_us}
+        ends.append(tl.add(s.name, durations, after=tuple(ends[d] for d in deps)))
     return tuple(tl.ops)
 
 
-def _on_host(steps: Sequence[Step], cluster: Cluster) -> tuple[Op, ...]:
+def _on_host(steps: Sequence[Step], waits: list[tuple[int, ...]], cluster: Cluster) -> tuple[Op, ...]:
     """The emulator: the fluid timeline, the machine's CPU shared by the steps that overlap."""
-    tl, ids, prev = FluidTimeline(), {}, None
-    for s in steps:
-        ids[s.name] = tl.add(s.name, _host_demand(s, cluster), after=tuple(ids[a] for a in _waits_on(s, prev)))
-        prev = s.name
+    tl = FluidTimeline()
+    for s, deps in zip(steps, waits):
+        tl.add(s.name, _host_demand(s, cluster), after=deps)  # its ids are the steps' positions
     return tuple(tl.run())
 
 
