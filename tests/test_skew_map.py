@@ -198,3 +198,21 @@ def test_the_hot_node_workload_puts_its_heat_on_one_nodes_experts():
     assert r1.node_load()[1] / r1.node_load().sum() == pytest.approx(2 / 3, abs=1e-3)
     with pytest.raises(ValueError, match=r"node=2 is outside the 2 nodes; use 0..1"):
         make_routing("hotnode:node=2", 8, 256, 32, 4, 2)
+
+
+def test_the_skew_model_prices_the_most_loaded_link_where_ranks_share_one():
+    """On the emulator a node's ranks share one NIC and one loopback, so a routing's worst link is a
+    node's (its members' load summed), never above the worst rank's; on the A800 (a NIC per GPU) the
+    link is the rank's, as before."""
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.network.skew import SkewFactors, link_groups
+    from monta.routing import make_routing
+
+    r = make_routing("lognormal:maxvio=4", 8, 1024, 32, 4, 2)
+    emulator = PROFILE.cluster(2, 4)
+    assert link_groups(r, emulator, 1) == (4, 4) and link_groups(r, get_cluster("a800", 2, 4), 1) == (1, 1)
+    per_rank, per_link = SkewFactors.of(r), SkewFactors.of(r, *link_groups(r, emulator, 1))
+    assert per_link.inter <= per_rank.inter and per_link.intra < per_rank.intra / 1.5
+    assert per_link.rank == per_rank.rank  # copies stay the worst rank's
+    w0 = make_routing("W0", 8, 1024, 32, 4, 2)
+    assert SkewFactors.of(w0, 4, 4) == SkewFactors(1.0, 1.0, 1.0)

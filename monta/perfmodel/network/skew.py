@@ -10,13 +10,14 @@ exchange at a point.
   routing: a gather of every token) keeps its balanced price. One that moves what the routing sends
   (its own ``price`` hook) waits for the most-loaded rank: its balanced steps are re-priced with every
   transfer term scaled by the worst rank's load relative to the mean (``SkewFactors``): inter-node
-  terms (time and bytes) by the larger of the worst rank's and the worst node's inter-node bytes (sent)
+  terms (time and bytes) by the larger of the worst link's and the worst node's inter-node bytes (sent)
   under the exchange's own ``routing_inter_bytes`` over W0's (``inter_bytes_factor``; without that hook
-  its routes, sent or received, over the mean), intra-node terms by the worst rank's intra-node routes
-  over the mean,
-  copies by the worst rank's routes received over the mean. The count exchanges (fixed size) are not
-  scaled. The scaled steps are scheduled as the balanced ones are (``routed.schedule_steps``). A
-  balanced routing (W0) has every factor exactly 1, so its price is the balanced one.
+  its routes, sent or received, over the mean), intra-node terms by the worst link's intra-node routes
+  over the mean (a link: one rank's where each GPU has its own, a node's where its ranks share one, as
+  on the emulator: ``link_groups``), copies by the worst rank's routes received over the mean. The count
+  exchanges (fixed size) are not scaled. The scaled steps are scheduled as the balanced ones are
+  (``routed.schedule_steps``). A balanced routing (W0) has every factor exactly 1, so its price is the
+  balanced one.
 
 Inside a node routes, not bytes, are counted; across nodes an exchange that sends a token once per node
 (deduplicating) is scaled by its own bytes: at top-4 of 32 experts nearly every token crosses already, so
@@ -40,7 +41,8 @@ class SkewFactors:
     rank: float
 
     @classmethod
-    def of(cls, routing) -> SkewFactors:
+    def of(cls, routing, inter_group: int = 1, intra_group: int = 1) -> SkewFactors:
+        """``inter_group`` / ``intra_group``: consecutive EP members that share one link (``link_groups``)."""
         t = routing.traffic().double()  # [src, dst] routes
         R, N = routing.ranks, routing.nodes
         node = [r // (R // N) for r in range(R)]
@@ -49,10 +51,24 @@ class SkewFactors:
         per_node_in = inter_t.sum(0).view(N, -1).sum(1)
         per_node_out = inter_t.sum(1).view(N, -1).sum(1)
         inter = max(
-            _worst(inter_t.sum(1), inter_t.sum(0)),
+            _worst(_grouped(inter_t.sum(1), inter_group), _grouped(inter_t.sum(0), inter_group)),
             _worst(per_node_out, per_node_in),
         )
-        return cls(inter, _worst(intra_t.sum(1), intra_t.sum(0)), _worst(t.sum(1), t.sum(0)))
+        intra = _worst(_grouped(intra_t.sum(1), intra_group), _grouped(intra_t.sum(0), intra_group))
+        return cls(inter, intra, _worst(t.sum(1), t.sum(0)))
+
+
+def _grouped(load, group: int):
+    return load.view(-1, group).sum(1) if group > 1 else load
+
+
+def link_groups(routing, cluster, tp: int) -> tuple[int, int]:
+    """How many consecutive EP members share one inter-node link (a NIC) and one intra-node link: one
+    where each GPU has its own, a node's members where they share one (the emulator: one shaped veth and
+    one loopback per node), so the most-loaded link, not the most-loaded rank, sets the time there."""
+    L = routing.ranks // routing.nodes
+    gpus_per_nic = max(1, cluster.gpus_per_node // max(1, cluster.nics_per_node))
+    return min(L, max(1, gpus_per_nic // tp)), (L if cluster.intra_shared else 1)
 
 
 def _worst(out, inn) -> float:
@@ -122,11 +138,11 @@ def _sent_bytes(hook, routing, rank: int, tp: int) -> int:
     return int(hook(r)[1])
 
 
-def inter_bytes_factor(hook, routing, tp: int) -> float:
+def inter_bytes_factor(hook, routing, tp: int, group: int = 1) -> float:
     """The inter-node factor of a token-level exchange from its own byte formula: the larger of the
-    worst source rank's and the worst node's inter-node bytes (sent) over the balanced routing's (W0 of
-    the same shape; else this routing's mean). Sent bytes only: on two nodes what a node receives is
-    what the other sends."""
+    worst link's (``group`` members share one) and the worst node's inter-node bytes (sent) over the
+    balanced routing's mean (W0 of the same shape; else this routing's mean). Sent bytes only: on two
+    nodes what a node receives is what the other sends."""
     from monta.routing import make_routing, parse_spec
 
     if parse_spec(routing.spec).balanced:  # W0 is the balanced price, exactly
@@ -134,6 +150,7 @@ def inter_bytes_factor(hook, routing, tp: int) -> float:
     R, N = routing.ranks, routing.nodes
     sent = [_sent_bytes(hook, routing, r, tp) for r in range(R)]
     per_node = [sum(sent[n * (R // N) : (n + 1) * (R // N)]) for n in range(N)]
+    per_link = [sum(sent[i : i + group]) for i in range(0, R, group)]
     try:
         w0 = make_routing("W0", R, routing.tokens, routing.experts, routing.k, N)
         base = sum(_sent_bytes(hook, w0, r, tp) for r in range(R)) / R
@@ -141,7 +158,7 @@ def inter_bytes_factor(hook, routing, tp: int) -> float:
         base = sum(sent) / R
     if base <= 0:
         return 1.0
-    return max(max(sent) / base, max(per_node) / (base * R / N))
+    return max(max(per_link) / (base * group), max(per_node) / (base * R / N))
 
 
 def moves_what_routing_sends(variant: str, routing, tp: int) -> bool:
@@ -209,10 +226,11 @@ def skew_price(
         raise ValueError(f"exchange {variant!r} moves tokens but registers no price= steps to scale under skew")
     steps = routed._price(variant)(float(bytes_per_rank), ep, tp, cluster, k, E, row_bytes)
     balanced = routed.schedule_steps(variant, steps, cluster, tp.size)
-    f = SkewFactors.of(routing)
+    inter_group, intra_group = link_groups(routing, cluster, tp.size)
+    f = SkewFactors.of(routing, inter_group, intra_group)
     hook = variants.exchange(variant).routing_inter_bytes
     if hook is not None:  # its own bytes, not its routes, on the most-loaded link (module docstring)
-        f = replace(f, inter=inter_bytes_factor(hook, routing, tp.size))
+        f = replace(f, inter=inter_bytes_factor(hook, routing, tp.size, inter_group))
     worst = routed.schedule_steps(variant, scale_steps(steps, f), cluster, tp.size)
     return SkewPrice(variant, True, balanced.total_us, worst.total_us, 0, 0.0, worst.inter_bytes)
 
