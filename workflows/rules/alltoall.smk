@@ -1,11 +1,9 @@
 # Experiment 1: the TP AllToAll sweep (legacy / deepspeed / monta x chunks) per cluster shape.
 
-# The sweep's own flags (the ablations run without them): --check, the clock (--dilation: auto reruns a
-# CPU-bound size on a slower clock), and the TEST AID (off by default):
+# The sweep's own flags (the ablations run without them): --check and the TEST AID (off by default):
 # a measured slowdown of one variant, to check the regression gate.
 SWEEP_FLAGS = (
     "--check" if config["alltoall"]["check"] else "",
-    f"--dilation {config['alltoall']['dilation']}",
     (f"--inject-slowdown {shlex.quote(config['alltoall']['inject_slowdown'])}"
      if config["alltoall"]["inject_slowdown"] else ""),
 )

@@ -124,6 +124,7 @@ def alltoall_cmd(cluster, sizes, variants=None, chunks=None, net=None, tp=None, 
         net_args() if net is None else net,
         f"--dtype {a['dtype']} --warmup {a['warmup']}",
         repeat_args(a),
+        f"--dilation {a['dilation']}",  # every AllToAll run on one clock: sweeps, ablations and maps pair up
         *flags,
         launcher_args(),
     ])
