@@ -48,8 +48,18 @@ measured[cols] if cols else measured
 frame = tables.to_frame(recs, "step")
 shown = ("router.maxvio", "router.maxvio_layer_min", "router.maxvio_layer_max", "router.drop_fraction")
 router_cols = [c for c in frame.columns if c in shown or c.startswith("workload_maxvio.")]
-ids = [c for c in ("run_id", "variant", "routing") if c in frame.columns]
+ids = [c for c in ("cluster", "model", "topk", "capacity_factor", "variant", "routing") if c in frame.columns]
 router = frame[frame["router.maxvio"].notna()][ids + router_cols] if "router.maxvio" in frame else frame.iloc[0:0]
+# Column names a reader knows: the point as the step tables name it, the router's figures, the workloads' names.
+router = router.rename(
+    columns={
+        "router.maxvio": "MaxVio",
+        "router.maxvio_layer_min": "layer min",
+        "router.maxvio_layer_max": "layer max",
+        "router.drop_fraction": "routes dropped",
+    }
+    | {c: "MaxVio " + c.removeprefix("workload_maxvio.") for c in router_cols if c.startswith("workload_maxvio.")}
+)
 manifest.section(
     "The router's realized imbalance",
     tables.write_table(
