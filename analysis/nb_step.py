@@ -33,7 +33,7 @@ cols = [c for c in measured.columns if not c.startswith("breakdown_ms.")] if not
 manifest.section(
     "Training step per variant",
     tables.write_table(
-        measured[cols] if cols else measured,
+        tables.shown_point(measured[cols], ["routing"]) if cols else measured,  # routing: where runs differ
         out_dir,
         "step_summary",
         "Training step: median step time and speedup vs DeepSpeed",

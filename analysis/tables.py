@@ -40,7 +40,13 @@ PHASES = (
 )
 # Sums over other phases (never stacked with them); exposed_comm = communication the step waited for.
 TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange", "breakdown_ms.exposed_comm"}
-A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes"]
+# What else makes two AllToAll records different points: the routing (`--routing`, absent = W0), the
+# mode (`--mode layer`, absent = dispatch), experts/top-k, and the clock a record ran at (`--dilation`:
+# a time at dilation 2 is another point's time, never one sample of the same median). Absent keys are NaN
+# (routing W0, mode dispatch) and group together, so records that do not set them keep their points; the
+# tables show these columns only where they tell points apart (``shown_point``).
+A2A_SETUP = ["experts", "topk", "routing", "mode", "dilation"]
+A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes", *A2A_SETUP]
 # What a monta prediction states about its baselines (filled into the summary, not a column of its own).
 STATED = ["legacy_us", "deepspeed_us", "legacy_inter_bytes"]
 # Measured paired per iteration by `monta bench alltoall` (records' speedups with bootstrap CIs).
@@ -56,7 +62,8 @@ PAIRED = [
     "overlap_efficiency_ci_hi",
     "iters",
 ]
-STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor"]
+# the step's `--routing` workload (absent or "gate": the model's own router) is part of its point
+STEP_POINT = ["source", "cluster", "model", "layers", "seq", "topk", "capacity_factor", "routing"]
 
 
 def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -112,6 +119,17 @@ def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
+def shown_point(df: pd.DataFrame, keys: Iterable[str] = A2A_SETUP) -> pd.DataFrame:
+    """``df`` without the setup keys that tell no two rows of one source apart (an all-W0 dispatch sweep
+    shows no routing column; a measured dilation 1 beside predictions that state none shows no dilation)."""
+
+    def differs(c: str) -> bool:
+        by = df.groupby("source", dropna=False)[c] if "source" in df.columns else [(None, df[c])]
+        return any(col.nunique(dropna=False) > 1 for _, col in by)
+
+    return df.drop(columns=[c for c in keys if c in df.columns and not differs(c)])
+
+
 def _ensure(df: pd.DataFrame, cols: Iterable[str]) -> pd.DataFrame:
     df = df.copy()
     for c in cols:
@@ -138,6 +156,9 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         "legacy_inter_bytes",
     ] + PAIRED
     df = _ensure(df, A2A_POINT + ["variant", "chunks", "cpu_bound"] + metrics)
+    # balanced dispatch: the bench leaves W0 and dispatch unsaid
+    df["routing"] = df["routing"].astype(object).fillna("W0")
+    df["mode"] = df["mode"].astype(object).fillna("dispatch")
     # What the benchmark measured paired per iteration (the records' speedups and their CIs) is kept
     # under its own names: speedup_vs_* below is recomputed from the medians for every source.
     for base in ("legacy", "deepspeed"):
@@ -217,7 +238,7 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
         for v in sorted(set(g["variant"]) - CORE_ROWS):
             row[f"{v}_us"] = g.loc[g["variant"] == v, "time_us"].min()
         rows.append(row)
-    return pd.DataFrame(rows)
+    return shown_point(pd.DataFrame(rows))
 
 
 def with_intervals(summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -252,7 +273,13 @@ def with_intervals(summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         bound = df[df["cpu_bound"] == True]  # noqa: E712  (None = not measured)
         df["CPU-bound"] = ["yes" if b is True else ("no" if b is False else "-") for b in df["cpu_bound"]]
         if len(bound):
-            where = ", ".join(f"{c} {display.fmt_bytes(sz)}" for c, sz in zip(bound["cluster"], bound["size_bytes"]))
+            # each point once, by what tells it apart: cluster, its rate where several ran, size
+            rated = df["inter_gbps"].nunique() > 1
+            names = [
+                f"{c}{f' @{g:g} Gbit/s' if rated and g == g else ''} {display.fmt_bytes(sz)}"
+                for c, g, sz in zip(bound["cluster"], bound["inter_gbps"], bound["size_bytes"])
+            ]
+            where = ", ".join(dict.fromkeys(names))
             note = (
                 f"CPU-BOUND: {len(bound)} of {int(df['cpu_bound'].notna().sum())} measured points ({where}): "
                 "the ranks waited for a core more than the limit; their timings measure this machine, not the links"
@@ -271,7 +298,7 @@ def chunk_ablation(table: pd.DataFrame) -> pd.DataFrame:
     m["rel_to_1_chunk"] = m["time_us"] / m["_t1"]
     m = m[m["rel_to_1_chunk"].notna()]  # a point without a 1-chunk run is not part of the ablation
     cols = A2A_POINT + ["chunks", "time_us", "rel_to_1_chunk", "speedup_vs_legacy", "speedup_vs_deepspeed"]
-    return m[cols].sort_values(A2A_POINT + ["chunks"]).reset_index(drop=True)
+    return shown_point(m[cols].sort_values(A2A_POINT + ["chunks"]).reset_index(drop=True))
 
 
 def ratio_ablation(summary: pd.DataFrame) -> pd.DataFrame:

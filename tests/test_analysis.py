@@ -108,6 +108,26 @@ def test_alltoall_summary_speedups_and_best_chunks():
     assert row["cluster"] == "2x4 TP4"
 
 
+def test_routing_mode_and_dilation_are_points_of_their_own_and_show_only_where_they_differ():
+    """A hot-node sweep, a layer-mode sweep and a run at dilation 2 beside a W0 dispatch sweep at the
+    same cluster and size are four points, never one median; a plain sweep shows none of these columns."""
+    plain = alltoall_records()
+    assert not {"routing", "mode", "dilation"} & set(tables.alltoall_summary(tables.alltoall_table(plain)).columns)
+    extra = []
+    for key, value in (("routing", "hotnode"), ("mode", "layer"), ("dilation", 2.0)):
+        for r in (a2a(1 << 20, "legacy", 1, 9000.0), a2a(1 << 20, "monta", 1, 3000.0)):
+            r["params"][key] = value
+            extra.append(r)
+    summary = tables.alltoall_summary(tables.alltoall_table(plain + extra))
+    at = summary[(summary["size_bytes"] == 1 << 20) & (summary["inter_gbps"] == 2.0)]
+    assert len(at) == 4
+    assert sorted(at["routing"]) == ["W0", "W0", "W0", "hotnode"]
+    assert sorted(at["mode"]) == ["dispatch", "dispatch", "dispatch", "layer"]
+    # the W0 dispatch point kept its own medians: the skewed runs' 9 ms legacy did not join them
+    w0 = at[(at["routing"] == "W0") & (at["mode"] == "dispatch") & (at["dilation"].isna())].iloc[0]
+    assert w0["speedup_vs_legacy"] == pytest.approx(4.0)
+
+
 def test_chunk_and_ratio_ablation():
     table = tables.alltoall_table(alltoall_records())
     chunks = tables.chunk_ablation(table)
@@ -559,7 +579,8 @@ def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(t
     assert row["overlap efficiency [95% CI]"] == "90% [80%, 97%]" and row["CPU-bound"] == "no"
     small = shown[(shown["size_bytes"] == 1 << 20)].iloc[0]
     assert small["CPU-bound"] == "yes"  # its legacy timing was: the whole point is
-    assert note.startswith("CPU-BOUND: 1 of 4 measured points (2x4 TP4 1 MiB)")
+    # named once, with its rate: the records ran this cluster at three inter-node rates
+    assert note.startswith("CPU-BOUND: 1 of 4 measured points (2x4 TP4 @2 Gbit/s 1 MiB)")
     assert "paired_vs_legacy" not in shown.columns and "cpu_bound" not in shown.columns
     md = tables.write_table(shown, tmp_path, "s", "cap")[0].read_text()
     assert "3.90x [3.80x, 4.05x]" in md and "nan" not in md.lower()
