@@ -444,6 +444,9 @@ def test_plugin_variant_runs_through_bench_step_by_name(tmp_path):
             "--ffn",
             "896",
             "--no-wandb",
+            # unshaped: this test is about the plugin's names and values, not the emulated links' rates
+            "--topology",
+            "unshaped",
             "--out",
             str(out),
         ],
