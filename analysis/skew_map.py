@@ -28,7 +28,7 @@ from monta.results import read_records  # noqa: E402
 from monta_analysis.exchange_map import TIE, exchange_colors, map_exchanges, tie  # noqa: E402
 
 BALANCED = "W0"
-POINT = ("tp", "ep", "experts", "topk", "size_bytes", "routing")  # one point of the skew map
+POINT = ("tp", "ep", "experts", "topk", "cf", "size_bytes", "routing")  # one point of the skew map (routing last)
 
 
 @lru_cache(maxsize=256)
@@ -40,12 +40,21 @@ def _routing(spec: str, members: int, tokens: int, experts: int, k: int, nodes: 
 
 def point_routing(rec: dict):
     """The routing the bench built for ``rec``'s point (``monta.bench.routes.point_routing``'s shape:
-    T = E C / k tokens on each of the EP members, C from the [E, C, M] buffer), rebuilt for the model."""
+    T tokens on each of the EP members, ``tokens_per_rank`` of the [E, C, M] buffer's C and the capacity
+    factor), rebuilt for the model."""
+    from monta.bench.routes import tokens_per_rank
+
     p, c = rec["params"], rec["config"]
     experts, k, hidden = int(c["experts"]), int(c.get("topk") or 1), int(c["hidden"])
     capacity = int(p["size_bytes"]) // (experts * hidden * DTYPE_BYTES[c["dtype"]])
     spec = p.get("routing") or BALANCED
-    return _routing(spec, int(p.get("ep") or c["ep"]), experts * capacity // k, experts, k, int(c["nodes"]))
+    tokens = tokens_per_rank(experts, capacity, k, capacity_factor(rec), int(p["tp"]))
+    return _routing(spec, int(p.get("ep") or c["ep"]), tokens, experts, k, int(c["nodes"]))
+
+
+def capacity_factor(rec: dict) -> float:
+    """The buffer's capacity factor the bench ran at (absent: 1, the buffer full at W0)."""
+    return float(rec["config"].get("capacity_factor") or 1.0)
 
 
 def _price(rec: dict, profile: LinkProfile):
@@ -62,7 +71,7 @@ def _price(rec: dict, profile: LinkProfile):
     row_bytes = int(c["hidden"]) * DTYPE_BYTES[c["dtype"]]
     return skew_price(
         p["variant"], point_routing(rec), int(p["size_bytes"]), layout, cluster,
-        chunks=int(p["chunks"]), cf=1.0, row_bytes=row_bytes,
+        chunks=int(p["chunks"]), cf=capacity_factor(rec), row_bytes=row_bytes,
     )  # fmt: skip
 
 
@@ -82,6 +91,7 @@ def points(records: list[dict], profile: LinkProfile) -> list[dict]:
                 "ep": int(p.get("ep") or rec["config"]["ep"]),
                 "experts": int(rec["config"]["experts"]),
                 "topk": int(rec["config"].get("topk") or 1),
+                "cf": capacity_factor(rec),
                 "size_bytes": int(p["size_bytes"]),
                 "routing": p.get("routing") or BALANCED,
                 "variant": p["variant"],
@@ -110,7 +120,7 @@ def winners(pts: list[dict]) -> list[dict]:
     for p in pts:
         by[tuple(p[k] for k in POINT)].append(p)
     rows = []
-    for key, ps in sorted(by.items(), key=lambda kv: (kv[0][:5], kv[0][5] != BALANCED, kv[0][5])):
+    for key, ps in sorted(by.items(), key=lambda kv: (kv[0][:-1], kv[0][-1] != BALANCED, kv[0][-1])):
         meas = sorted(ps, key=lambda p: p["measured_us"])
         pred = sorted(ps, key=lambda p: p["predicted_us"])
         rows.append(
@@ -149,10 +159,10 @@ def _describe(p: dict, base: dict) -> str:
 def changes(pts: list[dict], wins: list[dict]) -> list[dict]:
     """Every skewed point whose measured winner differs from W0's at the same layout and size, with why."""
     at = {tuple(p[k] for k in POINT) + (p["variant"],): p for p in pts}
-    w0 = {tuple(w[k] for k in POINT[:5]): w for w in wins if w["routing"] == BALANCED}
+    w0 = {tuple(w[k] for k in POINT[:-1]): w for w in wins if w["routing"] == BALANCED}
     out = []
     for w in wins:
-        base = w0.get(tuple(w[k] for k in POINT[:5]))
+        base = w0.get(tuple(w[k] for k in POINT[:-1]))
         if w["routing"] == BALANCED or base is None or base["measured_winner"] == w["measured_winner"]:
             continue
         old, new = base["measured_winner"], w["measured_winner"]
@@ -219,13 +229,14 @@ def report(pts: list[dict], wins: list[dict], moved: list[dict]) -> str:
         f"Where the winner leads by {100 * TIE:.0f}% or more: {s['clear_agree']} of {s['clear']} agree. "
         f"Skew changes the winner relative to W0 at {len(moved)} point(s).",
         "",
-        "| TP | EP | experts | top-k | size | routing | MaxVio | measured winner | by (vs 2nd) | model's pick | "
+        "| TP | EP | experts | top-k | cf | size | routing | MaxVio | measured winner | by (vs 2nd) | model's pick | "
         "agree | winner drops | capacity exchanges drop | CPU-bound |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in wins:
         lines.append(
-            f"| {w['tp']} | {w['ep']} | {w['experts']} | {w['topk']} | {_size(w['size_bytes'])} | {w['routing']} | "
+            f"| {w['tp']} | {w['ep']} | {w['experts']} | {w['topk']} | {w['cf']:g} | {_size(w['size_bytes'])} | "
+            f"{w['routing']} | "
             f"{w['maxvio']:.2f} | {w['measured_winner']} | {w['margin']:.2f}x{tie(w)} ({w['runner_up']}) | "
             f"{w['model_pick']} | {'yes' if w['agree'] else 'NO'} | {_pct(w['winner_drop'])} | {_drops(w)} | "
             f"{'yes' if w['cpu_bound'] else ''} |"

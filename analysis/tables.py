@@ -41,11 +41,11 @@ PHASES = (
 # Sums over other phases (never stacked with them); exposed_comm = communication the step waited for.
 TOTALS = {"breakdown_ms.forward", "breakdown_ms.backward", "breakdown_ms.exchange", "breakdown_ms.exposed_comm"}
 # What else makes two AllToAll records different points: the routing (`--routing`, absent = W0), the
-# mode (`--mode layer`, absent = dispatch), experts/top-k, and the clock a record ran at (`--dilation`:
-# a time at dilation 2 is another point's time, never one sample of the same median). Absent keys are NaN
-# (routing W0, mode dispatch) and group together, so records that do not set them keep their points; the
-# tables show these columns only where they tell points apart (``shown_point``).
-A2A_SETUP = ["experts", "topk", "routing", "mode", "dilation"]
+# mode (`--mode layer`, absent = dispatch), experts/top-k, the capacity factor, and the clock a record ran
+# at (`--dilation`: a time at dilation 2 is another point's time, never one sample of the same median).
+# Absent keys are NaN (routing W0, mode dispatch) and group together, so records that do not set them keep
+# their points; the tables show these columns only where they tell points apart (``shown_point``).
+A2A_SETUP = ["experts", "topk", "capacity_factor", "routing", "mode", "dilation"]
 A2A_POINT = ["source", "cluster", "nodes", "gpus_per_node", "tp", "inter_gbps", "dtype", "size_bytes", *A2A_SETUP]
 # What a monta prediction states about its baselines (filled into the summary, not a column of its own).
 STATED = ["legacy_us", "deepspeed_us", "legacy_inter_bytes"]

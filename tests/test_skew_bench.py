@@ -21,7 +21,7 @@ EXPERTS, HIDDEN, K = 16, 16, 2
 SIZE = EXPERTS * 32 * HIDDEN * 4  # C = 32: 256 tokens per rank at top-2
 
 
-def skew_check_case(tp: int, specs) -> dict:
+def skew_check_case(tp: int, specs, cf: float = 1.0) -> dict:
     """Rank side: the bench's own check (alltoall_runner.check_routes) for every workload at one TP."""
     import torch
 
@@ -33,7 +33,7 @@ def skew_check_case(tp: int, specs) -> dict:
         dtype="float32", experts=EXPERTS, hidden=HIDDEN, warmup=0, iters=1, adaptive=False, max_iters=1,
         target_ci=0.0, budget_s=0.0, transport=None, inject_slowdown=None, check=True, components=True,
         out=None, append=False, experiment="skew", backend="gloo", inject_fault=False, topology={},
-        chunks_arg="2", topk=K,
+        chunks_arg="2", topk=K, capacity_factor=cf,
     )  # fmt: skip
     r = Runner(cfg)
     shape = buffer_shape(SIZE, EXPERTS, HIDDEN, 4, tp)
@@ -68,6 +68,33 @@ def test_every_exchange_under_every_workload_is_exact_and_drops_the_same_routes(
             assert facts["dropped_routes"] > 0  # the capacity exchanges did drop, all the same routes
 
 
+@pytest.mark.timeout(900)
+def test_a_capacity_factor_above_one_is_exact_and_drops_only_past_the_buffer(dist_world):
+    """--capacity-factor 1.25 at TP 2: W0 goes through the routing path with a partly empty buffer (nothing
+    dropped), a skewed routing fills the room before it drops, and every exchange is exact."""
+    from monta.bench.routes import tokens_per_rank
+
+    specs = ("W0", "hotnode", "lognormal:maxvio=4")
+    got = dist_world(8).run(skew_check_case, 2, specs, 1.25)[0]
+    at1 = dist_world(8).run(skew_check_case, 2, specs[1:], 1.0)[0]
+    rows, cap = got["rows"], got["capacity_based"]
+    tokens = tokens_per_rank(EXPERTS, 32, K, 1.25, 2)
+    assert tokens == 200  # 204.8 down to a multiple of E / k = 8
+    for spec in specs:
+        res = got[spec]
+        facts = res["facts"]
+        assert res["wrong"] == [0] * len(rows), (spec, list(zip(rows, res["wrong"])))
+        assert facts["routes"] == 4 * tokens * K and facts["capacity"] == 32
+        kept = facts["routes"] - facts["dropped_routes"]
+        for (v, _), held in zip(rows, res["held"]):
+            if v not in ("a2a", "ag"):
+                assert held == (kept if cap[v] else facts["routes"]), (spec, v, held, kept)
+        if spec == "W0":
+            assert facts["dropped_routes"] == 0 and facts["maxvio"] == 0.0
+        else:
+            assert 0 < facts["drop_fraction"] < at1[spec]["facts"]["drop_fraction"]
+
+
 def _bench(tmp_path, *args):
     cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
            "--sizes", "64K", "--hidden", "256", "--experts", "8", "--topk", "2", "--chunks", "2", "--iters", "2",
@@ -86,6 +113,14 @@ def test_bench_records_carry_the_routing_and_w5_w7_run_to_the_end(tmp_path, spec
     assert ds["maxvio"] == nd["maxvio"] > 0 and ds["dropped_routes"] > 0 and not ds["dropless"]
     assert nd["dropless"] and nd["dropped_routes"] == 0 and nd["held_routes"] == ds["routes"]
     assert ds["held_routes"] == recs["monta"]["metrics"]["held_routes"] == ds["routes"] - ds["dropped_routes"]
+
+
+@pytest.mark.parametrize(("flag", "says"), [("0", "--capacity-factor 0"), ("nan", "--capacity-factor nan")])
+def test_bad_capacity_factor_fails_before_any_rank_starts(tmp_path, flag, says):
+    p = _bench(tmp_path, "--capacity-factor", flag)
+    assert p.returncode == 2
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("monta: error:") and says in last, last
 
 
 def test_bad_routing_fails_before_any_rank_starts(tmp_path):

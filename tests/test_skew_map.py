@@ -88,7 +88,7 @@ def test_the_workflow_benches_every_registered_exchange(tmp_path):
 
 
 def _pt(variant, routing, measured, predicted, tp=1, drop=0.0, capacity=True, cpu_bound=False, inter=1.0):
-    return {"tp": tp, "ep": 8 // tp, "experts": 32, "topk": 4, "size_bytes": 4 * 2**20, "routing": routing,
+    return {"tp": tp, "ep": 8 // tp, "experts": 32, "topk": 4, "cf": 1.0, "size_bytes": 4 * 2**20, "routing": routing,
             "variant": variant, "chunks": 1, "measured_us": measured, "p10_us": measured, "p90_us": measured,
             "iters": 5, "predicted_us": predicted, "balanced_us": predicted, "capacity_based": capacity,
             "drop_fraction": drop, "predicted_drop_fraction": drop, "maxvio": 0.0 if routing == "W0" else 1.0,
@@ -137,8 +137,8 @@ def test_skew_map_winner_margin_drops_and_the_changed_winner():
     text = sm.report(pts, wins, moved)
     assert "TP 1, hotnode (MaxVio 1.00): node-dedup -> **monta**" in text
     assert (
-        "| 1 | 8 | 32 | 4 | 4M | hotnode | 1.00 | monta | 1.05x (deepspeed) | deepspeed | NO | 30.0% | 30.0% (all 2) |"
-        in text
+        "| 1 | 8 | 32 | 4 | 1 | 4M | hotnode | 1.00 | monta | 1.05x (deepspeed) | deepspeed | NO | 30.0% | "
+        "30.0% (all 2) |" in text
     )
 
 

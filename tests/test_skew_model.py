@@ -71,6 +71,31 @@ def test_a_gather_of_every_token_keeps_its_price_under_skew():
     assert p.dropless and p.worst_us == p.balanced_us and p.dropped_routes == 0
 
 
+def test_a_capacity_factor_puts_fewer_tokens_in_the_same_buffer():
+    """cf 1.25 (``tokens_per_rank``): T = E C / (k cf) rounded down to whole balanced routes that split
+    over TP; the buffer exchanges keep the buffer's price and drop nothing at W0; the token-level ones
+    move the T k routes there are, not the buffer."""
+    from monta.bench.routes import tokens_per_rank
+
+    C = SIZE // (E * M * EL)  # 256
+    assert tokens_per_rank(E, C, K) == T == 2048
+    assert tokens_per_rank(E, C, K, 1.25) == 1632  # 1638.4 down to a multiple of E / k = 8
+    assert tokens_per_rank(E, C, K, 1.25, tp=16) == 1632 and tokens_per_rank(E, C, K, 1.25, tp=5) == 1600
+    with pytest.raises(ValueError, match="leaves no whole top-2 tokens"):
+        tokens_per_rank(E, 1, K, 64.0)
+    [(r, prices)] = skew_table(["W0"], ["deepspeed", "node-dedup"], LAYOUT, CLUSTER, SIZE, E, M, EL, K, 1.25)
+    ds, nd = prices
+    assert r.tokens == 1632 and r.maxvio() == 0.0
+    assert ds.worst_us == pytest.approx(_price("deepspeed", "W0")[1].worst_us, rel=1e-12) and ds.dropped_routes == 0
+    # node-dedup at 1632 tokens is priced as the full buffer of those tokens would be
+    want = exchange_time("node-dedup", 1632 * K * M * EL, LAYOUT, CLUSTER, top_k=K, experts=E, row_bytes=M * EL)
+    assert nd.worst_us == pytest.approx(want.total_us, rel=1e-12)
+    assert nd.worst_us < _price("node-dedup", "W0")[1].worst_us
+    # a hot node fills the room the factor left: fewer drops than at cf 1
+    [(_, (hot125, _))] = skew_table(["hotnode"], ["deepspeed", "node-dedup"], LAYOUT, CLUSTER, SIZE, E, M, EL, K, 1.25)
+    assert 0 < hot125.drop_fraction < _price("deepspeed", "hotnode")[1].drop_fraction
+
+
 def test_skew_can_change_the_winner():
     rows = skew_table(["W0", "W7"], ["deepspeed", "node-dedup"], LAYOUT, CLUSTER, SIZE, E, M, EL, K, 1.0)
     (w0, (ds0, nd0)), (w7, (ds7, nd7)) = rows

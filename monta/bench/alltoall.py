@@ -48,7 +48,15 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         "--topk",
         type=int,
         default=1,
-        help="routes per token: the buffer holds E x C / topk tokens, routed top-k",
+        help="routes per token: the buffer holds E x C / (topk x capacity factor) tokens, routed top-k",
+    )
+    p.add_argument(
+        "--capacity-factor",
+        type=float,
+        default=1.0,
+        metavar="CF",
+        help="the buffer is DeepSpeed's capacity at CF: 1 (default) fills it at W0; 1.25 (GShard, Switch) "
+        "puts 1/1.25 as many tokens in it, room a skewed routing fills before it drops",
     )
     p.add_argument(
         "--routing",
@@ -227,6 +235,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         _check_memory(sizes, args.nodes * args.gpus_per_node)
     check_out(args)
     inject = slowdown(args.inject_slowdown, variants)
+    cf = number(args.capacity_factor, "capacity-factor", 0, 64, lo_open=True)
     topo = network(args)
     fields = {
         "nodes": args.nodes,
@@ -254,8 +263,9 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         "topology": {**topo.to_dict(), "description": topo.describe()},
         "chunks_arg": args.chunks,
         "topk": args.topk,
-        "routing": routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout),
+        "routing": routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout, cf),
         "mode": args.mode,
+        "capacity_factor": cf,
     }
     return AlltoallConfig(**fields)
 

@@ -45,6 +45,7 @@ class AlltoallConfig:
     topk: int = 1  # routes per token of the balanced routing (monta.bench.routes)
     routing: str = "W0"  # --routing: the point's routing spec (monta.routing; W0 the balanced one)
     mode: str = "dispatch"  # --mode: what is timed, the dispatch alone or the MoE layer's forward+backward
+    capacity_factor: float = 1.0  # --capacity-factor: the buffer is the capacity for E C / (k cf) tokens
 
     def __post_init__(self) -> None:
         for name in ("sizes", "variants", "chunks"):
@@ -52,8 +53,8 @@ class AlltoallConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (lists, not tuples), in field order: the records' ``config`` (the balanced
-        routing's and dispatch mode's left out: their records stay as they were before ``routing`` and
-        ``mode`` existed)."""
+        routing's, dispatch mode's and capacity factor 1 left out: their records stay as they were before
+        ``routing``, ``mode`` and ``capacity_factor`` existed)."""
         out = {
             f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
         }
@@ -61,6 +62,8 @@ class AlltoallConfig:
             del out["routing"]
         if out["mode"] == "dispatch":
             del out["mode"]
+        if out["capacity_factor"] == 1.0:
+            del out["capacity_factor"]
         return out
 
     def to_json(self) -> str:

@@ -152,6 +152,8 @@ def _params(cfg: AlltoallConfig, layout, topo: dict, size: int, v: str, c: int) 
         "intra_gbps": topo.get("intra_gbps"),
         # what was timed: absent = the dispatch alone (records of before --mode), "layer" = the MoE layer
         **({"mode": cfg.mode} if cfg.mode != "dispatch" else {}),
+        # the buffer's capacity factor: absent = 1 (the buffer full at W0; records of before the flag)
+        **({"capacity_factor": cfg.capacity_factor} if cfg.capacity_factor != 1.0 else {}),
     }
 
 

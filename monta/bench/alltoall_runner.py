@@ -103,12 +103,14 @@ class Runner:
 
     def point(self, shape) -> PointRouting | None:
         """The point's one routing (None: the balanced one), the same on every rank and for every exchange."""
-        if self.routing_spec != "W0" and self.cfg.ep != self.layout.dp:
+        cf = getattr(self.cfg, "capacity_factor", 1.0)
+        if (self.routing_spec != "W0" or cf != 1.0) and self.cfg.ep != self.layout.dp:
             raise ValueError(
-                f"--routing {self.routing_spec} needs --ep equal to the data-parallel size {self.layout.dp}"
+                f"--routing {self.routing_spec} at capacity factor {cf:g} needs --ep equal to the data-parallel "
+                f"size {self.layout.dp}"
             )
         return point_routing(
-            self.routing_spec, tuple(shape), self.cfg.topk, self.cfg.ep, self.layout.nodes, self.cfg.tp
+            self.routing_spec, tuple(shape), self.cfg.topk, self.cfg.ep, self.layout.nodes, self.cfg.tp, cf
         )
 
     def capacity_based(self, variant: str) -> bool:

@@ -10,10 +10,15 @@ Under a skewed routing (``--routing SPEC``, ``monta.routing``; ``PointRouting``)
 every rank its experts' choices: the capacity exchanges read the plan at the buffer's capacity C (routes past
 it dropped by DeepSpeed's first-come rule, slot E * C), the token-level ones, dropless, read the same
 choices at the smallest capacity that drops nothing (``SizeInput.dropless``).
+
+A capacity factor above 1 (``--capacity-factor CF``) puts fewer tokens in the same buffer (``tokens_per_rank``):
+W0 then goes through the same routing path, its buffer partly empty, the token-level exchanges moving only
+the routes there are, as under a real DeepSpeed gate at that factor.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -70,22 +75,41 @@ class PointRouting:
 
 
 @lru_cache(maxsize=64)
-def point_routing(spec: str, shape: tuple, k: int, members: int, nodes: int, tp: int) -> PointRouting | None:
-    """The routing of ``spec`` for a [E, C, M] buffer shape (T = E C / k tokens per member); None for W0,
-    whose balanced routing the bench builds as it always has (its records stay bit-identical)."""
+def point_routing(
+    spec: str, shape: tuple, k: int, members: int, nodes: int, tp: int, cf: float = 1.0
+) -> PointRouting | None:
+    """The routing of ``spec`` for a [E, C, M] buffer shape (T tokens per member, ``tokens_per_rank``);
+    None for W0 at capacity factor 1, whose balanced routing fills the buffer and which the bench builds
+    as it always has (its records stay bit-identical)."""
     from monta.routing import make_routing, parse_spec
 
-    if parse_spec(spec).balanced:
+    if parse_spec(spec).balanced and cf == 1.0:
         return None
     E, C, _ = shape
-    r = make_routing(spec, members, tokens_per_rank(E, C, k), E, k, nodes)
+    r = make_routing(spec, members, tokens_per_rank(E, C, k, cf, tp), E, k, nodes)
     return PointRouting(r, C, r.dropless_capacity(tp))
 
 
-def tokens_per_rank(experts: int, capacity: int, k: int) -> int:
-    if (experts * capacity) % k:
-        raise ValueError(f"{experts} experts x capacity {capacity} is not a whole number of top-{k} tokens")
-    return experts * capacity // k
+def tokens_per_rank(experts: int, capacity: int, k: int, cf: float = 1.0, tp: int = 1) -> int:
+    """T tokens per rank for a buffer of ``capacity`` C slots per expert at capacity factor ``cf``: the
+    buffer is DeepSpeed's capacity for them (C >= ceil(T k cf / E)). cf 1: T = E C / k, the buffer full at
+    W0. cf > 1 (GShard and Switch train at 1.25): fewer tokens, so the buffer has room a balanced routing
+    leaves empty and a skewed one fills; T rounded down to whole balanced routes (every expert the same
+    count at W0) that split over TP."""
+    if cf == 1.0:
+        if (experts * capacity) % k:
+            raise ValueError(f"{experts} experts x capacity {capacity} is not a whole number of top-{k} tokens")
+        return experts * capacity // k
+    if not cf > 0:
+        raise ValueError(f"capacity factor {cf!r}: must be > 0")
+    step = math.lcm(experts // math.gcd(experts, k), tp)
+    tokens = int(experts * capacity / (k * cf)) // step * step
+    if tokens <= 0:
+        raise ValueError(
+            f"capacity factor {cf:g} leaves no whole top-{k} tokens in {experts} experts x capacity {capacity}; "
+            "use a larger size or a smaller factor"
+        )
+    return tokens
 
 
 def balanced_slots(tokens: int, experts: int, k: int, capacity: int, seed: int) -> torch.Tensor:
@@ -128,7 +152,7 @@ def make_input(
     same tokens and routing, and any rank can rebuild a peer's. Small integers are exact in every dtype.
     ``routing`` None: the balanced routing; else member ``dp_index``'s choices of that point's routing."""
     E, C, M = shape
-    S = tokens_per_rank(E, C, k)
+    S = tokens_per_rank(E, C, k) if routing is None else routing.routing.tokens
     seed = 1_000_003 * (size_idx + 1) + 7919 * dp_index + salt
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(-64, 64, (S, M), generator=g).to(dtype)
@@ -170,7 +194,7 @@ def inter_formula(variant: str, inp: SizeInput, geo_nodes: int, per_node: int, t
     return e.routing_inter_bytes(r)
 
 
-def routing_arg(spec: str, sizes, experts: int, hidden: int, elsize: int, k: int, layout) -> str:
+def routing_arg(spec: str, sizes, experts: int, hidden: int, elsize: int, k: int, layout, cf: float = 1.0) -> str:
     """``--routing SPEC`` checked against every size before any rank starts (UsageError, one line): the
     spec parses, a skewed routing has one EP group over all data-parallel ranks (its rows are the
     members), and each size's shape can hold it. Returns the spec as given."""
@@ -178,13 +202,14 @@ def routing_arg(spec: str, sizes, experts: int, hidden: int, elsize: int, k: int
     from monta.validate import UsageError
 
     try:
-        if parse_spec(spec).balanced:
+        if parse_spec(spec).balanced and cf == 1.0:
             return spec.strip()
         if layout.ep != layout.dp:
-            raise ValueError(f"a skewed routing needs --ep equal to the data-parallel size {layout.dp}")
+            what = "a skewed routing" if not parse_spec(spec).balanced else f"--capacity-factor {cf:g}"
+            raise ValueError(f"{what} needs --ep equal to the data-parallel size {layout.dp}")
         for s in sizes:
             C = s // (experts * hidden * elsize)
-            point_routing(spec.strip(), (experts, C, hidden), k, layout.ep, layout.nodes, layout.tp)
+            point_routing(spec.strip(), (experts, C, hidden), k, layout.ep, layout.nodes, layout.tp, cf)
     except ValueError as e:
         msg = str(e)
         raise UsageError(msg if msg.startswith("routing ") else f"--routing {spec}: {msg}") from None

@@ -60,12 +60,16 @@ rule exchange_map:
         " --out results/map > {log} 2>&1"
 
 
-# The skew map: TP 1/2/4 x four routings (docs/routing.md) at 32 experts top-4 and one 4 MiB buffer. 32
-# experts top-4: MaxVio 4 is reachable (up to E/k - 1 = 7; 16 x top-8 and 8 x top-2 cap it at 1 and 3),
-# and node-dedup wins at W0 by 1.3x without TP, a margin skew can take away. A fixed iteration count,
-# not the alltoall section's adaptive repetition, holds the 12 runs to the budget (docs/results/skew-map.md).
+# The skew map: TP 1/2/4 x four routings (docs/routing.md) at 16 experts top-2, one 4 MiB buffer at
+# capacity factor 1.25 (GShard's and Switch's training value). 16 experts top-2: MaxVio 4 is reachable (up
+# to E/k - 1 = 7), and a token reaches the other node's experts at W0 only 77% of the time (1 - C(8,2) /
+# C(16,2)), so a hot node can raise node-dedup's bytes on its busiest link by up to 1.3x where a capacity
+# buffer keeps its own. At cf 1 the buffer exchanges move no more than the routes (node-dedup's two hops
+# lose at W0 and no winner moves: docs/results/skew-map.md); at 1.25 they move a quarter of empty slots at
+# W0, which a skewed routing fills. A fixed iteration count, not the alltoall section's adaptive repetition,
+# holds the 12 runs to the budget.
 SKEW_ROUTINGS = {"w0": "W0", "hotnode": "hotnode", "lnv1": "lognormal:maxvio=1", "lnv4": "lognormal:maxvio=4"}
-SKEW_EXPERTS, SKEW_TOPK, SKEW_SIZE, SKEW_ITERS = 32, 4, "4M", 5
+SKEW_EXPERTS, SKEW_TOPK, SKEW_SIZE, SKEW_ITERS, SKEW_CF = 16, 2, "4M", 5, 1.25
 
 
 rule skew_bench:
@@ -84,7 +88,8 @@ rule skew_bench:
             chunks=[2],
             tp=int(wildcards.tp),
             flags=(
-                f"--experts {SKEW_EXPERTS} --topk {SKEW_TOPK} --routing {SKEW_ROUTINGS[wildcards.skew]}",
+                f"--experts {SKEW_EXPERTS} --topk {SKEW_TOPK} --capacity-factor {SKEW_CF}",
+                f"--routing {SKEW_ROUTINGS[wildcards.skew]}",
                 "--hidden 256 --no-components --check",
             ),
         ).replace(repeat_args(), f"--iters {SKEW_ITERS}"),

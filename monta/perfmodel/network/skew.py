@@ -203,8 +203,11 @@ def skew_price(
     cf: float = 1.0,
     row_bytes: float | None = None,
 ) -> SkewPrice:
-    """``variant``'s dispatch under ``routing`` (module docstring). ``bytes_per_rank``: the balanced
-    [E, C, M] buffer of one rank; ``cf``: the capacity factor a buffer exchange drops at."""
+    """``variant``'s dispatch under ``routing`` (module docstring). ``bytes_per_rank``: the [E, C, M]
+    buffer of one rank. With ``row_bytes`` (M x element size) the buffer's capacity C is known: a buffer
+    exchange drops past C, and a token-level one moves the routing's T k routes of ``row_bytes`` (the
+    whole buffer at capacity factor 1, 1/cf of it above; ``monta.bench.routes.tokens_per_rank``);
+    without it, ``cf`` is the capacity factor a buffer exchange drops at and the routes fill the buffer."""
     from monta import variants
     from monta.perfmodel.network import routed
     from monta.perfmodel.network.exchange import exchange_time
@@ -217,8 +220,11 @@ def skew_price(
     _check(routing, ep, k, E)
     if is_capacity_exchange(variant):
         b = exchange_time(variant, bytes_per_rank, layout, cluster, chunks, top_k=k, experts=E, row_bytes=row_bytes)
-        s = routing.summary(cf)
+        cap = int(bytes_per_rank // (E * row_bytes)) if row_bytes else None  # the buffer's own C
+        s = routing.summary(cf, cap=cap)
         return SkewPrice(variant, False, b.total_us, b.total_us, s["dropped_routes"], s["drop_fraction"], b.inter_bytes)
+    if row_bytes:  # what the routing sends: T k routes, the buffer's bytes only when it is full (cf 1)
+        bytes_per_rank = routing.tokens * k * row_bytes
     if not moves_what_routing_sends(variant, routing, tp.size):  # e.g. a gather of every token: bytes fixed
         b = exchange_time(variant, bytes_per_rank, layout, cluster, chunks, top_k=k, experts=E, row_bytes=row_bytes)
         return SkewPrice(variant, True, b.total_us, b.total_us, 0, 0.0, b.inter_bytes)
@@ -237,18 +243,17 @@ def skew_price(
 
 def skew_table(specs, variants, layout, cluster, size: int, experts: int, hidden: int, elsize: int, k: int, cf: float):
     """Every (routing, exchange) pair at one point: (routing, [SkewPrice]) rows. ``size``: bytes of the
-    balanced [E, C, M] buffer (T = E C / k tokens per rank, the AllToAll bench's shape)."""
+    [E, C, M] buffer, DeepSpeed's capacity at ``cf`` for T tokens per rank (the AllToAll bench's shape,
+    ``tokens_per_rank``: T = E C / k at cf 1)."""
+    from monta.bench.routes import tokens_per_rank
     from monta.perfmodel.network.timeline import layout_shapes
     from monta.routing import make_routing
 
-    ep, _ = layout_shapes(layout)
+    ep, tp = layout_shapes(layout)
     row = experts * hidden * elsize
     if size % row:
         raise ValueError(f"size {size} B is not a whole [E={experts}, C, M={hidden}] buffer; use a multiple of {row} B")
-    C = size // row
-    if (experts * C) % k:
-        raise ValueError(f"{experts} experts x capacity {C} is not a whole number of top-{k} tokens")
-    tokens = experts * C // k
+    tokens = tokens_per_rank(experts, size // row, k, cf, tp.size)
     out = []
     for spec in specs:
         r = make_routing(spec, ep.size, tokens, experts, k, ep.nodes)
@@ -309,7 +314,13 @@ def register(sub) -> None:
     p.add_argument("--hidden", type=int, default=1024, help="model dim M")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--size", default="4M", help="bytes of one rank's balanced [E, C, M] dispatch buffer")
-    p.add_argument("--cf", type=float, default=1.0, help="capacity factor the buffer exchanges drop at")
+    p.add_argument(
+        "--cf",
+        type=float,
+        default=1.0,
+        help="capacity factor: the --size buffer is DeepSpeed's capacity at CF for E C / (k CF) tokens a rank "
+        "(1: full at W0; the AllToAll bench's --capacity-factor); the buffer exchanges drop past it",
+    )
     p.add_argument("--routing", default=DEFAULT_ROUTINGS, help="comma list of routing specs (docs/routing.md)")
     p.add_argument("--variants", default="all", help="comma list of exchanges (default: every registered one)")
     p.add_argument("--out", default=None, help="write the predictions as records")
