@@ -163,6 +163,17 @@ def test_a_schedule_with_its_own_gate_is_refused_under_routing():
         check_forced("lancet", [None, None], "W1")
 
 
+def test_lancet_under_routing_is_refused_before_any_rank_starts(capsys):
+    """The rank-side refusal above, said up front: one line, exit 2, nothing launched."""
+    from monta.cli import main
+
+    argv = ["bench", "step", "--launcher", "local", "--nodes", "2", "--gpus-per-node", "1", "--topk", "2"]
+    rc = main([*argv, "--variants", "deepspeed,monta+lancet", "--routing", "W3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "variant monta+lancet: the lancet schedule gates each batch partition with its own router" in err
+
+
 @pytest.mark.parametrize(
     "spec, says",
     [("W9", "unknown workload 'W9'"), ("lognormal:maxvio=100", "unreachable"), ("W1:heat=x", "is not a number")],

@@ -170,6 +170,14 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
             except ValueError as e:
                 raise ValueError(f"variant {v}: {e}") from None
     routing = check_routing(args.routing, cfg, layout)
+    for v in variants if routing else ():
+        if registry.get(v).parts.get("schedule") == "lancet":
+            # Lancet gates partition by partition with its own carried-capacity router (baselines/lancet.py),
+            # which a routing workload does not replace: it would run its gate's choice, not the workload's
+            raise ValueError(
+                f"variant {v}: the lancet schedule gates each batch partition with its own router, which "
+                "--routing does not replace; run it without --routing, or compare the other variants under it"
+            )
     return {
         "routing": routing,
         "layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
