@@ -309,14 +309,18 @@ def _(tmp: Path) -> str:
 
 # -- classes 5-7: ranks and runs on the emulated cluster --------------------------------------------
 def _bench_proc(tmp: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
+    """A long bench run; its stdout (the live progress lines) to ``tmp/stdout`` for ``_wait_for_timing``."""
+    out = tmp / "stdout"
+    proc = subprocess.Popen(
         MONTA + ["bench", "alltoall", *SMALL, "--iters", "1000", *extra],
-        stdout=subprocess.PIPE,
+        stdout=out.open("w"),
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
+        env={**ENV, "PYTHONUNBUFFERED": "1"},
         start_new_session=True,
     )
+    proc.progress_file = out
+    return proc
 
 
 def _rank_pids(parent: int) -> list[int]:
@@ -344,14 +348,21 @@ def _rank_pids(parent: int) -> list[int]:
 
 
 def _wait_for_timing(proc: subprocess.Popen, limit: float = 180) -> None:
-    t0 = time.monotonic()
+    """Until the ranks are in their timed iterations: rank 0's "warmed up" progress line, or (should the
+    line not come through) 25 s after the four ranks started."""
+    t0, up = time.monotonic(), None
     while time.monotonic() - t0 < limit:
         if proc.poll() is not None:
             raise NotHandled(f"the run ended early: {proc.stderr.read()[-300:]}")
-        if len(_rank_pids(proc.pid)) >= 4:
-            time.sleep(25)  # past start-up and into the timed iterations
-            return
-        time.sleep(1)
+        if up is None and len(_rank_pids(proc.pid)) >= 4:
+            up = time.monotonic()
+        if up is not None:
+            if "progress: warmed up" in proc.progress_file.read_text(errors="replace"):
+                time.sleep(1)  # into the timed iterations
+                return
+            if time.monotonic() - up > 25:
+                return
+        time.sleep(0.5)
     raise NotHandled("the ranks never started")
 
 
