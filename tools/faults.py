@@ -311,14 +311,15 @@ def _(tmp: Path) -> str:
 def _bench_proc(tmp: Path, *extra: str) -> subprocess.Popen:
     """A long bench run; its stdout (the live progress lines) to ``tmp/stdout`` for ``_wait_for_timing``."""
     out = tmp / "stdout"
-    proc = subprocess.Popen(
-        MONTA + ["bench", "alltoall", *SMALL, "--iters", "1000", *extra],
-        stdout=out.open("w"),
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**ENV, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
+    with out.open("w") as f:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            MONTA + ["bench", "alltoall", *SMALL, "--iters", "1000", *extra],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**ENV, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
     proc.progress_file = out
     return proc
 
