@@ -132,6 +132,7 @@ def register(registry) -> None:
         "lancet",
         build=_lancet,
         check_model=_lancet_check,
+        own_gate=True,  # a carried-capacity router per batch partition (baselines/lancet.py)
         hidden_us=_lancet_hidden,
         needs=(CAPACITY_PASSES,),  # it dispatches capacity windows of the encoded buffer during attention
         about="norm, attention and gate partitioned along the batch, each partition's final capacity window "

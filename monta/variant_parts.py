@@ -44,11 +44,13 @@ class Schedule:
     raises ValueError for a model the schedule cannot run. ``hidden_us(OverlapInputs)`` returns the
     (forward, backward) exchange time per layer the schedule hides behind compute (performance model).
     ``needs``: the exchange capabilities it cannot run without (``monta.exchanges``, e.g.
-    ``CAPACITY_PASSES``); a composition with an exchange that lacks one is refused up front."""
+    ``CAPACITY_PASSES``); a composition with an exchange that lacks one is refused up front. ``own_gate``:
+    it gates with its own router, which ``bench step --routing`` cannot replace (refused up front)."""
 
     name: str
     build: Callable[[Any], Any] | None = None
     check_model: Callable[[Any], None] | None = None
+    own_gate: bool = False
     hidden_us: Callable[[OverlapInputs], tuple[float, float]] | None = None
     needs: frozenset[str] = frozenset()
     about: str = ""

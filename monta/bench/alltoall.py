@@ -187,7 +187,7 @@ def _check_memory(sizes: list[int], ranks_here: int) -> None:
         )
 
 
-def build_config(args: argparse.Namespace) -> AlltoallConfig:
+def build_config(args: argparse.Namespace) -> AlltoallConfig:  # size: one check per flag, before any rank starts
     """Validate the flags into the worker config (UsageError names the flag, its value and what is allowed).
 
     Every check here runs before any rank or emulated network starts (monta.validate holds the
@@ -227,6 +227,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
     else:
         chunks = v["chunks"]
     _check_routing(args.topk, experts, args.hidden, elsize, sizes, tp, variants)
+    cf = number(args.capacity_factor, "capacity-factor", 0, 64, lo_open=True)
     if rep["max_iters"] < args.iters:
         raise UsageError(f"--max-iters {rep['max_iters']} is below --iters {args.iters}; use --max-iters >= --iters")
     if args.timeout is not None:
@@ -235,7 +236,6 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         _check_memory(sizes, args.nodes * args.gpus_per_node)
     check_out(args)
     inject = slowdown(args.inject_slowdown, variants)
-    cf = number(args.capacity_factor, "capacity-factor", 0, 64, lo_open=True)
     topo = network(args)
     fields = {
         "nodes": args.nodes,

@@ -171,12 +171,11 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
                 raise ValueError(f"variant {v}: {e}") from None
     routing = check_routing(args.routing, cfg, layout)
     for v in variants if routing else ():
-        if registry.get(v).parts.get("schedule") == "lancet":
-            # Lancet gates partition by partition with its own carried-capacity router (baselines/lancet.py),
-            # which a routing workload does not replace: it would run its gate's choice, not the workload's
+        schedule = registry.get(v).schedule
+        if schedule.own_gate:  # it would run its own gate's choice, not the workload's
             raise ValueError(
-                f"variant {v}: the lancet schedule gates each batch partition with its own router, which "
-                "--routing does not replace; run it without --routing, or compare the other variants under it"
+                f"variant {v}: the {schedule.name} schedule gates with its own router, which --routing does not "
+                "replace; run it without --routing, or compare the other variants under it"
             )
     return {
         "routing": routing,

@@ -314,13 +314,7 @@ def register(sub) -> None:
     p.add_argument("--hidden", type=int, default=1024, help="model dim M")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--size", default="4M", help="bytes of one rank's balanced [E, C, M] dispatch buffer")
-    p.add_argument(
-        "--cf",
-        type=float,
-        default=1.0,
-        help="capacity factor: the --size buffer is DeepSpeed's capacity at CF for E C / (k CF) tokens a rank "
-        "(1: full at W0; the AllToAll bench's --capacity-factor); the buffer exchanges drop past it",
-    )
+    p.add_argument("--cf", type=float, default=1.0, help="capacity factor (docs/routing.md, the bench's)")
     p.add_argument("--routing", default=DEFAULT_ROUTINGS, help="comma list of routing specs (docs/routing.md)")
     p.add_argument("--variants", default="all", help="comma list of exchanges (default: every registered one)")
     p.add_argument("--out", default=None, help="write the predictions as records")
