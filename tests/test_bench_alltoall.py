@@ -163,5 +163,8 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     clean = by2["deepspeed"]["samples_clean_us"]
     assert len(clean) == len(by2["deepspeed"]["samples_us"]) and "samples_clean_us" not in by2["monta"]
     assert by2["deepspeed"]["time_us"] > 1.3 * by2["deepspeed"]["time_clean_us"]
-    assert by2["deepspeed"]["time_us"] > 1.3 * by["deepspeed"]["time_us"]  # asked: 1.5x
+    # asked: 1.5x. Against the other run, relative to legacy in each: a drift of a whole run (this machine
+    # moves a few % between runs) cancels, so the check reads the injection, not the machine
+    rel = lambda b: b["deepspeed"]["time_us"] / b["legacy"]["time_us"]  # noqa: E731
+    assert rel(by2) > 1.3 * rel(by)
     assert by2["legacy"]["time_us"] < 1.2 * by["legacy"]["time_us"]  # the others are not slowed
