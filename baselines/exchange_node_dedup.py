@@ -22,13 +22,13 @@ import torch
 from monta.comm.dispatcher import TokenDispatcher
 from monta.comm.routing import EPGeometry, expert_rows, place_rows, route_members, used_rows, weighted_partials
 from monta.comm.rows import (
-    a2av,
     a2av_rows,
+    a2av_rows_with,
     ep_comm,
     exchange_counts,
     tp_comm,
     tp_gather,
-    tp_gather_v,
+    tp_gather_v_with,
     tp_select,
     tp_shard,
 )
@@ -75,24 +75,25 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     gateways = [geo.member(n, geo.my_local) for n in range(N)]
     idx1, send1 = _send_plan(torch.stack([(nd == n).any(0) for n in range(N)]), gateways, P)
     recv1 = exchange_counts(send1, ep, meter, meta, dev)
-    x1 = a2av_rows(xs.index_select(0, idx1), send1, ep, recv1, meter, "alltoall", phase)
-    g1 = a2av_rows(gs.index_select(0, idx1), send1, ep, recv1, meter, "meta", phase)
     m1 = torch.cat([idx1.unsqueeze(1), slots[:, idx1].t()], 1)  # [n, 1 + k]: token, slots
-    m1 = torch.cat(a2av(list(m1.split(send1)), ep, recv1, meter, "meta", meta))
+    # the rows with their gates and routes in one batch (one wait per hop, not three)
+    x1, g1, m1 = a2av_rows_with(
+        xs.index_select(0, idx1), (gs.index_select(0, idx1), m1), send1, ep, recv1, meter, "alltoall", phase
+    )
     src1 = torch.repeat_interleave(torch.arange(P, device=dev), torch.tensor(recv1, device=dev))  # row's source
     # 2. forward inside the node: one copy per (row, destination member on this node)
     slots1 = m1[:, 1:].t()
     mem1 = route_members(slots1, E, C, P)
     local = geo.node_members(geo.my_node)
     idx2, send2 = _send_plan(torch.stack([(mem1 == q).any(0) for q in local]), local, P)
-    recv2 = exchange_counts(send2, ep, meter, meta, dev)
-    x2 = a2av_rows(x1.index_select(0, idx2), send2, ep, recv2, meter, "alltoall", phase)
-    g2 = a2av_rows(g1.index_select(0, idx2), send2, ep, recv2, meter, "meta", phase)
+    # a node of one member forwards to itself: it knows its counts (no other member sends it rows)
+    recv2 = exchange_counts(send2, ep, meter, meta, dev) if len(local) > 1 else list(send2)
     m2 = torch.cat([src1[idx2].unsqueeze(1), m1[idx2, 1:]], 1)  # [n, 1 + k]: source member, slots
-    m2 = torch.cat(a2av(list(m2.split(send2)), ep, recv2, meter, "meta", meta))
-    # 3. every TP rank's rows, so each holds the full capacity of its experts
-    xa, tp_rows = tp_gather_v(x2, tp, meter, phase)
-    ma = torch.cat(a2av([m2] * tp.size, tp, tp_rows, meter, "meta", meta)) if tp.size > 1 else m2
+    x2, g2, m2 = a2av_rows_with(
+        x1.index_select(0, idx2), (g1.index_select(0, idx2), m2), send2, ep, recv2, meter, "alltoall", phase
+    )
+    # 3. every TP rank's rows and their routes, so each holds the full capacity of its experts
+    (xa, ma), tp_rows = tp_gather_v_with(x2, (m2,), tp, meter, phase)
     rows, mine = expert_rows(ma[:, 1:].t(), ma[:, 0].expand(k, -1), ep.index, E, C, P)
     out = place_rows(rows, mine, xa, E * C).view(E, C, M)
     # the combine: TP member t weights the routes of the rows it received itself

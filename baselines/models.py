@@ -89,40 +89,52 @@ def steps_node_dedup(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
     """1. rails: each token once to every node it touches, to that node's member of this local index;
     2. forward: the gateway's rows to the node's members holding one of their experts, one copy per
     (row, member); 3. the rows every TP rank received gathered over TP (uneven). Count exchanges before
-    each uneven step; routes and gates beside the rows."""
+    each uneven step; each row's gates and routes travel in the same batch as the row (one wait: the call's
+    ``riders``). A node of one member forwards to itself: no count exchange, nothing sent."""
     P, L, N, TP, c = ep.size, ep.ranks_per_node, ep.nodes, tp.size, ep.concurrent_per_node
     sh = S / (k * TP)
     rows = sh / row if row else 0.0
+    per_row = GATE_BYTES * k + SLOT_BYTES * (1 + k)  # a row's gates and routes (token or source, k slots)
     p_node, p_rank = touch_probability(E, k, N), touch_probability(E, k, P)
     out: list[Step] = []
     if TP > 1:
         out.append(Step("shard", "pack", nbytes=sh))
     out.append(Step("counts[1]", "meta", counts(ep, cluster)))
     out.append(Step("pack[1]", "pack", nbytes=sh * N * p_node))
-    rails = call(cluster, c, inter_msgs=N - 1, inter_bytes=sh * (N - 1) * p_node, size=sh * N * p_node)
-    out.append(Step("rails", "a2a", rails))
-    if rows:
-        r1 = rows * (N - 1) * p_node
-        for name, nb in (("gates[1]", GATE_BYTES * k), ("routes[1]", SLOT_BYTES * (1 + k))):
-            out.append(Step(name, "meta", call(cluster, c, inter_msgs=N - 1, inter_bytes=r1 * nb, size=r1 * nb)))
+    r1 = rows * (N - 1) * p_node * per_row
+    size1 = (sh + rows * per_row) * N * p_node
+    rails = call(cluster, c, inter_msgs=N - 1, inter_bytes=sh * (N - 1) * p_node + r1, size=size1)
+    out.append(Step("rails", "a2a", rails, riders=(r1, 0.0)))
     # its own rows need no send
-    out.append(Step("counts[2]", "meta", counts(ep, cluster)))
-    out.append(Step("pack[2]", "pack", nbytes=N * sh * L * p_rank))
-    fwd = call(cluster, c, intra_msgs=L - 1, intra_bytes=N * sh * (L - 1) * p_rank, size=N * sh * L * p_rank)
-    out.append(Step("forward", "a2a", fwd))
-    if rows:
-        r2 = N * rows * (L - 1) * p_rank
-        for name, nb in (("gates[2]", GATE_BYTES * k), ("routes[2]", SLOT_BYTES * (1 + k))):
-            out.append(Step(name, "meta", call(cluster, c, intra_msgs=L - 1, intra_bytes=r2 * nb, size=r2 * nb)))
+    if L > 1:
+        out.append(Step("counts[2]", "meta", counts(ep, cluster)))
+        out.append(Step("pack[2]", "pack", nbytes=N * sh * L * p_rank))
+        r2 = N * rows * (L - 1) * p_rank * per_row
+        size2 = N * (sh + rows * per_row) * L * p_rank
+        fwd = call(cluster, c, intra_msgs=L - 1, intra_bytes=N * sh * (L - 1) * p_rank + r2, size=size2)
+        out.append(Step("forward", "a2a", fwd, riders=(0.0, r2)))
     if TP > 1:
         got = P * sh * p_rank
+        routes = SLOT_BYTES * (1 + k) * P * rows * p_rank  # source member + k slots per row
+        ag = gather(got + routes, tp, cluster)
         out.append(Step("counts[tp]", "meta", counts(tp, cluster)))
-        out.append(Step("allgather[tp]", "ag", gather(got, tp, cluster), gather=True, msgs=TP - 1))
-        if rows:
-            meta = SLOT_BYTES * (1 + k) * P * rows * p_rank  # source member + k slots per row
-            out.append(Step("routes[tp]", "meta", gather(meta, tp, cluster), gather=True, msgs=TP - 1))
+        out.append(
+            Step(
+                "allgather[tp]",
+                "ag",
+                ag,
+                gather=True,
+                msgs=TP - 1,
+                riders=_share(ag, routes / (got + routes) if got + routes else 0.0),
+            )
+        )
     out.append(Step("copy", "copy", nbytes=S))
     return out
+
+
+def _share(ct, frac: float) -> tuple[float, float]:
+    """(inter, intra) bytes of ``ct`` that are a ``frac`` share of what it moves."""
+    return ct.inter_bytes * frac, ct.intra_bytes * frac
 
 
 # -- inter-node payload per rank and dispatch --------------------------------------------------------------

@@ -947,6 +947,27 @@ def test_routing_metadata_is_priced_apart_from_the_payload():
     assert bare.total_us < nd.total_us
 
 
+def test_node_dedup_sends_routing_data_in_the_rows_batch_and_a_lone_member_forwards_nothing():
+    """node-dedup's gates and routes ride in each hop's call (metered as metadata, priced in the call: one
+    wait per hop); with one EP member per node (2 x 4 at TP 4) the forward hop and its count exchange
+    are not there, and only hop 1's counts are metadata besides the riders."""
+    from monta.perfmodel.network.exchange import layout_shapes
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.network.routed import routed_shapes, touch_probability
+
+    S, k, E, row = 4 * MiB, 2, 16, 1024
+    for layout, forward in ((ParallelLayout(2, 4, tp=1, ep=8), True), (ParallelLayout(2, 4, tp=4, ep=2), False)):
+        ep, tp = layout_shapes(layout)
+        b = routed_shapes("node-dedup", S, ep, tp, get_cluster("a800", 2, 4), k, E, row)
+        names = [o.name for o in b.ops]
+        assert ("forward" in names, "counts[2]" in names) == (forward, forward), names
+        assert not any(n.startswith(("gates[", "routes[")) for n in names), names  # no call of their own
+        rows = S / (k * tp.size) / row
+        p_node = touch_probability(E, k, ep.nodes)
+        rider = rows * (ep.nodes - 1) * p_node * (8 + 12 * k)
+        assert b.meta_inter_bytes == pytest.approx(8 * (ep.size - ep.ranks_per_node) * (2 if forward else 1) + rider)
+
+
 def test_routed_models_on_the_emulator_share_its_cpu():
     """The emulator's fluid timeline: bytes as on a real cluster, every call pays its calibrated CPU."""
     from dataclasses import replace

@@ -73,21 +73,26 @@ class DuplexGroup:
         self._calls += 1
         return self._calls % _TAG_SPACE
 
-    def _exchange(self, sends: list[torch.Tensor | None], recvs: list[torch.Tensor | None]) -> _Batch:
+    def _exchange(self, *parts: tuple[list[torch.Tensor | None], list[torch.Tensor | None]]) -> _Batch:
         """Post every receive, then every send, peers in rotated order (rank i starts at i+1) so that
-        not everyone sends to the same peer first; gloo's sends are asynchronous, nothing blocks."""
-        tag, n, me = self._tag(), self.size, self.index
+        not everyone sends to the same peer first; gloo's sends are asynchronous, nothing blocks.
+        ``parts``: (sends, recvs) per message kind, each kind its own tag; all in one batch, so several
+        tensors per peer (rows and the routing data beside them) cost one wait, not one each."""
+        n, me = self.size, self.index
+        tags = [self._tag() for _ in parts]
         peers = [(me + k) % n for k in range(1, n)]
         works = []
         for p in peers:
-            if recvs[p] is not None:
-                # data from a lower rank travels up, from a higher rank down
-                comm = self.up if p < me else self.down
-                works.append(dist.irecv(recvs[p], src=self.ranks[p], group=comm, tag=tag))
+            # data from a lower rank travels up, from a higher rank down
+            comm = self.up if p < me else self.down
+            for tag, (_, recvs) in zip(tags, parts):
+                if recvs[p] is not None:
+                    works.append(dist.irecv(recvs[p], src=self.ranks[p], group=comm, tag=tag))
         for p in peers:
-            if sends[p] is not None:
-                comm = self.up if p > me else self.down
-                works.append(dist.isend(sends[p], dst=self.ranks[p], group=comm, tag=tag))
+            comm = self.up if p > me else self.down
+            for tag, (sends, _) in zip(tags, parts):
+                if sends[p] is not None:
+                    works.append(dist.isend(sends[p], dst=self.ranks[p], group=comm, tag=tag))
         return _Batch(works)
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
@@ -98,12 +103,13 @@ class DuplexGroup:
             )
         src, dst = inp.contiguous().view(n, -1), out.view(n, -1)
         dst[self.index].copy_(src[self.index])
-        return self._exchange([src[p] for p in range(n)], [dst[p] for p in range(n)])
+        return self._exchange(([src[p] for p in range(n)], [dst[p] for p in range(n)]))
 
-    def all_to_all_v(self, sends: list[torch.Tensor | None], recvs: list[torch.Tensor | None]) -> _Batch:
+    def all_to_all_v(self, sends: list[torch.Tensor | None], recvs: list[torch.Tensor | None], *more) -> _Batch:
         """Uneven AllToAll: ``sends[p]`` to member p, ``recvs[p]`` from it (None: nothing; the own entry
-        is the caller's to copy). Both sides agree on the sizes beforehand (a count exchange)."""
-        return self._exchange(sends, recvs)
+        is the caller's to copy). Both sides agree on the sizes beforehand (a count exchange). ``more``:
+        further (sends, recvs) pairs travelling in the same batch."""
+        return self._exchange((sends, recvs), *more)
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
         n = self.size
@@ -111,7 +117,7 @@ class DuplexGroup:
             raise ValueError(f"all_gather: output holds {out.numel()} elements, expected {n} x {inp.numel()}")
         src, dst = inp.contiguous().view(-1), out.view(n, -1)
         dst[self.index].copy_(src)
-        return self._exchange([src] * n, [dst[p] for p in range(n)])
+        return self._exchange(([src] * n, [dst[p] for p in range(n)]))
 
 
 # Built groups per world (keyed by the default process group) and pattern. Every rank makes the

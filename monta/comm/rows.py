@@ -75,44 +75,77 @@ def a2av(
 ) -> list[torch.Tensor]:
     """Uneven AllToAll: ``sends[p]`` (rows [n_p, ...], any n_p >= 0) goes to member p; returns what each
     member sent here. ``recv_rows``: the counts when known (else exchanged first). No autograd."""
-    tail, dtype = tuple(sends[0].shape[1:]), sends[0].dtype
     if recv_rows is None:
         recv_rows = exchange_counts([int(s.shape[0]) for s in sends], c, meter, phase, sends[0].device)
-    me = c.index
-    recvs = [
-        sends[me].clone() if p == me else sends[me].new_empty((n,) + tail, dtype=dtype) for p, n in enumerate(recv_rows)
-    ]
+    return a2av_parts([sends], c, recv_rows, meter, [op], phase)[0]
+
+
+def a2av_parts(
+    parts: list[list[torch.Tensor]],
+    c: Comm,
+    recv_rows: list[int],
+    meter: TrafficMeter | None = None,
+    ops: list[str] | None = None,
+    phase: str = "",
+) -> list[list[torch.Tensor]]:
+    """``a2av`` of several tensors with the same rows per member (a token's row, its gates, its routes)
+    in one batch: ``parts[i][p]`` goes to member p; returns, per part, what each member sent here.
+    One wait for all of them, where one ``a2av`` each would wait (and on the emulator wake every rank)
+    once per part. ``ops[i]``: how the meter books part i (the rows' op, ``meta`` for routing data)."""
+    me, ops = c.index, ops or ["alltoall"] * len(parts)
+    got = []
+    for sends in parts:
+        tail = tuple(sends[0].shape[1:])
+        got.append(
+            [s.clone() if p == me else s.new_empty((n,) + tail) for p, (s, n) in enumerate(zip(sends, recv_rows))]
+        )
     if c.size == 1:
-        return recvs
-    _meter(meter, c, [0 if p == me else s.numel() * s.element_size() for p, s in enumerate(sends)], op, phase)
-    src = [None if p == me or s.shape[0] == 0 else s.contiguous() for p, s in enumerate(sends)]
-    dst = [None if p == me or r.shape[0] == 0 else r for p, r in enumerate(recvs)]
+        return got
+    batch = []
+    for sends, recvs, op in zip(parts, got, ops):
+        _meter(meter, c, [0 if p == me else s.numel() * s.element_size() for p, s in enumerate(sends)], op, phase)
+        src = [None if p == me or s.shape[0] == 0 else s.contiguous() for p, s in enumerate(sends)]
+        dst = [None if p == me or r.shape[0] == 0 else r for p, r in enumerate(recvs)]
+        batch.append((src, dst))
     if isinstance(c.group, DuplexGroup):
-        c.group.all_to_all_v(src, dst).wait()
-    else:  # the backend's own (NCCL): empty tensors for the peers without rows
-        empty = sends[0].new_empty((0,) + tail)
+        c.group.all_to_all_v(*batch[0], *batch[1:]).wait()
+        return got
+    for (src, dst), sends in zip(batch, parts):  # the backend's own (NCCL): empty tensors for the peers without rows
+        empty = sends[0].new_empty((0,) + tuple(sends[0].shape[1:]))
         dist.all_to_all(
             [r if r is not None else empty for r in dst],
             [s if s is not None else empty for s in src],
             group=c.group,
         )
-    return recvs
+    return got
+
+
+def _cat_rows(got: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    return torch.cat(got) if got else like.new_empty((0,) + tuple(like.shape[1:]))
 
 
 class _A2AV(torch.autograd.Function):
-    """``a2av`` on one tensor cut into rows per member; backward sends the gradients back the same way."""
+    """``a2av_parts`` on tensors cut into rows per member; backward sends the gradients of those that
+    need one back the same way, in one batch. Integer parts (routes) carry no gradient."""
 
     @staticmethod
-    def forward(ctx, x, send_rows, recv_rows, c, meter, op, phase):  # noqa: D401
-        ctx.args = (send_rows, recv_rows, c, meter, op, phase)
-        got = a2av(list(x.split(send_rows)), c, recv_rows, meter, op, phase + "/fwd")
-        return torch.cat(got) if got else x.new_empty((0,) + tuple(x.shape[1:]))
+    def forward(ctx, send_rows, recv_rows, c, meter, ops, phase, *xs):  # noqa: D401
+        ctx.args = (send_rows, recv_rows, c, meter, ops, phase)
+        got = a2av_parts([list(x.split(send_rows)) for x in xs], c, recv_rows, meter, ops, phase + "/fwd")
+        out = tuple(_cat_rows(g, x) for g, x in zip(got, xs))
+        ctx.mark_non_differentiable(*(o for o in out if not o.is_floating_point()))
+        return out
 
     @staticmethod
-    def backward(ctx, grad):
-        send_rows, recv_rows, c, meter, op, phase = ctx.args
-        back = a2av(list(grad.contiguous().split(recv_rows)), c, send_rows, meter, op, phase + "/bwd")
-        return torch.cat(back), None, None, None, None, None, None
+    def backward(ctx, *grads):
+        send_rows, recv_rows, c, meter, ops, phase = ctx.args
+        want = [i for i, need in enumerate(ctx.needs_input_grad[6:]) if need]
+        parts = [list(grads[i].contiguous().split(recv_rows)) for i in want]
+        back = a2av_parts(parts, c, send_rows, meter, [ops[i] for i in want], phase + "/bwd") if want else []
+        dx: list[torch.Tensor | None] = [None] * len(grads)
+        for i, b in zip(want, back):
+            dx[i] = torch.cat(b)
+        return (None,) * 6 + tuple(dx)
 
 
 def a2av_rows(
@@ -126,7 +159,23 @@ def a2av_rows(
 ) -> torch.Tensor:
     """Differentiable uneven AllToAll of ``x`` cut into ``send_rows`` per member; returns the received
     rows concatenated in member order (``recv_rows`` of each)."""
-    return _A2AV.apply(x, list(send_rows), list(recv_rows), c, meter, op, phase)
+    return _A2AV.apply(list(send_rows), list(recv_rows), c, meter, [op], phase, x)[0]
+
+
+def a2av_rows_with(
+    x: torch.Tensor,
+    riders: tuple[torch.Tensor, ...],
+    send_rows: list[int],
+    c: Comm,
+    recv_rows: list[int],
+    meter: TrafficMeter | None = None,
+    op: str = "alltoall",
+    phase: str = "",
+) -> tuple[torch.Tensor, ...]:
+    """``a2av_rows`` of ``x`` with ``riders`` (the same rows' gates, routes) in the same batch, metered
+    as ``meta``; returns x's received rows and each rider's."""
+    ops = [op] + ["meta"] * len(riders)
+    return _A2AV.apply(list(send_rows), list(recv_rows), c, meter, ops, phase, x, *riders)
 
 
 class _TPShard(torch.autograd.Function):
@@ -200,27 +249,40 @@ class _EPReduceScatter(torch.autograd.Function):
 
 
 class _TPGatherV(torch.autograd.Function):
-    """Uneven AllGather over TP (each member's own rows to every member); backward: the own rows."""
+    """Uneven AllGather over TP (each member's own rows to every member), riders (routes, no gradient)
+    in the same batch; backward: the own rows."""
 
     @staticmethod
-    def forward(ctx, x, c, recv_rows, meter, phase):  # noqa: D401
+    def forward(ctx, c, recv_rows, meter, phase, x, *riders):  # noqa: D401
         ctx.args = (c, recv_rows)
-        got = a2av([x] * c.size, c, recv_rows, meter, "allgather", phase + "/fwd")
-        return torch.cat(got)
+        ops = ["allgather"] + ["meta"] * len(riders)
+        got = a2av_parts([[t] * c.size for t in (x, *riders)], c, recv_rows, meter, ops, phase + "/fwd")
+        out = tuple(torch.cat(g) for g in got)
+        ctx.mark_non_differentiable(*out[1:])
+        return out
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, *rest):
         c, rows = ctx.args
         lo = sum(rows[: c.index])
-        return grad[lo : lo + rows[c.index]].clone(), None, None, None, None
+        return (None,) * 4 + (grad[lo : lo + rows[c.index]].clone(),) + (None,) * len(rest)
 
 
 def tp_gather_v(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> tuple[torch.Tensor, list[int]]:
     """Every TP member's rows (any count each), concatenated in member order, and the counts."""
+    (out, *_), rows = tp_gather_v_with(x, (), c, meter, phase)
+    return out, rows
+
+
+def tp_gather_v_with(
+    x: torch.Tensor, riders: tuple[torch.Tensor, ...], c: Comm, meter=None, phase: str = ""
+) -> tuple[tuple[torch.Tensor, ...], list[int]]:
+    """``tp_gather_v`` of ``x`` and, in the same batch, ``riders`` with the same rows (routes; metered as
+    ``meta``, no gradient): every member's rows of each, and the counts."""
     if c.size == 1:
-        return x, [int(x.shape[0])]
+        return (x, *riders), [int(x.shape[0])]
     rows = exchange_counts([int(x.shape[0])] * c.size, c, meter, phase + "/fwd", x.device)
-    return _TPGatherV.apply(x, c, rows, meter, phase), rows
+    return _TPGatherV.apply(c, rows, meter, phase, x, *riders), rows
 
 
 class _TPSelect(torch.autograd.Function):

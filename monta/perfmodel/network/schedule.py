@@ -42,7 +42,8 @@ def schedule_steps(
     for s in plan.steps:
         if s.role in ("a2a", "ag", "meta"):
             into = meta if s.role == "meta" else payload
-            into[0], into[1] = into[0] + s.ct.inter_bytes, into[1] + s.ct.intra_bytes
+            into[0], into[1] = into[0] + s.ct.inter_bytes - s.riders[0], into[1] + s.ct.intra_bytes - s.riders[1]
+            meta[0], meta[1] = meta[0] + s.riders[0], meta[1] + s.riders[1]
     return Breakdown(
         variant,
         plan.chunks,

@@ -31,6 +31,9 @@ class Step:
     # A collective called even when it moves nothing (the core's AllToAll over its buffer): the emulator
     # charges its fixed per-call CPU anyway. A token-level step with nothing to send is no call: no CPU.
     runs_empty: bool = False
+    # Routing data (gates, routes) sent in the same batch as a call's rows: (inter, intra) bytes of ``ct``
+    # that are metadata, not payload (the bench meters them as ``meta``).
+    riders: tuple[float, float] = (0.0, 0.0)
 
     @property
     def is_copy(self) -> bool:
