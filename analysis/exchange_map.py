@@ -22,6 +22,7 @@ from monta.parallel import ParallelLayout  # noqa: E402
 from monta.perfmodel.network.exchange import exchange_time  # noqa: E402
 from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
 from monta.perfmodel.network.routed import inter_bytes_formula  # noqa: E402
+from monta.perfmodel.reports.accuracy import clock_factor  # noqa: E402
 from monta.results import read_records  # noqa: E402
 from monta.variants import is_chunked  # noqa: E402
 
@@ -62,8 +63,11 @@ def points(records: list[dict], profile: LinkProfile) -> list[dict]:
         layout = ParallelLayout(c["nodes"], c["gpus_per_node"], tp, ep)
         row_bytes = int(c["hidden"]) * (2 if c["dtype"] in ("bfloat16", "float16") else 4)
         v, chunks = rec["params"]["variant"], int(rec["params"]["chunks"])
+        clock = clock_factor(rec, profile)  # a size rerun on a slower clock (--dilation auto) is priced on it
+        if clock is None:
+            raise ValueError(f"record {v} at TP {tp} ran at another intra:inter ratio than {profile.name}")
         b = exchange_time(
-            v, size, layout, profile.cluster(c["nodes"], c["gpus_per_node"]), chunks,
+            v, size, layout, profile.rescaled(clock).cluster(c["nodes"], c["gpus_per_node"]), chunks,
             top_k=k, experts=experts, row_bytes=row_bytes,
         )  # fmt: skip
         m = rec["metrics"]

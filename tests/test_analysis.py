@@ -657,3 +657,15 @@ def test_exchange_map_prices_every_exchange_from_records(tmp_path):
     assert all(p["predicted_us"] > 0 for p in pts)
     by = {p["variant"]: p["predicted_us"] for p in pts}
     assert by["node-dedup"] < by["deepspeed"]  # top-8 on 16 experts: a token crosses once, not up to 8 times
+    # a size rerun at half the rates (--dilation auto) is priced at them: the model's time, the clock's
+    topo = {"inter_gbps": 1.0, "intra_gbps": 8.0}
+    at = LinkProfile.from_dict({**profile.to_dict(), "topology": {**profile.to_dict()["topology"], **topo}})
+    slow = [_map_record(2, "deepspeed", 200.0)]
+    slow[0]["params"].update({"inter_gbps": 0.5, "intra_gbps": 4.0, "dilation": 2.0})
+    fast = [_map_record(2, "deepspeed", 100.0)]
+    fast[0]["params"].update(topo)
+    (p2,), (p1,) = em.points(slow, at), em.points(fast, at)
+    assert 1.5 < p2["predicted_us"] / p1["predicted_us"] <= 2.0
+    slow[0]["params"]["intra_gbps"] = 8.0  # another intra:inter ratio: no clock to price it on
+    with pytest.raises(ValueError, match="another intra:inter ratio"):
+        em.points(slow, at)

@@ -109,9 +109,9 @@ def repeat_args(a=None):
             f" --budget-s {a['budget_s']}")
 
 
-def alltoall_cmd(cluster, sizes, variants=None, chunks=None, net=None, tp=None, flags=()):
+def alltoall_cmd(cluster, sizes, variants=None, chunks=None, net=None, tp=None, flags=(), dilation=None):
     """`monta bench alltoall` on ``cluster`` (launch prefix included; `--out` and the log are the rule's):
-    the alltoall section's variants, chunks, dtype, warm-up and repetition unless given; ``net``: the
+    the alltoall section's variants, chunks, dtype, warm-up, repetition and clock unless given; ``net``: the
     emulated-network flags (default: the network section's); ``tp``: the cluster's unless given;
     ``flags``: extra flags after the repetition, in order (an empty one keeps its place)."""
     a = config["alltoall"]
@@ -124,7 +124,7 @@ def alltoall_cmd(cluster, sizes, variants=None, chunks=None, net=None, tp=None, 
         net_args() if net is None else net,
         f"--dtype {a['dtype']} --warmup {a['warmup']}",
         repeat_args(a),
-        f"--dilation {a['dilation']}",  # every AllToAll run on one clock: sweeps, ablations and maps pair up
+        f"--dilation {a['dilation'] if dilation is None else dilation}",
         *flags,
         launcher_args(),
     ])
