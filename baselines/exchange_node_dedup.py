@@ -86,12 +86,13 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     mem1 = route_members(slots1, E, C, P)
     local = geo.node_members(geo.my_node)
     idx2, send2 = _send_plan(torch.stack([(mem1 == q).any(0) for q in local]), local, P)
-    # a node of one member forwards to itself: it knows its counts (no other member sends it rows)
-    recv2 = exchange_counts(send2, ep, meter, meta, dev) if len(local) > 1 else list(send2)
     m2 = torch.cat([src1[idx2].unsqueeze(1), m1[idx2, 1:]], 1)  # [n, 1 + k]: source member, slots
-    x2, g2, m2 = a2av_rows_with(
-        x1.index_select(0, idx2), (g1.index_select(0, idx2), m2), send2, ep, recv2, meter, "alltoall", phase
-    )
+    x2, g2 = x1.index_select(0, idx2), g1.index_select(0, idx2)
+    if len(local) > 1:  # a node of one member forwards to itself: no counts to learn, nothing to send
+        recv2 = exchange_counts(send2, ep, meter, meta, dev)
+        x2, g2, m2 = a2av_rows_with(x2, (g2, m2), send2, ep, recv2, meter, "alltoall", phase)
+    else:
+        recv2 = list(send2)
     # 3. every TP rank's rows and their routes, so each holds the full capacity of its experts
     (xa, ma), tp_rows = tp_gather_v_with(x2, (m2,), tp, meter, phase)
     rows, mine = expert_rows(ma[:, 1:].t(), ma[:, 0].expand(k, -1), ep.index, E, C, P)

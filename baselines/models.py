@@ -105,10 +105,11 @@ def steps_node_dedup(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
     size1 = (sh + rows * per_row) * N * p_node
     rails = call(cluster, c, inter_msgs=N - 1, inter_bytes=sh * (N - 1) * p_node + r1, size=size1)
     out.append(Step("rails", "a2a", rails, riders=(r1, 0.0)))
-    # its own rows need no send
+    # its own rows need no send; a node of one member only packs them
     if L > 1:
         out.append(Step("counts[2]", "meta", counts(ep, cluster)))
-        out.append(Step("pack[2]", "pack", nbytes=N * sh * L * p_rank))
+    out.append(Step("pack[2]", "pack", nbytes=N * sh * L * p_rank))
+    if L > 1:
         r2 = N * rows * (L - 1) * p_rank * per_row
         size2 = N * (sh + rows * per_row) * L * p_rank
         fwd = call(cluster, c, intra_msgs=L - 1, intra_bytes=N * sh * (L - 1) * p_rank + r2, size=size2)

@@ -208,7 +208,7 @@ def test_a_nested_config_override_as_users_type_it_is_accepted(work):
     proc = snakemake("-n", "--profile", "profiles/local", "--config", "alltoall={iters: 3, max_iters: 0}", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
-    assert "--iters 3 --dilation auto --launcher" in out and "--adaptive" not in out and "--max-iters" not in out
+    assert "--iters 3 --dilation 1 --launcher" in out and "--adaptive" not in out and "--max-iters" not in out
 
 
 def test_the_gate_check_injects_its_slowdown_into_both_sweeps_only_when_asked(work):

@@ -14,9 +14,10 @@ MAP_ROUTING = {"e8k1": (8, 1), "e16k8": (16, 8)}
 MAP_SIZES = "1M:4M:4"  # 1 MiB and 4 MiB buffers: hidden 256 fp32
 # its own cluster entry (any config): 2 x 4 on the network section's profile
 MAP_CLUSTER = {"name": "map", "nodes": 2, "gpus_per_node": 4, "tp": 4}
-# One clock, not the alltoall section's `auto`: rerun at x2, 5 of the 7 CPU-bound map points stayed bound
-# (the token-level exchanges' host work per row does not shrink with the links) and the map took 928 s
-# instead of 403-461 s before (docs/results/exchange-map.md). The skew map too (a fixed count: auto could not rerun).
+# One clock, never `auto` (whatever the alltoall section says): of the 8 map points CPU-bound at x1, 5 stayed bound at x2
+# (node-dedup and allgather at top-8: their host work per row does not shrink with the links; the 30 s
+# budget stopped each after one retry) and the map took 928 s instead of 403-461 s before
+# (docs/results/exchange-map.md). The skew map too (a fixed count: auto could not rerun).
 MAP_DILATION = 1
 
 
