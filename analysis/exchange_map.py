@@ -51,6 +51,19 @@ def _key(rec) -> tuple:
     return (int(p["tp"]), int(p.get("ep") or c["ep"]), int(c["experts"]), int(c.get("topk") or 1), int(p["size_bytes"]))
 
 
+def record_cluster(rec: dict, profile: LinkProfile):
+    """The emulated cluster a record ran on: ``profile`` at the record's clock (``clock_factor``), for its
+    nodes; ValueError where its links ran at another intra:inter ratio than the profile's."""
+    clock = clock_factor(rec, profile)
+    if clock is None:
+        p = rec["params"]
+        raise ValueError(
+            f"record {p['variant']} at TP {p.get('tp')} ran at another intra:inter ratio than {profile.name}"
+        )
+    c = rec["config"]
+    return profile.rescaled(clock).cluster(c["nodes"], c["gpus_per_node"])
+
+
 def points(records: list[dict], profile: LinkProfile) -> list[dict]:
     """One row per (layout, routing, size, exchange): measured median, predicted, bytes, CPU-bound flag."""
     out = []
@@ -63,11 +76,8 @@ def points(records: list[dict], profile: LinkProfile) -> list[dict]:
         layout = ParallelLayout(c["nodes"], c["gpus_per_node"], tp, ep)
         row_bytes = int(c["hidden"]) * (2 if c["dtype"] in ("bfloat16", "float16") else 4)
         v, chunks = rec["params"]["variant"], int(rec["params"]["chunks"])
-        clock = clock_factor(rec, profile)  # a size rerun on a slower clock (--dilation auto) is priced on it
-        if clock is None:
-            raise ValueError(f"record {v} at TP {tp} ran at another intra:inter ratio than {profile.name}")
-        b = exchange_time(
-            v, size, layout, profile.rescaled(clock).cluster(c["nodes"], c["gpus_per_node"]), chunks,
+        b = exchange_time(  # a size rerun on a slower clock (--dilation auto) is priced on it
+            v, size, layout, record_cluster(rec, profile), chunks,
             top_k=k, experts=experts, row_bytes=row_bytes,
         )  # fmt: skip
         m = rec["metrics"]

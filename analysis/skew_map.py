@@ -25,7 +25,7 @@ from monta.dtypes import DTYPE_BYTES  # noqa: E402
 from monta.parallel import ParallelLayout  # noqa: E402
 from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
 from monta.results import read_records  # noqa: E402
-from monta_analysis.exchange_map import TIE, exchange_colors, map_exchanges, tie  # noqa: E402
+from monta_analysis.exchange_map import TIE, exchange_colors, map_exchanges, record_cluster, tie  # noqa: E402
 
 BALANCED = "W0"
 POINT = ("tp", "ep", "experts", "topk", "cf", "size_bytes", "routing")  # one point of the skew map (routing last)
@@ -61,13 +61,8 @@ def _price(rec: dict, profile: LinkProfile):
     from monta.perfmodel.network.skew import skew_price
 
     p, c = rec["params"], rec["config"]
-    from monta.perfmodel.reports.accuracy import clock_factor
-
     layout = ParallelLayout(c["nodes"], c["gpus_per_node"], int(p["tp"]), int(p.get("ep") or c["ep"]))
-    clock = clock_factor(rec, profile)  # a record run on a slower clock (--dilation) is priced on it
-    if clock is None:
-        raise ValueError(f"record {p['variant']} at TP {p['tp']} ran at another intra:inter ratio than {profile.name}")
-    cluster = (profile.rescaled(clock) if clock != 1 else profile).cluster(c["nodes"], c["gpus_per_node"])
+    cluster = record_cluster(rec, profile)  # a record run on a slower clock (--dilation) is priced on it
     row_bytes = int(c["hidden"]) * DTYPE_BYTES[c["dtype"]]
     return skew_price(
         p["variant"], point_routing(rec), int(p["size_bytes"]), layout, cluster,

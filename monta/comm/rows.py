@@ -159,7 +159,7 @@ def a2av_rows(
 ) -> torch.Tensor:
     """Differentiable uneven AllToAll of ``x`` cut into ``send_rows`` per member; returns the received
     rows concatenated in member order (``recv_rows`` of each)."""
-    return _A2AV.apply(list(send_rows), list(recv_rows), c, meter, [op], phase, x)[0]
+    return a2av_rows_with(x, (), send_rows, c, recv_rows, meter, op, phase)[0]
 
 
 def a2av_rows_with(
