@@ -252,6 +252,41 @@ def injection_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     )
 
 
+def host_line(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """How the host held up in the AllToAll runs: the points (a sweep's size) whose ranks waited for a core,
+    and the rows the chunk floor (``--min-chunk``) left out, or None where no run measured its host."""
+    points: dict[tuple, dict] = {}
+    for r in records:
+        p, m = r.get("params") or {}, r.get("metrics") or {}
+        if r.get("kind") != "alltoall" or r.get("source") not in ("emulated", "measured"):
+            continue
+        key = (p.get("nodes"), p.get("gpus_per_node"), p.get("tp"), p.get("inter_gbps"), p.get("size_bytes"))
+        pt = points.setdefault(key, {"bound": False, "left": None})
+        pt["bound"] |= bool(m.get("cpu_bound"))
+        pt["left"] = pt["left"] or m.get("not_run")
+    if not points:
+        return None
+
+    def name(k: tuple) -> str:
+        return f"{k[0]}x{k[1]} TP{k[2]} @ {k[3]:g} Gbit/s {fmt_bytes(k[4])}"
+
+    bound = [name(k) for k, v in points.items() if v["bound"]]
+    text = f"**The host**: {len(bound)} of {len(points)} AllToAll points CPU-bound" + (
+        f" ({', '.join(bound)}: their ranks waited for a core; the machine, not the method)" if bound else ""
+    )
+    steps = [r for r in records if r.get("kind") == "step" and r.get("source") in ("emulated", "measured")]
+    if steps:  # a step is CPU-bound where its ranks waited for a core or its math outran the compute clock
+        n = sum(bool((r.get("metrics") or {}).get("cpu_bound")) for r in steps)
+        text += f"; {n} of {len(steps)} step records CPU-bound"
+    left = [f"{name(k)}: {', '.join(v['left']['rows'])}" for k, v in points.items() if v["left"]]
+    if left:
+        text += (
+            "; left out by the chunk floor (chunks whose host work, not the links, would set their time here; "
+            f"docs/testbed.md): {'; '.join(left)}"
+        )
+    return text + "."
+
+
 def summarize(
     records: Sequence[Mapping[str, Any]],
     paper: Mapping[str, Any] | None,
@@ -284,6 +319,9 @@ def summarize(
                 ("log", "logs/predict/accuracy.log"),
             )
         )
+    host = host_line(records)
+    if host:
+        lines.append(host)
     lines.append(regress_line(regress) + links(("table", "regress/alltoall.md")))
     if paper:
         line = paper_line(records, paper)

@@ -669,3 +669,22 @@ def test_exchange_map_prices_every_exchange_from_records(tmp_path):
     slow[0]["params"]["intra_gbps"] = 8.0  # another intra:inter ratio: no clock to price it on
     with pytest.raises(ValueError, match="another intra:inter ratio"):
         em.points(slow, at)
+
+
+def test_the_report_says_how_the_host_held_up_and_what_the_chunk_floor_left_out():
+    from monta_analysis.summary import host_line
+
+    def a2a(size, bound=False, left=None):
+        p = {"nodes": 2, "gpus_per_node": 4, "tp": 4, "inter_gbps": 0.125, "size_bytes": size}
+        m = {"cpu_bound": bound, **({"not_run": {"rows": left, "why": "x"}} if left else {})}
+        return {"kind": "alltoall", "source": "emulated", "params": p, "metrics": m}
+
+    recs = [a2a(2 << 20, left=["monta4", "monta8"]), a2a(2 << 20), a2a(4 << 20, bound=True), a2a(4 << 20)]
+    recs += [{"kind": "step", "source": "emulated", "params": {}, "metrics": {"cpu_bound": b}} for b in (1, 0)]
+    recs.append({**a2a(8 << 20, bound=True), "source": "predicted"})  # a prediction has no host
+    line = host_line(recs)
+    assert line.startswith("**The host**: 1 of 2 AllToAll points CPU-bound (2x4 TP4 @ 0.125 Gbit/s 4 MiB: ")
+    assert "1 of 2 step records CPU-bound" in line
+    assert line.endswith("left out by the chunk floor (chunks whose host work, not the links, would set their time "
+                         "here; docs/testbed.md): 2x4 TP4 @ 0.125 Gbit/s 2 MiB: monta4, monta8.")  # fmt: skip
+    assert host_line([{**a2a(1 << 20), "source": "predicted"}]) is None

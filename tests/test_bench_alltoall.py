@@ -67,11 +67,22 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     assert m["deepspeed_vs_halves"] == pytest.approx(np.median(t["deepspeed"] / (t["a2a"] + t["ag"])))
     assert "ideal = t_deepspeed / max(t_a2a, t_ag)" in good.stdout
 
-    bad = bench("--check", "--inject-fault", "--out", str(tmp_path / "bad.jsonl"))
+    # the chunk floor in the same run: at 64 KiB two chunks of 32 KiB are under --min-chunk 64K, at 128 KiB not
+    bad = bench(
+        "--check", "--inject-fault", "--sizes", "64K,128K", "--chunks", "1,2", "--min-chunk", "64K",
+        "--out", str(tmp_path / "bad.jsonl"),
+    )  # fmt: skip
     assert bad.returncode == 0, bad.stderr[-3000:]
-    wrong = {r["params"]["variant"]: r["metrics"]["wrong"] for r in read_records(tmp_path / "bad.jsonl")}
+    recs = read_records(tmp_path / "bad.jsonl")
+    rows = {(r["params"]["size_bytes"], r["params"]["variant"], r["params"]["chunks"]) for r in recs}
+    assert (65536, "monta", 2) not in rows and {(65536, "monta", 1), (131072, "monta", 2)} <= rows
+    assert all(r["metrics"]["not_run"]["rows"] == ["monta2"] for r in recs if r["params"]["size_bytes"] == 65536)
+    assert not any("not_run" in r["metrics"] for r in recs if r["params"]["size_bytes"] == 131072)
+    assert "# NOT RUN (a chunk under --min-chunk 64 KiB" in bad.stdout and "64 KiB: monta2" in bad.stdout
+    assert all(r["config"]["min_chunk"] == 65536 for r in recs)
+    wrong = {(r["params"]["variant"], r["params"]["chunks"]): r["metrics"]["wrong"] for r in recs}
     # rank 0 corrupts one element of its first chunk in every exchange pass it places
-    assert wrong["legacy"] > 0 and wrong["deepspeed"] > 0 and wrong["monta"] > 0
+    assert wrong[("legacy", 1)] > 0 and wrong[("deepspeed", 1)] > 0 and wrong[("monta", 2)] > 0
     assert "Out of bounds values : 0 OK" not in bad.stdout
 
 
@@ -98,6 +109,7 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
         ),
         (("--target-ci", "-1"), "--target-ci -1.0: must be a finite number at least 0 and at most 10"),
         (("--inject-slowdown", "monta"), "--inject-slowdown monta: use VARIANT:FRACTION"),
+        (("--min-chunk", "1X"), "--min-chunk 1X: give a byte count such as 512K or 1M (0: run every chunk count)"),
         (("--inject-slowdown", "tutel:0.1"), "VARIANT one of legacy, deepspeed, monta"),
     ],
 )

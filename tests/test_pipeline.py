@@ -62,14 +62,19 @@ def test_dry_run_default_runs_every_experiment(work):
     proc = snakemake("-n", "--profile", "profiles/local", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 4M:16M:2" in out  # per-cluster sizes
-    assert "--tp 4 --sizes 1M:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
+    assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 8M:16M:2" in out  # per-cluster sizes
+    assert "--tp 4 --sizes 2M:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
+    # the chunk floor: the section's for 2 x 4, the cluster's own for 2 x 8, scaled with the NIC for the
+    # ratio ablation (4 x the floor's bytes at 4 x the rate), none on the maps
+    assert "--dilation 1 --min-chunk 1M --check" in out
+    assert "--dilation 1 --min-chunk 2M --check" in out
+    assert "--dilation 1 --min-chunk 4194304 --launcher emulate" in out
     # the 4-NIC A800 everywhere (2 x 8 at half its rates), adaptive iterations (paired ratios' CIs within 4%)
     assert "--chunks 1,2,4,8 --topology a800-4nic@0.125 --dtype float32" in out
     assert "--chunks 1,2,4,8 --topology a800-4nic@0.0625 --dtype float32" in out
     # the ratio ablation keeps the default loopback (1.7021 Gbit/s) and varies the NIC: hand-set rates
     assert "--inter-gbps 0.25 --intra-gbps 1.7021" in out
-    assert "--adaptive --iters 5 --max-iters 40 --target-ci 0.04 --budget-s 30" in out
+    assert "--adaptive --iters 5 --max-iters 40 --target-ci 0.04 --budget-s 20" in out
     assert "--launcher emulate --backend gloo --experiment default" in out
     assert (
         "--launcher emulate --topology a800-4nic@0.25 --compute modeled --experiment default "
@@ -208,7 +213,8 @@ def test_a_nested_config_override_as_users_type_it_is_accepted(work):
     proc = snakemake("-n", "--profile", "profiles/local", "--config", "alltoall={iters: 3, max_iters: 0}", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
-    assert "--iters 3 --dilation 1 --launcher" in out and "--adaptive" not in out and "--max-iters" not in out
+    assert "--iters 3 --dilation 1 --min-chunk 1M --launcher" in out
+    assert "--adaptive" not in out and "--max-iters" not in out
 
 
 def test_the_gate_check_injects_its_slowdown_into_both_sweeps_only_when_asked(work):

@@ -33,6 +33,8 @@ def widest(times_si, pairs, seed: int) -> tuple[float, tuple[int, int] | None]:
     """Widest relative 95% CI among the watched paired ratios of one size (inf if under 3 iterations)."""
     worst, which = 0.0, None
     for a, b in pairs:
+        if not times_si[a] or not times_si[b]:  # a row under the chunk floor (not run at this size)
+            continue
         w = rel_width(bootstrap(median_ratio, [times_si[a], times_si[b]], n_boot=1000, seed=seed))
         if w >= worst:
             worst, which = w, (a, b)

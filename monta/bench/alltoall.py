@@ -41,6 +41,14 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         "(`monta variants` lists them)",
     )
     p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
+    p.add_argument(
+        "--min-chunk",
+        default="0",
+        metavar="BYTES",
+        help="run a chunk count at a size only where each chunk holds at least BYTES of a rank's buffer (e.g. 1M): "
+        "smaller chunks' host work, not the links, sets their time on the emulator; records say what was left "
+        "out (default 0: every count; docs/testbed.md)",
+    )
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="element type of the buffer")
     p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
     p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
@@ -228,6 +236,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:  # size: one check
         chunks = v["chunks"]
     _check_routing(args.topk, experts, args.hidden, elsize, sizes, tp, variants)
     cf = number(args.capacity_factor, "capacity-factor", 0, 64, lo_open=True)
+    min_chunk = _min_chunk(args.min_chunk)
     if rep["max_iters"] < args.iters:
         raise UsageError(f"--max-iters {rep['max_iters']} is below --iters {args.iters}; use --max-iters >= --iters")
     if args.timeout is not None:
@@ -266,8 +275,23 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:  # size: one check
         "routing": routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout, cf),
         "mode": args.mode,
         "capacity_factor": cf,
+        "min_chunk": min_chunk,
     }
     return AlltoallConfig(**fields)
+
+
+def _min_chunk(text: str) -> int:
+    """--min-chunk as bytes (UsageError naming what to give)."""
+    from monta.units import parse_size
+    from monta.validate import UsageError
+
+    try:
+        value = parse_size(text)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise UsageError(f"--min-chunk {text}: give a byte count such as 512K or 1M (0: run every chunk count)")
+    return value
 
 
 def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:

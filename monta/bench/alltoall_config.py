@@ -46,6 +46,7 @@ class AlltoallConfig:
     routing: str = "W0"  # --routing: the point's routing spec (monta.routing; W0 the balanced one)
     mode: str = "dispatch"  # --mode: what is timed, the dispatch alone or the MoE layer's forward+backward
     capacity_factor: float = 1.0  # --capacity-factor: the buffer is the capacity for E C / (k cf) tokens
+    min_chunk: int = 0  # --min-chunk: bytes a chunk holds at least, else its count does not run (chunk_floor)
 
     def __post_init__(self) -> None:
         for name in ("sizes", "variants", "chunks"):
@@ -54,7 +55,7 @@ class AlltoallConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (lists, not tuples), in field order: the records' ``config`` (the balanced
         routing's, dispatch mode's and capacity factor 1 left out: their records stay as they were before
-        ``routing``, ``mode`` and ``capacity_factor`` existed)."""
+        ``routing``, ``mode``, ``capacity_factor`` and ``min_chunk`` existed)."""
         out = {
             f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
         }
@@ -64,6 +65,8 @@ class AlltoallConfig:
             del out["mode"]
         if out["capacity_factor"] == 1.0:
             del out["capacity_factor"]
+        if not out["min_chunk"]:
+            del out["min_chunk"]
         return out
 
     def to_json(self) -> str:

@@ -10,6 +10,7 @@ import os
 import statistics
 from typing import Any
 
+from monta.bench import chunk_floor
 from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.hostload import cores, is_cpu_bound
 from monta.bench.stats import (
@@ -169,8 +170,13 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
     records = []
     for si, size in enumerate(cfg.sizes):
         t = [[x * 1e6 for x in tm.times[si][vi]] for vi in range(len(variants))]
+        left_out = chunk_floor.not_run(cfg.min_chunk, cfg.variants, size, variants)
         for vi, (v, c) in enumerate(variants):
+            if not chunk_floor.runs(cfg.min_chunk, cfg.variants, size, v, c):
+                continue
             m = _row_metrics(cfg, layout, tm, si, vi, t[vi], wrong, host[si][vi])
+            if left_out:
+                m["not_run"] = left_out
             link = link_delivery(layout, topo, m["time_us"], m["inter_bytes"], m["intra_bytes"], v)
             if link:
                 m["link_delivery"] = link

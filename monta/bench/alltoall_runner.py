@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from monta.bench import chunk_floor
 from monta.bench.adaptive import StopRule
 from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.hostload import HostLoad, own_run_delay_s
@@ -113,6 +114,10 @@ class Runner:
             self.routing_spec, tuple(shape), self.cfg.topk, self.cfg.ep, self.layout.nodes, self.cfg.tp, cf
         )
 
+    def runs(self, size: int, variant: str, chunks: int) -> bool:
+        """Whether row (``variant``, ``chunks``) runs at ``size`` (``--min-chunk``: monta.bench.chunk_floor)."""
+        return chunk_floor.runs(self.cfg.min_chunk, self.cfg.variants, size, variant, chunks)
+
     def capacity_based(self, variant: str) -> bool:
         """A buffer exchange or a component row (they drop at the capacity); False: token-level, dropless."""
         d = self.dispatchers.get(variant)
@@ -173,7 +178,7 @@ def warm_up(r: Runner, variants, inputs, sizes, warmup: int) -> None:
     for si, x in enumerate(inputs):
         beat(f"warm-up of size {format_size(sizes[si])}")
         for v, c in variants:
-            for _ in range(warmup):
+            for _ in range(warmup if r.runs(sizes[si], v, c) else 0):
                 r.run(v, c, x)
         live(f"progress: warmed up {_point(sizes, si)}: {warmup} x {_rows(variants)}")
     sync(inputs[0].buffer)
@@ -236,6 +241,8 @@ def time_sizes(
             k = it % len(variants)
             for vi in list(range(k, len(variants))) + list(range(k)):
                 v, c = variants[vi]
+                if not r.runs(sizes[si], v, c):  # under the chunk floor: not timed, its lists stay empty
+                    continue
                 r.meter.reset()
                 d0 = own_run_delay_s()
                 dist.barrier()
@@ -262,6 +269,8 @@ def time_sizes(
                 dist.all_reduce(round_clean, op=dist.ReduceOp.MAX)
             dist.all_reduce(round_c, op=dist.ReduceOp.SUM)
             for vi in range(len(variants)):
+                if not r.runs(sizes[si], *variants[vi]):
+                    continue
                 if round_clean[vi] > 0:
                     tm.clean[si][vi].append(float(round_clean[vi]))
                 tm.times[si][vi].append(float(round_t[vi]))
@@ -309,6 +318,8 @@ def check_routes(r: Runner, variants, shapes, sizes, dtype, device, inject_fault
             beat(f"checking size {format_size(sizes[si])}")
             pr = r.point(shp)
             for vi, (v, c) in enumerate(variants):
+                if not r.runs(sizes[si], v, c):
+                    continue
                 x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk, pr).to(device)  # fresh data
                 got = r.run(v, c, x).cpu()
                 wrong[si, vi] = int((got != r.expected(v, si, shp, dtype, salt=1)).sum())
@@ -336,6 +347,8 @@ def check_layer(r: Runner, variants, shapes, sizes, dtype, device, inject_fault:
             x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk, r.point(shp)).to(device)
             refs: dict[bool, tuple] = {}  # every rank asks for them in the same order (collective)
             for vi, (v, c) in enumerate(variants):
+                if not r.runs(sizes[si], v, c):
+                    continue
                 cap = r.capacity_based(v)
                 if cap not in refs:
                     refs[cap] = r.layer_rows.reference(x, cap)

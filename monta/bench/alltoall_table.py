@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from monta.bench import chunk_floor
 from monta.bench.adaptive import row_label
 from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.alltoall_records import LINK_SHORTFALL, net_tuning
@@ -301,6 +302,8 @@ def print_footer(records) -> None:
             f"# CPU-BOUND: {n_bound} of {len(rows)} sizes had timings limited by this machine's cores (see above); "
             "their ratios are the emulator talking, not the method"
         )
+    for line in filter(None, [chunk_floor.footer(records)]):  # the rows --min-chunk left out
+        print(line)
     injected = {
         r["params"]["variant"]: r["metrics"]["injected_slowdown"]
         for r in records

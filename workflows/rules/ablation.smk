@@ -55,7 +55,10 @@ rule ablation_ratio:
         "results/logs/ablation/ratio/{gbps}.log",
     params:
         cmd=lambda wildcards: alltoall_cmd(
-            ABL_CLUSTER, sizes=ABL["size"], net=net_args(inter_gbps=wildcards.gbps, intra_gbps=default_intra_gbps())
+            ABL_CLUSTER,
+            sizes=ABL["size"],
+            net=net_args(inter_gbps=wildcards.gbps, intra_gbps=default_intra_gbps()),
+            min_chunk=ratio_min_chunk(wildcards.gbps),
         ),
     resources:
         **bench_resources(ABL_CLUSTER),

@@ -98,6 +98,17 @@ def default_intra_gbps():
     return net["intra_gbps"]
 
 
+def ratio_min_chunk(gbps):
+    """The chunk floor on a faster NIC: the bytes a chunk of the floor's link time holds there (the floor x
+    gbps / the network section's rate), so the faster links do not leave the ablation's chunks to the host
+    (at 0.5 Gbit/s, 4 and 8 chunks of 4 MiB waited for a core 19% and 30% of their time)."""
+    from monta.units import parse_size
+
+    base = parse_size(config["ablation"]["cluster"].get("min_chunk") or config["alltoall"]["min_chunk"])
+    rate = float(config["network"]["inter_gbps"] or 0)
+    return int(base * float(gbps) / rate) if rate else base
+
+
 def repeat_args(a=None):
     """How many iterations `monta bench alltoall` runs: a fixed count (`--iters`, exactly), or adaptive
     (`--adaptive`: at least `iters`, more until the paired ratios' CIs are narrow, up to `max_iters` /
@@ -109,12 +120,17 @@ def repeat_args(a=None):
             f" --budget-s {a['budget_s']}")
 
 
-def alltoall_cmd(cluster, sizes, variants=None, chunks=None, net=None, tp=None, flags=(), dilation=None):
+def alltoall_cmd(
+    cluster, sizes, variants=None, chunks=None, net=None, tp=None, flags=(), dilation=None, min_chunk=None
+):
     """`monta bench alltoall` on ``cluster`` (launch prefix included; `--out` and the log are the rule's):
     the alltoall section's variants, chunks, dtype, warm-up, repetition and clock unless given; ``net``: the
     emulated-network flags (default: the network section's); ``tp``: the cluster's unless given;
-    ``flags``: extra flags after the repetition, in order (an empty one keeps its place)."""
+    ``flags``: extra flags after the repetition, in order (an empty one keeps its place); ``min_chunk``:
+    the chunk floor (default: the cluster's, else the alltoall section's)."""
     a = config["alltoall"]
+    if min_chunk is None:
+        min_chunk = cluster.get("min_chunk") or a["min_chunk"]
     return " ".join([
         launch(cluster),
         f"monta bench alltoall --nodes {cluster['nodes']} --gpus-per-node {cluster['gpus_per_node']}",
@@ -125,6 +141,7 @@ def alltoall_cmd(cluster, sizes, variants=None, chunks=None, net=None, tp=None, 
         f"--dtype {a['dtype']} --warmup {a['warmup']}",
         repeat_args(a),
         f"--dilation {a['dilation'] if dilation is None else dilation}",
+        f"--min-chunk {min_chunk}" if str(min_chunk) not in ("", "0") else "",
         *flags,
         launcher_args(),
     ])
