@@ -14,11 +14,13 @@ MAP_ROUTING = {"e8k1": (8, 1), "e16k8": (16, 8)}
 MAP_SIZES = "1M:4M:4"  # 1 MiB and 4 MiB buffers: hidden 256 fp32
 # its own cluster entry (any config): 2 x 4 on the network section's profile
 MAP_CLUSTER = {"name": "map", "nodes": 2, "gpus_per_node": 4, "tp": 4}
-# One clock, never `auto` (whatever the alltoall section says): of the 8 map points CPU-bound at x1, 5 stayed bound at x2
-# (node-dedup and allgather at top-8: their host work per row does not shrink with the links; the 30 s
-# budget stopped each after one retry) and the map took 928 s instead of 403-461 s before
-# (docs/results/exchange-map.md). The skew map too (a fixed count: auto could not rerun).
-MAP_DILATION = 1
+# A fixed clock per routing, never `auto` (whatever the alltoall section says): auto's reruns left 5 of 8
+# CPU-bound map points bound at x2 and took the map to 928 s (docs/results/exchange-map.md). At top-8 the
+# token-level exchanges (node-dedup, allgather) move a fraction of the buffer's bytes for the same host work
+# per call (9-18 ms of CPU a rank), so their links must be slower for the host to keep up: at TP 4, 4 MiB
+# their ranks waited for a core 14-16% at x2 and 9% at x4. Top-1 keeps one clock (its rows move the bytes).
+MAP_DILATION = {"e8k1": 1, "e16k8": 4}
+SKEW_DILATION = 1  # the skew map: a fixed count at one clock (auto could not rerun it)
 # No chunk floor (whatever the alltoall section says): the maps run monta at two chunks, whose 512 KiB
 # chunks at 1 MiB kept up with the links (rank wait 4-8% on the map's runs); the floor is for 4 and 8.
 
@@ -41,7 +43,7 @@ rule map_bench:
                 f"--experts {MAP_ROUTING[wildcards.routing][0]} --topk {MAP_ROUTING[wildcards.routing][1]}",
                 "--hidden 256 --no-components --check",
             ),
-            dilation=MAP_DILATION,
+            dilation=MAP_DILATION[wildcards.routing],
             min_chunk=0,
         ),
     resources:
@@ -101,7 +103,7 @@ rule skew_bench:
                 f"--routing {SKEW_ROUTINGS[wildcards.skew]}",
                 "--hidden 256 --no-components --check",
             ),
-            dilation=MAP_DILATION,
+            dilation=SKEW_DILATION,
             min_chunk=0,
         ).replace(repeat_args(), f"--iters {SKEW_ITERS}"),
     resources:
