@@ -157,14 +157,18 @@ def _profile() -> LinkProfile:
     )
 
 
-def test_a_rescaled_profile_divides_every_bandwidth_and_keeps_latency_and_curves():
+def test_a_rescaled_profile_divides_every_bandwidth_keeps_latency_and_reads_curves_at_equal_time():
     prof = _profile()
     base, slow = prof.cluster(2, 4), prof.rescaled(2).cluster(2, 4)
     for a, b in [(base.intra, slow.intra), (base.inter, slow.inter)] + [
         (x, y) for (_, x), (_, y) in zip(base.collective_links, slow.collective_links)
     ]:
         assert b.bandwidth_GBps == pytest.approx(a.bandwidth_GBps / 2)
-        assert b.latency_us == a.latency_us and b.efficiency == a.efficiency
+        assert b.latency_us == a.latency_us
+        # a curve's point moves to half the size: half the bytes take as long on the slower link, and
+        # lose the same share to the host's time per message
+        assert b.efficiency == tuple((s / 2, e) for s, e in a.efficiency)
+        assert b.eff(MiB) == pytest.approx(a.eff(2 * MiB))
     assert len(slow.collective_links) == 2
     assert prof.rescaled(2).extra["topology"]["inter_gbps"] == 0.5
     # twice x2 is x4; a saved rescaled profile reads back the same

@@ -438,5 +438,20 @@ def test_dry_run_exchange_map_target(work):
     assert out.count("--variants deepspeed,monta,2dh,allgather,node-dedup") == 6
     assert "--experts 16 --topk 8" in out and "--experts 8 --topk 1" in out
     assert "python -m monta_analysis.exchange_map" in out
+    # each sweep on its fixed clock (top-8 x4; top-1 x1 at TP 1, x2 under TP), no chunk floor
+    import re
+
+    clocks = {
+        (m[0], m[2]): m[1] for m in re.findall(r"--tp (\d) --sizes 1M:4M:4 .*?--dilation (\d+) .*?--topk (\d) ", out)
+    }
+    assert clocks == {
+        ("1", "1"): "1",
+        ("2", "1"): "2",
+        ("4", "1"): "2",
+        ("1", "8"): "4",
+        ("2", "8"): "4",
+        ("4", "8"): "4",
+    }
+    assert "--min-chunk" not in out
     default = snakemake("-n", cwd=work)
     assert "results/map/" not in default.stdout + default.stderr

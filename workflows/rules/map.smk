@@ -14,12 +14,13 @@ MAP_ROUTING = {"e8k1": (8, 1), "e16k8": (16, 8)}
 MAP_SIZES = "1M:4M:4"  # 1 MiB and 4 MiB buffers: hidden 256 fp32
 # its own cluster entry (any config): 2 x 4 on the network section's profile
 MAP_CLUSTER = {"name": "map", "nodes": 2, "gpus_per_node": 4, "tp": 4}
-# A fixed clock per routing, never `auto` (whatever the alltoall section says): auto's reruns left 5 of 8
-# CPU-bound map points bound at x2 and took the map to 928 s (docs/results/exchange-map.md). At top-8 the
-# token-level exchanges (node-dedup, allgather) move a fraction of the buffer's bytes for the same host work
-# per call (9-18 ms of CPU a rank), so their links must be slower for the host to keep up: at TP 4, 4 MiB
-# their ranks waited for a core 14-16% at x2 and 9% at x4. Top-1 keeps one clock (its rows move the bytes).
-MAP_DILATION = {"e8k1": 1, "e16k8": 4}
+# A fixed clock per routing and TP, never `auto` (whatever the alltoall section says): auto's reruns left 5
+# of 8 CPU-bound map points bound at x2 and took the map to 928 s (docs/results/exchange-map.md). The
+# token-level exchanges (node-dedup, allgather) do 9-18 ms of host work a rank and call; at top-8 they move
+# a fraction of the buffer's bytes for it, so their links must run 4x slower for the host to keep up (TP 4,
+# 4 MiB: their ranks waited for a core 14-16% at x2, 8% at x4); at top-1 under TP node-dedup waited 16-22%
+# at x1, 8-16% at x2. The model prices each record at its clock (analysis/exchange_map.py).
+MAP_DILATION = {"e8k1": {1: 1, 2: 2, 4: 2}, "e16k8": {1: 4, 2: 4, 4: 4}}
 SKEW_DILATION = 1  # the skew map: a fixed count at one clock (auto could not rerun it)
 # No chunk floor (whatever the alltoall section says): the maps run monta at two chunks, whose 512 KiB
 # chunks at 1 MiB kept up with the links (rank wait 4-8% on the map's runs); the floor is for 4 and 8.
@@ -43,7 +44,7 @@ rule map_bench:
                 f"--experts {MAP_ROUTING[wildcards.routing][0]} --topk {MAP_ROUTING[wildcards.routing][1]}",
                 "--hidden 256 --no-components --check",
             ),
-            dilation=MAP_DILATION[wildcards.routing],
+            dilation=MAP_DILATION[wildcards.routing][int(wildcards.tp)],
             min_chunk=0,
         ),
     resources:

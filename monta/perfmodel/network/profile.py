@@ -98,9 +98,10 @@ class LinkProfile:
     def rescaled(self, factor: float) -> LinkProfile:
         """This profile on a clock ``factor`` x slower, for a record the emulator ran at the calibrated rates
         / ``factor`` (``monta bench alltoall --dilation``, or 2 x 8 at half the 2 x 4 rates): every link's
-        bandwidth / factor; latencies and the efficiency per message size unchanged, because the shaping
-        adds no delay of its own (netem 0) and its token bucket is a byte count, not a time (docs/testbed.md,
-        "the model follows the clock"); the host's CPU terms unchanged (the same work per byte)."""
+        bandwidth / factor; latencies unchanged, because the shaping adds no delay of its own (netem 0); each
+        efficiency curve read at the size that takes as long at the calibrated rate (``_slower``: its shortfall
+        is the host's time per message, which the slower link does not stretch); the host's CPU terms unchanged
+        (the same work per byte). docs/testbed.md, "the model follows the clock"."""
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
             raise ValueError(f"rescaled({factor!r}): the factor must be a positive number")
         if factor == 1:
@@ -236,12 +237,18 @@ class LinkProfile:
 
 
 def _slower(cl: Cluster, factor: float) -> Cluster:
-    """``cl`` with every link's bandwidth / ``factor`` (its latency and efficiency curve kept)."""
+    """``cl`` with every link's bandwidth / ``factor``, its latency kept, and its efficiency curve read at
+    the size that takes as long at the calibrated rate (a point (s, e) moves to (s / factor, e)): what a
+    curve's shortfall holds is time the host spends per message (posting, waking, copying), which a
+    slower link does not stretch, so a message of s / factor bytes on the slower link loses the share a
+    message of s bytes lost at the calibrated rate. Keeping the curve per size priced the exchange map's
+    top-8 points at x4 10-28% slow (docs/testbed.md, the chunk floor)."""
     if factor == 1:
         return cl
 
     def slow(link: Link) -> Link:
-        return replace(link, bandwidth_GBps=link.bandwidth_GBps / factor)
+        curve = tuple((s / factor, e) for s, e in link.efficiency)
+        return replace(link, bandwidth_GBps=link.bandwidth_GBps / factor, efficiency=curve)
 
     return replace(
         cl,
