@@ -71,7 +71,7 @@ pipeline-test: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml
 
 # The exchange map: deepspeed, monta, 2dh, allgather and node-dedup over TP 1/2/4, two routings and two sizes
-# on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); ~10 min, not in reproduce.
+# on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); 9-10 min, not in reproduce.
 exchange-map: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/map/map.md
 

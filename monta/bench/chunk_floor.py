@@ -2,15 +2,15 @@
 count runs at a size only where each chunk holds at least B bytes of a rank's buffer.
 
 Why: on the emulator every chunk costs each rank a fixed amount of host work (posting its sends and
-receives, waking for them, copying it into place) whatever its bytes: 1.6 ms of CPU per rank and chunk at
-2 x 4 TP 4 on this 2-core machine, 2.2 ms at 2 x 8 TP 8 (docs/testbed.md, "The chunk floor"). Below the floor
+receives, waking for them, copying it into place) whatever its bytes: 1.3-1.6 ms of CPU per rank and chunk
+at 2 x 4 TP 4 on this 2-core machine, 2.2 ms at 2 x 8 TP 8 (docs/testbed.md, "The chunk floor"). Below the floor
 that work, not the links, sets a chunk's time, its ranks wait for a core, and the row measures the
 machine; a slower clock does not help much, as the work per chunk grows with the wait. So such rows are
 not run, and every record of the size says which were left out and why (``metrics.not_run``), as the
 table's footer and the reports do. On real GPUs a chunk costs a launch of microseconds: the floor is
 the emulator's, not the method's, and 0 (the default) runs every count.
 
-Torch-free: the pipeline's config check and the worker both ask it.
+Torch-free: the worker, the records and the table's footer all ask it.
 """
 
 from __future__ import annotations
