@@ -267,8 +267,8 @@ def host_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     if not points:
         return None
 
-    def name(k: tuple) -> str:
-        return f"{k[0]}x{k[1]} TP{k[2]} @ {k[3]:g} Gbit/s {fmt_bytes(k[4])}"
+    def name(k: tuple) -> str:  # a real network (SLURM) has no emulated rate
+        return f"{k[0]}x{k[1]} TP{k[2]}{'' if k[3] is None else f' @ {k[3]:g} Gbit/s'} {fmt_bytes(k[4])}"
 
     bound = [name(k) for k, v in points.items() if v["bound"]]
     text = f"**The host**: {len(bound)} of {len(points)} AllToAll points CPU-bound" + (

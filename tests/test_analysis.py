@@ -688,3 +688,7 @@ def test_the_report_says_how_the_host_held_up_and_what_the_chunk_floor_left_out(
     assert line.endswith("left out by the chunk floor (chunks whose host work, not the links, would set their time "
                          "here; docs/testbed.md): 2x4 TP4 @ 0.125 Gbit/s 2 MiB: monta4, monta8.")  # fmt: skip
     assert host_line([{**a2a(1 << 20), "source": "predicted"}]) is None
+    # a real network's records (SLURM, NCCL) have no emulated rate
+    real = a2a(1 << 20, bound=True)
+    real["source"], real["params"]["inter_gbps"] = "measured", None
+    assert host_line([real]).startswith("**The host**: 1 of 1 AllToAll points CPU-bound (2x4 TP4 1 MiB: ")

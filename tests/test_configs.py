@@ -73,7 +73,7 @@ def test_default_runs_the_emulated_cluster(tmp_path):
         parses(c)
     sweep = [c for c in benches(commands, "alltoall") if "--check" in c]
     assert {c[c.index("--topology") + 1] for c in sweep} == {"a800-4nic@0.125", "a800-4nic@0.0625"}
-    assert all(c[c.index("--max-iters") + 1] == "40" and c[c.index("--budget-s") + 1] == "30" for c in sweep)
+    assert all(c[c.index("--max-iters") + 1] == "40" and c[c.index("--budget-s") + 1] == "20" for c in sweep)
     assert {c[c.index("--launcher") + 1] for c in benches(commands, "step")} == {"emulate"}
 
 

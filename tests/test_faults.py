@@ -358,7 +358,7 @@ def _default():
     "section,change,named",
     [
         ("alltoall", {"sizes": "128K:64K:2"}, "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
-        ("alltoall", {"chunks": [64]}, "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice 32"),
+        ("alltoall", {"chunks": [128]}, "config key alltoall.chunks = '128': 128 chunks exceed the capacity slice 64"),
         (
             "alltoall",
             {"sizes": "1M:1G:1"},
