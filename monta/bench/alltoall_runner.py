@@ -178,7 +178,9 @@ def warm_up(r: Runner, variants, inputs, sizes, warmup: int) -> None:
     for si, x in enumerate(inputs):
         beat(f"warm-up of size {format_size(sizes[si])}")
         for v, c in variants:
-            for _ in range(warmup if r.runs(sizes[si], v, c) else 0):
+            if not r.runs(sizes[si], v, c):  # under the chunk floor: not run at this size
+                continue
+            for _ in range(warmup):
                 r.run(v, c, x)
         live(f"progress: warmed up {_point(sizes, si)}: {warmup} x {_rows(variants)}")
     sync(inputs[0].buffer)
