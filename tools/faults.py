@@ -326,7 +326,8 @@ def _bench_proc(tmp: Path, *extra: str) -> subprocess.Popen:
 
 def _rank_pids(parent: int) -> list[int]:
     """Host pids of this run's rank processes: descendants of ``parent`` (never another run's
-    ranks) whose command line runs monta.bench.alltoall_worker."""
+    ranks) whose command line runs monta.bench.alltoall_worker, or forked from the supervisor and named
+    monta-rankN (monta.emulate.forkstart)."""
     children: dict[int, list[int]] = {}
     cmdlines: dict[int, list[bytes]] = {}
     for d in Path("/proc").iterdir():
@@ -334,7 +335,7 @@ def _rank_pids(parent: int) -> list[int]:
             continue
         try:
             ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdlines[int(d.name)] = (d / "cmdline").read_bytes().split(b"\0")
+            cmdlines[int(d.name)] = (d / "cmdline").read_bytes().split(b"\0") + [(d / "comm").read_bytes()]
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(d.name))
@@ -343,7 +344,8 @@ def _rank_pids(parent: int) -> list[int]:
         pid = todo.pop()
         for c in children.get(pid, []):
             todo.append(c)
-            if b"monta.bench.alltoall_worker" in cmdlines.get(c, []):
+            words = cmdlines.get(c, [])
+            if b"monta.bench.alltoall_worker" in words or any(w.startswith(b"monta-rank") for w in words):
                 out.append(c)
     return sorted(out)
 

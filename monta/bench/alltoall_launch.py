@@ -15,6 +15,9 @@ from monta.bench.alltoall_config import AlltoallConfig
 
 # Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
 _UNSHAPED_GBPS = 4.0
+# What every rank imports: imported once by the emulator's supervisor, which forks the ranks from itself
+# (monta.emulate.forkstart) instead of 8-16 interpreters importing torch and DeepSpeed at once.
+ALLTOALL_PRELOAD = ("torch", "torch.distributed", "deepspeed", "deepspeed.moe.layer", "monta.bench.alltoall_worker")
 
 
 def expected_seconds(cfg: AlltoallConfig) -> float:
@@ -106,6 +109,7 @@ def launch_once(cfg: AlltoallConfig, args: argparse.Namespace, timeout: float) -
                 timeout_s=timeout,
                 allow_unshaped=args.allow_unshaped,
                 stall_s=stall_seconds(cfg),
+                preload=ALLTOALL_PRELOAD,
             )
         except EmulationError as e:
             print(f"monta: error: {e}", file=sys.stderr)

@@ -43,6 +43,18 @@ def clock_of(topo, lay: dict[str, Any], cfg):
     )
 
 
+# What every rank imports: imported once by the emulator's supervisor, which forks the ranks from itself
+# (monta.emulate.forkstart). DeepSpeed's first initialize() imports its Muon optimizer, whose torch.compile
+# decorators import torch._dynamo: 3.7 s of CPU per rank, the largest of the three.
+STEP_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "deepspeed",
+    "deepspeed.runtime.zero.muon.muon_optimizer",
+    "monta.bench.step_worker",
+)
+
+
 def _argv_env() -> tuple[list[str], dict[str, str]]:
     argv = [sys.executable, "-m", "monta.bench.step", "--worker"]
     env = {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "DS_BUILD_OPS": "0", "OMP_NUM_THREADS": "1"}
@@ -84,6 +96,7 @@ def _emulated(args: argparse.Namespace, spec: dict[str, Any], topo) -> int:
         timeout_s=args.timeout,
         allow_unshaped=args.allow_unshaped,
         stall_s=max(120.0, 60.0 + 5.0 * lay["nodes"] * lay["gpus_per_node"]),
+        preload=STEP_PRELOAD,
     )
     spec["emulated"] = bool(result.emulated)
     return 0

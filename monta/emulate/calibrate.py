@@ -326,6 +326,7 @@ def calibrate(
             topology,
             allow_unshaped=allow_unshaped,
             timeout_s=timeout_s,
+            preload=("torch", "torch.distributed"),  # forked ranks, one import (monta.emulate.forkstart)
         )
         profile = build_profile(json.loads(raw_path.read_text()), topology, nodes, gpus_per_node, name)
     finally:

@@ -1,7 +1,7 @@
 """Runs a command once per rank on an emulated N-node cluster and returns every rank's exit code.
 
-Host side of the emulator: everything it starts lives in one ``unshare`` process tree with its own
-user, network and PID namespaces, so killing that tree removes every namespace, qdisc and rank.
+Host side of the emulator: everything it starts lives in one ``unshare`` process tree with its own user, network
+and PID namespaces, so killing that tree removes every namespace, qdisc and rank.
 """
 
 from __future__ import annotations
@@ -177,26 +177,26 @@ def launch(
     stdout: TextIO | None = None,
     master_port: int = 29500,
     stall_s: float | None = None,
+    preload: Sequence[str] = (),
 ) -> LaunchResult:
     """Run ``argv`` once per rank on ``nodes`` x ``gpus_per_node`` emulated ranks.
 
     Each rank gets torchrun's environment (MASTER_ADDR = node 0, RANK, WORLD_SIZE, LOCAL_RANK,
     LOCAL_WORLD_SIZE, GROUP_RANK), GLOO_SOCKET_IFNAME = its node's NIC, and MONTA_NODE,
     MONTA_NODES, MONTA_GPUS_PER_NODE, MONTA_HOST, MONTA_BIND_ADDR, MONTA_NODE_ADDRS,
-    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS,
-    MKL_NUM_THREADS and the other thread counts are 1, or $MONTA_RANK_THREADS, whatever the
-    caller's say: the ranks share this machine's cores). Rank 0's stdout is streamed to ``stdout``
-    (default sys.stdout); every rank's stderr (and other ranks' stdout) goes to
-    ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if not given).
-    When a rank fails, the others are killed at once and RankFailed names it (``check=False``
-    returns the result instead). A rank stopped by a signal, or (for ranks that report progress
-    with ``monta.progress.beat``) no progress from any rank for ``stall_s`` seconds (default 120,
-    ``MONTA_STALL_S``), is a failure too, naming the rank behind and where it was. Call from the main
-    thread: the kill-on-exit chain is tied to the calling thread, and signal handlers can only be
-    installed there. While it runs, SIGINT
-    (as KeyboardInterrupt), SIGTERM and SIGHUP (as SystemExit) tear the whole tree down whatever
-    disposition was inherited: a background shell starts its commands with SIGINT ignored, and an
-    interrupt sent on purpose must still stop the ranks.
+    MONTA_EMULATED; ``env`` is added on top of the caller's environment (OMP_NUM_THREADS, MKL_NUM_THREADS and
+    the other thread counts are 1, or $MONTA_RANK_THREADS, whatever the caller's say: the ranks share this
+    machine's cores). Rank 0's stdout is streamed to ``stdout`` (default sys.stdout); every rank's stderr (and
+    other ranks' stdout) goes to ``log_dir/rank{r}.log`` (a temporary directory, removed after a clean run, if
+    not given). When a rank fails, the others are killed at once and RankFailed names it (``check=False``
+    returns the result instead). A rank stopped by a signal, or (for ranks that report progress with
+    ``monta.progress.beat``) no progress from any rank for ``stall_s`` seconds (default 120, ``MONTA_STALL_S``),
+    is a failure too, naming the rank behind and where it was. Call from the main thread: the kill-on-exit
+    chain is tied to the calling thread, and signal handlers can only be installed there. While it runs,
+    SIGINT (as KeyboardInterrupt), SIGTERM and SIGHUP (as SystemExit) tear the whole tree down whatever
+    disposition was inherited: a background shell starts its commands with SIGINT ignored, and an interrupt
+    sent on purpose must still stop the ranks. ``preload``: modules the ranks of a ``python -m MODULE`` argv
+    import, imported once by the supervisor, which forks the ranks from itself (``monta.emulate.forkstart``).
     """
     topology = topology if topology is not None else Topology.preset("unshaped")
     _validate(argv, nodes, gpus_per_node, topology, timeout_s)
@@ -218,6 +218,7 @@ def launch(
         "argv": list(argv),
         "timeout_s": timeout_s,
         "stall_s": stall_s,
+        "preload": list(preload),
         "log_dir": str(logs),
         "result_path": str(result_path),
         # Each node has its own network stack, so a fixed port cannot clash; the fallback shares ours.
@@ -264,13 +265,12 @@ def _supervisor_env(env: Mapping[str, str] | None) -> dict[str, str]:
     """The supervisor's (and so the ranks') environment."""
     package_root = str(Path(__file__).resolve().parents[2])
     # The ranks inherit the supervisor's environment (never written to disk: it may hold secrets).
-    # Every rank of every node shares this machine's cores: one compute thread each, whatever the
-    # caller's thread variables say (MONTA_RANK_THREADS to change it; ``env`` still wins). Snakemake
-    # exports OMP/MKL/OPENBLAS/..._NUM_THREADS = a job's threads (2), meant for the job, not for each
-    # of its 8-16 ranks; torch sizes its intra-op pool from MKL_NUM_THREADS too. Inherited, the
-    # ranks' extra workers made the pipeline's calibration of 1-4 MiB collectives 2-3x slower than
-    # the same command by hand (an 8-rank AllGather of 1 MiB: 57 ms instead of 19), and the
-    # performance model's error 71-79% instead of 8%.
+    # Every rank of every node shares this machine's cores: one compute thread each, whatever the caller's
+    # thread variables say (MONTA_RANK_THREADS to change it; ``env`` still wins). Snakemake exports
+    # OMP/MKL/OPENBLAS/..._NUM_THREADS = a job's threads (2), meant for the job, not for each of its 8-16 ranks;
+    # torch sizes its intra-op pool from MKL_NUM_THREADS too. Inherited, the ranks' extra workers made the
+    # pipeline's calibration of 1-4 MiB collectives 2-3x slower than the same command by hand (an 8-rank
+    # AllGather of 1 MiB: 57 ms instead of 19), and the performance model's error 71-79% instead of 8%.
     threads = os.environ.get(RANK_THREADS_ENV, "1")
     sup_env = {**os.environ, **{name: threads for name in THREAD_VARS}, **(env or {})}
     sup_env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, sup_env.get("PYTHONPATH")]))

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from monta.emulate import forkstart
 from monta.emulate.privileges import drop_capabilities
 from monta.emulate.ranks import RankInfo, layout, rank_env
 from monta.emulate.topology import Topology
@@ -53,7 +54,7 @@ class Supervisor:
         self.emulated = spec["mode"] == "netns"
         self.log_dir = Path(spec["log_dir"])
         self.stop_reason: str | None = None
-        self.procs: dict[int, subprocess.Popen] = {}  # rank -> process
+        self.procs: dict[int, subprocess.Popen | forkstart.ForkedRank] = {}  # rank -> process
         self.codes: dict[int, int] = {}  # rank -> exit code (negative: signal)
         self.net_nodes: list = []
         self.notes: list[str] = []
@@ -62,6 +63,7 @@ class Supervisor:
         self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
         self.stopped_since: dict[int, float] = {}
         self.cpu_samples: list[tuple[float, dict[int, float]]] = []  # (monotonic time, CPU seconds per rank)
+        self.rank_start = "exec"  # or "fork": forked from this process after its preload (forkstart)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
@@ -77,6 +79,7 @@ class Supervisor:
             result["setup_s"] = round(time.monotonic() - t0, 3)
             result["tuning"] = self.tuning
             self._start(ranks)
+            result["rank_start"] = self.rank_start
             result["failure"] = self._watch(ranks)
             result["links"] = self._link_stats()
         except Exception as e:  # setup errors: reported to the launcher as one line
@@ -119,6 +122,14 @@ class Supervisor:
         # stack of every thread to its log, so the error can say where it was (launcher._tail).
         base_env.setdefault("PYTHONFAULTHANDLER", "1")
         node_addrs = [r.addr for r in ranks if r.local_rank == 0]
+        argv, preload = self.spec["argv"], self.spec.get("preload") or []
+        fork = forkstart.enabled(argv, preload)
+        if fork:  # the heavy imports once, here, instead of in every rank at once (forkstart)
+            why_not = forkstart.import_all(preload)
+            if why_not:
+                print(f"monta emulate: WARNING: {why_not}", file=sys.stderr, flush=True)
+                fork = False
+        self.rank_start = "fork" if fork else "exec"
         for info in ranks:
             if self.stop_reason:
                 return
@@ -140,8 +151,13 @@ class Supervisor:
                     drop_capabilities()
 
             try:
+                if fork:
+                    out = None if info.rank == 0 else log.fileno()
+                    close = [fd for fd, _ in fds]
+                    self.procs[info.rank] = forkstart.start(argv, env, out, log.fileno(), preexec, close)
+                    continue
                 self.procs[info.rank] = subprocess.Popen(
-                    self.spec["argv"],
+                    argv,
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=None if info.rank == 0 else log,
