@@ -79,12 +79,12 @@ exchange-map: setup
 skew-map: setup
 	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/skewmap/skew-map.md
 
-# The pipeline's 2 x 8 sweep as it runs it (config/default.yaml: 4 MiB and up, 1-8 chunks, adaptive).
+# The pipeline's 2 x 8 sweep as it runs it (config/default.yaml: 8 and 16 MiB, 1-8 chunks of 2 MiB and up, adaptive).
 bench-alltoall: setup
-	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 4M:16M:2 --chunks 1,2,4,8 --warmup 1 --adaptive --max-iters 40 --budget-s 30 --check
+	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 8M:16M:2 --chunks 1,2,4,8 --min-chunk 2M --warmup 1 --adaptive --max-iters 40 --budget-s 20 --check
 
 bench-step: setup
-	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --launcher emulate --topology a800-4nic@0.25 --compute modeled --steps 6 --warmup 2
+	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --launcher emulate --topology a800-4nic@0.125 --micro-batch 32 --compute modeled --steps 6 --warmup 2
 
 # Fault injection as a user meets faults (bad flags, corrupt inputs, damaged files, bad configs,
 # stopped/killed/unprivileged ranks, killed runs): one line per case, then `N/M handled`.

@@ -77,7 +77,7 @@ def test_dry_run_default_runs_every_experiment(work):
     assert "--adaptive --iters 5 --max-iters 40 --target-ci 0.04 --budget-s 20" in out
     assert "--launcher emulate --backend gloo --experiment default" in out
     assert (
-        "--launcher emulate --topology a800-4nic@0.25 --compute modeled --experiment default "
+        "--micro-batch 32 --launcher emulate --topology a800-4nic@0.125 --compute modeled --experiment default "
         "--out results/step/2x4.jsonl" in out
     )
     assert "monta bench step --nodes 2 --gpus-per-node 4 --tp 4 --model moe-2x70b-mini" in out
@@ -96,7 +96,6 @@ def test_dry_run_default_runs_every_experiment(work):
         "predict_alltoall",
         "predict_plan",
         "calibrate",
-        "calibrate_step",
         "predict_accuracy",
         "notebook",
         "report",
@@ -104,6 +103,8 @@ def test_dry_run_default_runs_every_experiment(work):
     ):
         assert f"\nrule {rule}:" in out, rule
     assert "srun" not in out  # the emulator launches its own ranks
+    # The step runs at the network section's rates: the sweeps' calibration prices it, no second one.
+    assert "\nrule calibrate_step:" not in out and "--micro-batch 32" in out
     # The default reads the chunk and buffer ablations off the 2x4 sweep; as axes of their own they still run.
     assert "\nrule ablation_chunks:" not in out and "\nrule ablation_buffer:" not in out
 

@@ -154,6 +154,8 @@ def step_args(s):
         extra.append(f"--layers {s['layers']}")
     if s["seq"]:
         extra.append(f"--seq {s['seq']}")
+    if s.get("micro_batch"):
+        extra.append(f"--micro-batch {s['micro_batch']}")
     return " ".join(extra)
 
 
