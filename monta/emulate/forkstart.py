@@ -90,13 +90,13 @@ def _child(
     code = 1
     try:
         os.setsid()
-        prepare()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
         if stdout_fd is not None:
             os.dup2(stdout_fd, 1)
-        os.dup2(stderr_fd, 2)
+        os.dup2(stderr_fd, 2)  # from here on a failure's traceback lands in the rank's log
+        prepare()
         for fd in {*close, stderr_fd, stdout_fd} - {None, 0, 1, 2}:
             os.close(fd)
         _fresh_process_state(env)
