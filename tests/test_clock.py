@@ -236,6 +236,21 @@ def test_a_piece_under_the_exchange_waits_its_stretched_target():
     assert ck.stats()["contention_s"] == {}
 
 
+def test_a_runs_contention_is_booked_once_across_its_pieces():
+    """Two pieces of one run under one 20 ms exchange window (c = 1): the run's stretch, 10 ms, is booked once
+    in all, not once per piece (each piece's wait covers the run from its start)."""
+    from monta.model.clock import EXCHANGE, ComputeClock
+
+    ck = ComputeClock({"experts": 1.0}, contention=1.0)
+    ck.restart()
+    th = _exchange_for(0.02)
+    ck.charge("experts", time.perf_counter(), flops=40_000)
+    ck.charge("experts", time.perf_counter(), flops=20_000)
+    th.join()
+    a, b = EXCHANGE._spans[-1]
+    assert sum(ck.stats()["contention_s"].values()) == pytest.approx((b - a) / 2, rel=1e-6)
+
+
 def test_without_contention_the_exchange_changes_no_wait():
     from monta.model.clock import ComputeClock
 

@@ -164,7 +164,7 @@ class ComputeClock:
     def _end_run(self) -> None:
         """The run's lateness, if any, becomes an overrun of its last piece."""
         late = getattr(self._local, "late", None)
-        self._local.late, self._local.owed = None, 0.0
+        self._local.late, self._local.owed, self._local.stretched = None, 0.0, 0.0
         if late is not None and late[1] > 0:
             with self._lock:
                 self.overruns[late[0]] += 1
@@ -199,8 +199,9 @@ class ComputeClock:
         with self._lock:
             self.calls[piece] += 1
             self.target_s[piece] += target
-            if stretch:
-                self.contention_s[piece] += stretch
+            if stretch:  # the run's stretch so far: this piece adds what its predecessors have not booked
+                self.contention_s[piece] += max(0.0, stretch - getattr(self._local, "stretched", 0.0))
+                self._local.stretched = stretch
 
 
 CLOCK: ComputeClock | None = None
