@@ -523,5 +523,6 @@ def test_contention_stretches_only_compute_under_the_exchange_and_keeps_the_math
     for rank, res in enumerate(dist_world(4).run(_clocked_job, variants, 2, 1.0, 50 * US_PER_FLOP, timeout_s=600)):
         for v in variants:
             assert res[v]["loss"] == runs[rank][0][v][:2], (rank, v)
-        assert all(step["contention_s"] == {} for step in res["deepspeed"]["clock"]), rank
-        assert all(step["contention_s"].get("experts", 0.0) > 0 for step in res["lina"]["clock"]), rank
+        assert all(step["contention_s"] == {} for step in res["deepspeed"]["clock"]), (rank, res["deepspeed"])
+        # the stretch is the run's (the pieces between two communications): booked on the pieces that waited it
+        assert all(sum(step["contention_s"].values()) > 0 for step in res["lina"]["clock"]), (rank, res["lina"])
