@@ -63,7 +63,6 @@ class Supervisor:
         self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
         self.stopped_since: dict[int, float] = {}
         self.cpu_samples: list[tuple[float, dict[int, float]]] = []  # (monotonic time, CPU seconds per rank)
-        self.rank_start = "exec"  # or "fork": forked from this process after its preload (forkstart)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = f"interrupted by {signal.Signals(signum).name}"
@@ -79,7 +78,6 @@ class Supervisor:
             result["setup_s"] = round(time.monotonic() - t0, 3)
             result["tuning"] = self.tuning
             self._start(ranks)
-            result["rank_start"] = self.rank_start
             result["failure"] = self._watch(ranks)
             result["links"] = self._link_stats()
         except Exception as e:  # setup errors: reported to the launcher as one line
@@ -129,7 +127,6 @@ class Supervisor:
             if why_not:
                 print(f"monta emulate: WARNING: {why_not}", file=sys.stderr, flush=True)
                 fork = False
-        self.rank_start = "fork" if fork else "exec"
         for info in ranks:
             if self.stop_reason:
                 return
