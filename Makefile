@@ -14,6 +14,9 @@ export PYTHONUNBUFFERED := 1
 # nvidia-* wheels). Where that index is unreachable, pip's own find-links/extra-index-url (pip.conf) still
 # apply and supply a local torch-2.13.0+cpu wheel; a mirror of the index: make setup TORCH_INDEX=URL.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Snakemake behind a check for a lock left by a crashed run (monta/pipeline_run.py): a lock no live
+# Snakemake holds is cleared with Snakemake's own --unlock and a one-line note; a live one stops the target.
+SNAKEMAKE := $(PY) -m monta.pipeline_run
 
 .PHONY: setup doctor test-plugins test test-fast reproduce report pipeline-test exchange-map skew-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
 
@@ -60,24 +63,24 @@ test-fast: setup test-plugins
 # sweeps, to check `monta regress` against an earlier run (docs/testbed.md, the gate); the report says so.
 INJECT ?=
 reproduce: setup
-	$(VENV)/bin/snakemake --cores 2 --profile profiles/local $(if $(INJECT),--config 'alltoall={inject_slowdown: $(INJECT)}')
+	$(SNAKEMAKE) --cores 2 --profile profiles/local $(if $(INJECT),--config 'alltoall={inject_slowdown: $(INJECT)}')
 
 # Snakemake's HTML report of the last `make reproduce` (every figure and table with its caption, the workflow,
 # run times): results/report.html, one self-contained file (docs/report.md).
 report: setup
-	$(VENV)/bin/snakemake --cores 1 --profile profiles/local --report results/report.html
+	$(SNAKEMAKE) --cores 1 --profile profiles/local --report results/report.html
 
 pipeline-test: setup
-	$(VENV)/bin/snakemake --cores 2 --profile profiles/local --configfile config/test.yaml
+	$(SNAKEMAKE) --cores 2 --profile profiles/local --configfile config/test.yaml
 
 # The exchange map: deepspeed, monta, 2dh, allgather and node-dedup over TP 1/2/4, two routings and two sizes
 # on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); 9-10 min, not in reproduce.
 exchange-map: setup
-	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/map/map.md
+	$(SNAKEMAKE) --cores 2 --profile profiles/local results/map/map.md
 
 # The skew map: every exchange under W0, a hot node and log-normal MaxVio 1 and 4 (docs/results/skew-map.md).
 skew-map: setup
-	$(VENV)/bin/snakemake --cores 2 --profile profiles/local results/skewmap/skew-map.md
+	$(SNAKEMAKE) --cores 2 --profile profiles/local results/skewmap/skew-map.md
 
 # The pipeline's 2 x 8 sweep as it runs it (config/default.yaml: 8 and 16 MiB, 1-8 chunks of 2 MiB and up, adaptive).
 bench-alltoall: setup

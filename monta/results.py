@@ -195,6 +195,15 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
         raise write_error(path, e) from None
 
 
+def _remove_orphaned_temps(path: Path) -> None:
+    """Remove the temporary files of earlier writes of `path` whose writer is gone (a SIGKILL between
+    mkstemp and the rename leaves one, `.NAME.PID.XXXX`): a live writer's file is left alone."""
+    for tmp in path.parent.glob(f".{path.name}.*.*"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            tmp.unlink(missing_ok=True)
+
+
 def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(records)
@@ -216,7 +225,8 @@ def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: boo
                 "Readers will name that line until it is repaired or removed.",
                 file=sys.stderr,
             )
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    _remove_orphaned_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(existing)

@@ -313,6 +313,25 @@ def test_records_written_by_the_project_load_back(tmp_path):
         assert read_records(f)
 
 
+def test_a_killed_writers_temporary_file_goes_with_the_next_write_a_live_ones_stays(tmp_path):
+    """A SIGKILL between mkstemp and the rename leaves `.NAME.PID.XXXX` beside the records: the next write of
+    that file removes it once its writer is gone, and leaves a live writer's (and other files') alone."""
+    import os
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    p = tmp_path / "r.jsonl"
+    dead = tmp_path / f".r.jsonl.{gone.pid}.abc123"
+    live = tmp_path / f".r.jsonl.{os.getppid()}.def456"
+    other = tmp_path / f".s.jsonl.{gone.pid}.ghi789"
+    for f in (dead, live, other):
+        f.write_text("partial")
+    write_records(p, [rec(1.0)])
+    assert not dead.exists() and live.exists() and other.exists()
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".r.jsonl.")] == [live.name]
+
+
 # -- class 3: --append never makes a file worse ---------------------------------------------------
 def test_appending_after_a_cut_off_line_starts_a_new_line_and_says_so(tmp_path, capsys):
     p = tmp_path / "r.jsonl"

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -392,8 +395,122 @@ def test_regress_rule_reports_a_baseline_it_cannot_compare(work):
     assert "no verdict" in regress_line(work / "results/regress/alltoall.md")
 
 
+def _run_pipeline(args: list[str], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "monta.pipeline_run", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _lock_files(work: Path) -> list[Path]:
+    locks = work / ".snakemake" / "locks"
+    return sorted(locks.iterdir()) if locks.is_dir() else []
+
+
+def _job_counts(out: str) -> dict[str, int]:
+    """Snakemake's 'Job stats' table of a run: rule -> jobs (without the 'all' and 'total' rows)."""
+    table = out[out.index("Job stats:") :].split("\n\n", 1)[0]
+    rows = (line.split() for line in table.splitlines()[3:])
+    return {r[0]: int(r[1]) for r in rows if len(r) == 2 and r[1].isdigit() and r[0] not in ("all", "total")}
+
+
+class _Killed:
+    def __init__(self, pids: set[int], netns: set[int], outputs: dict[Path, int]):
+        self.pids, self.netns, self.outputs = pids, netns, outputs
+
+
+def _processes() -> dict[int, tuple[int, str, bytes]]:
+    """pid -> (parent pid, comm, cmdline) of every live process this user can see (zombies left out)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+                if state != "Z":
+                    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                    out[int(d.name)] = (int(ppid), comm, (d / "cmdline").read_bytes())
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _descendants(root: int, procs: dict[int, tuple[int, str, bytes]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _kill_mid_sweep(args: list[str], work: Path) -> _Killed:
+    """Start the pipeline in a process group of its own; once the AllToAll sweep's emulated ranks run,
+    SIGKILL the group. Returns the processes it had, their network namespaces, and the outputs it finished."""
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    log = open(work / "killed-run.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monta.pipeline_run", *args],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 900
+    ranks: set[int] = set()
+    while not ranks:
+        assert proc.poll() is None, (work / "killed-run.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the sweep's ranks never started"
+        time.sleep(0.5)
+        procs = _processes()
+        mine = _descendants(proc.pid, procs)
+        # a forked rank is named monta-rankN (its command line is its supervisor's); the sweep's command is an
+        # ancestor: the emulator runs one benchmark at a time, so these are the AllToAll sweep's ranks
+        if any(b"bench\0alltoall" in procs[p][2] for p in mine):
+            ranks = {p for p in mine if procs[p][1].startswith("monta-rank")}
+    time.sleep(3)  # mid-sweep: the ranks are exchanging
+    procs = _processes()
+    pids = _descendants(proc.pid, procs) | {proc.pid}
+    netns = set()
+    for p in ranks:
+        try:
+            netns.add(os.stat(f"/proc/{p}/ns/net").st_ino)
+        except OSError:
+            pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    log.close()
+    # outputs the run had finished (records are written whole, by rename; logs are rewritten by a rerun)
+    outputs = {f: f.stat().st_mtime_ns for f in (work / "results").rglob("*") if f.is_file() and "logs" not in f.parts}
+    assert netns and netns != {os.stat("/proc/self/ns/net").st_ino}, "the ranks ran in the emulator's namespaces"
+    return _Killed(pids, netns, outputs)
+
+
+def _assert_gone(killed: _Killed, wait_s: float = 30) -> None:
+    """No process of the killed run is left (ranks are sessions of their own: they go with their
+    supervisor), and so no network namespace of its emulated nodes (one lives only while a process is in it)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        procs = _processes()
+        alive = killed.pids & set(procs)
+        in_ns = set()
+        for p in procs:
+            try:
+                if os.stat(f"/proc/{p}/ns/net").st_ino in killed.netns:
+                    in_ns.add(p)
+            except OSError:
+                pass
+        if not alive and not in_ns:
+            return
+        assert time.monotonic() < deadline, f"left running after the SIGKILL: {alive | in_ns}"
+        time.sleep(0.5)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2400)
 def test_tiny_pipeline_end_to_end(work):
     """The whole pipeline for real on config/test.yaml: build, the emulated AllToAll sweep, the
     training step, ablations, predictions, notebooks, tables, figures and the report."""
@@ -402,11 +519,28 @@ def test_tiny_pipeline_end_to_end(work):
     extra.write_text(
         "step:\n  variants: [deepspeed, monta, toy]\nalltoall:\n  variants: [legacy, monta, toy-exchange]\n"
     )
-    proc = snakemake("--cores", "2", "--configfile", "config/test.yaml", str(extra), cwd=work, timeout=1400)
+    # `make reproduce`'s way in (monta.pipeline_run), killed as an OOM kill or a lost session kills it: SIGKILL
+    # to the whole process group while the AllToAll sweep's ranks run. The next run comes back by itself.
+    args = ["--cores", "2", "--configfile", "config/test.yaml", str(extra)]
+    killed = _kill_mid_sweep(args, work)
+    assert _lock_files(work), "the SIGKILL should have left Snakemake's lock behind (the case under test)"
+    _assert_gone(killed)
+    proc = _run_pipeline(args, work, timeout=1400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert "note: cleared a stale Snakemake lock" in proc.stderr, proc.stderr[-3000:]
+    assert not _lock_files(work)
+    rerun = _job_counts(proc.stdout + proc.stderr)
+    assert "alltoall" in rerun, rerun  # the killed sweep ran again
+    redone = [f for f, mtime in killed.outputs.items() if not f.exists() or f.stat().st_mtime_ns != mtime]
+    assert killed.outputs and not redone, redone  # what had finished before the kill was kept, not rerun
+    from monta import tmpdirs
     from monta.results import read_records
 
     res = work / "results"
+    partial = [str(p) for p in res.rglob("*") if re.match(r"\..+\.\d+\.|.*\.tmp$", p.name)]
+    assert not partial, partial
+    stale = [d for prefix in tmpdirs.PREFIXES for d in Path(tempfile.gettempdir()).glob(prefix + "*")]
+    assert not [d for d in stale if tmpdirs.owner_alive(d) is False], stale
     a2a = read_records(res / "alltoall" / "2x2.jsonl")
     assert {r["params"]["variant"] for r in a2a} >= {"legacy", "monta", "toy-exchange"}
     assert "toy-exchange" in (res / "tables" / "alltoall_summary.md").read_text()

@@ -141,11 +141,21 @@ def _chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium installed (apt-get install chromium)")
+# What a browser on this closed network needs: no first-run, sync, component or background fetches (each
+# a refused connection), a profile of its own per run.
+QUIET = ["--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
 def test_every_image_loads_in_headless_chromium(report, tmp_path):
     """The single-file report.html opened in a browser. Its app shows a figure when its item is opened,
     so a script appended to a copy loads every image the page embeds (data:image/png URIs) and every
-    <img> on the page, and writes into the title how many there were and how many have naturalWidth 0."""
+    <img> on the page, and writes into the title how many there were and how many have naturalWidth 0.
+    On a developer's machine without Chromium it is skipped; in CI (.ci/run installs Debian's chromium)
+    a missing browser fails it: the check of what users open must run there."""
+    if _chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI=true and no headless Chromium: .ci/run installs Debian's chromium; run it as root")
+        pytest.skip("no headless Chromium installed (apt-get install chromium)")
     page = tmp_path / "page.html"
     html, end = (report / "report.html").read_text().rsplit("</body>", 1)  # the last: scripts quote the tag too
     page.write_text(html + PROBE + "</body>" + end)
@@ -154,7 +164,8 @@ def test_every_image_loads_in_headless_chromium(report, tmp_path):
     for budget in (20_000, 60_000, 180_000):
         out = subprocess.run(
             [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--virtual-time-budget={budget}"]
-            + ["--dump-dom", page.as_uri()],
+            + QUIET
+            + [f"--user-data-dir={tmp_path / f'profile-{budget}'}", "--dump-dom", page.as_uri()],
             capture_output=True,
             text=True,
             timeout=180,
