@@ -173,7 +173,9 @@ def test_records_alone_recover_the_emulated_rates(tmp_path, capsys):
     # A node's NIC and its loopback (the ranks' per-GPU intra links together), within 5% of the shaping.
     assert fitted.inter.bandwidth_GBps * fitted.nics_per_node * 8 == pytest.approx(inter_gbps, rel=0.05)
     assert fitted.intra.bandwidth_GBps * fitted.gpus_per_node * 8 == pytest.approx(intra_gbps, rel=0.05)
-    notes = yaml.safe_load(out.read_text())["calibration"]["records"]
+    doc = yaml.safe_load(out.read_text())
+    assert doc["sources"]["gpu.peak_tflops"].startswith("not measured")  # the file says what it does not know
+    notes = doc["calibration"]["records"]
     assert notes["mape"] < 0.05 and len(notes["points"]) == 14
     assert "no log measures it; rate x" in printed
 

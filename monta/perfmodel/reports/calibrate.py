@@ -225,12 +225,18 @@ def write_cluster(path: Path, cluster, cal, rfit, logs, base_file, record_paths=
     name = f"{base_file or 'unknown'}-calibrated"
     cluster = replace(cluster, name=name.rsplit("/", 1)[-1].removesuffix(".yaml"))
     described = f"{base_file} with links fitted" if base_file else "a cluster known only by its records"
+    if not base_file:  # no base file: the node's other figures are the model's defaults, and say so
+        unmeasured = "not measured: the model's default (only the links were fitted, from the records)"
+        fitted += [f"gpu.{k}" for k in ("peak_tflops", "gemm_eff", "attn_eff", "mem_GB", "hbm_GBps", "copy_GBps")]
+        note_for = dict.fromkeys(fitted, note) | {k: unmeasured for k in fitted if k.startswith("gpu.")}
+    else:
+        note_for = dict.fromkeys(fitted, note)
     return dump(
         cluster,
         path,
         overwrite=overwrite,
         base=base_file,
         description=f"{described} by monta calibrate",
-        sources={**{k: note for k in fitted}, **({"nodes": note} if cluster.nodes > 1 else {})},
+        sources={**note_for, **({"nodes": note} if cluster.nodes > 1 else {})},
         extra={"calibration": calibration_notes(cal, rfit, logs, record_paths)},
     )
