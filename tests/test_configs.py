@@ -64,6 +64,10 @@ def test_a800_runs_no_emulator_flag_and_its_own_counts(tmp_path):
     assert all(c[c.index("--iters") + 1] == "20" and c[c.index("--warmup") + 1] == "5" for c in a2a)
     assert all(c[c.index("--launcher") + 1] == "env" and c[c.index("--backend") + 1] == "nccl" for c in a2a)
     assert {c[c.index("--steps") + 1] for c in step} == {"10"}  # ablation steps included: not the emulator's 2
+    # The model scores itself against the cluster's own AllToAll records, on predict.cluster (no profile).
+    (acc,) = [c for c in commands if c[1:3] == ["predict", "accuracy"]]
+    assert acc[acc.index("--cluster") + 1] == "a800-8nic" and "--profile" not in acc
+    assert "results/alltoall/a800-2x8.jsonl" in acc
 
 
 def test_default_runs_the_emulated_cluster(tmp_path):

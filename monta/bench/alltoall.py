@@ -116,6 +116,13 @@ def _add_repetition_arguments(p: argparse.ArgumentParser) -> None:
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     """How the exchange runs and what else the run does (check, test aids, time limit, records' name)."""
     p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where each rank's buffers live: auto (CUDA with nccl, else the CPU); cuda with gloo puts several "
+        "ranks on one GPU (cuda:LOCAL_RANK mod the GPUs: gloo over CUDA tensors, as tools/gpu_check.py runs it)",
+    )
+    p.add_argument(
         "--transport",
         choices=("duplex", "native"),
         default=None,
@@ -276,8 +283,20 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:  # size: one check
         "mode": args.mode,
         "capacity_factor": cf,
         "min_chunk": min_chunk,
+        "device": _device(args.device, resolve_backend(args.backend, args.launcher), args.launcher),
     }
     return AlltoallConfig(**fields)
+
+
+def _device(device: str, backend: str, launcher: str) -> str:
+    """--device checked against the backend: NCCL moves CUDA tensors only; the emulated ranks have no GPU."""
+    from monta.validate import UsageError
+
+    if device == "cpu" and backend == "nccl":
+        raise UsageError("--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend gloo")
+    if device == "cuda" and launcher == "emulate":
+        raise UsageError("--device cuda: the emulated ranks are CPU processes; use --launcher env under torchrun")
+    return device
 
 
 def _min_chunk(text: str) -> int:

@@ -47,6 +47,7 @@ class AlltoallConfig:
     mode: str = "dispatch"  # --mode: what is timed, the dispatch alone or the MoE layer's forward+backward
     capacity_factor: float = 1.0  # --capacity-factor: the buffer is the capacity for E C / (k cf) tokens
     min_chunk: int = 0  # --min-chunk: bytes a chunk holds at least, else its count does not run (chunk_floor)
+    device: str = "auto"  # --device: where the buffers live (auto: CUDA with nccl, else the CPU)
 
     def __post_init__(self) -> None:
         for name in ("sizes", "variants", "chunks"):
@@ -55,7 +56,7 @@ class AlltoallConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (lists, not tuples), in field order: the records' ``config`` (the balanced
         routing's, dispatch mode's and capacity factor 1 left out: their records stay as they were before
-        ``routing``, ``mode``, ``capacity_factor`` and ``min_chunk`` existed)."""
+        ``routing``, ``mode``, ``capacity_factor``, ``min_chunk`` and ``device`` existed)."""
         out = {
             f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
         }
@@ -67,6 +68,8 @@ class AlltoallConfig:
             del out["capacity_factor"]
         if not out["min_chunk"]:
             del out["min_chunk"]
+        if out["device"] == "auto":
+            del out["device"]
         return out
 
     def to_json(self) -> str:

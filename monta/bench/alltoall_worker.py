@@ -41,6 +41,18 @@ from monta.testaids import Slowdown
 COLLECTIVE_TIMEOUT_S = 300  # a collective that waits longer fails the rank (a peer is gone)
 
 
+def rank_device(kind: str, backend: str) -> torch.device:
+    """This rank's device: auto is CUDA with nccl, the CPU otherwise; a CUDA rank takes GPU LOCAL_RANK mod the
+    GPUs, so several gloo ranks can share one (NCCL refuses two ranks on one device)."""
+    if kind == "auto":
+        kind = "cuda" if backend == "nccl" else "cpu"
+    if kind == "cpu":
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(1, torch.cuda.device_count()))
+    torch.cuda.set_device(device)
+    return device
+
+
 def main(cfg_path: str) -> int:
     with open(cfg_path) as f:
         cfg = AlltoallConfig.from_json(f.read())
@@ -50,10 +62,7 @@ def main(cfg_path: str) -> int:
     beat("building the process groups")
     r = Runner(cfg)
     rank, world = r.rank, r.layout.world_size
-    cuda = cfg.backend == "nccl"
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device = rank_device(cfg.device, cfg.backend)
     dtype = torch_dtype(cfg.dtype)
     shapes = [buffer_shape(s, cfg.experts, cfg.hidden, DTYPE_BYTES[cfg.dtype], cfg.tp) for s in cfg.sizes]
     variants = variant_rows(cfg)

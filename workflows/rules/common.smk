@@ -105,7 +105,9 @@ def predict_files():
     if not PRED["enabled"]:
         return []
     files = ["results/predict/paper.jsonl", "results/predict/alltoall.jsonl", "results/predict/plan.jsonl"]
-    if PRED["calibrate"] and EMULATED:
+    # The model against the measurements: on the emulator a calibrated link profile; on GPU nodes the
+    # cluster of predict.cluster against the cluster's own AllToAll records (monta predict accuracy --cluster).
+    if (PRED["calibrate"] and EMULATED) or (GPUS and config["alltoall"]["enabled"]):
         files.append("results/predict/accuracy.jsonl")
     return files
 

@@ -6,6 +6,8 @@ def get_accuracy_input(wildcards):
     """Every AllToAll sweep (the calibration cluster's shape and the others, out of sample), plus
     the link profile calibrated on one shape."""
     measured = alltoall_files() or ["results/ablation/chunks.jsonl"]
+    if not EMULATED:  # a real cluster's records, priced on predict.cluster: no profile to calibrate
+        return {"measured": measured}
     out = {"measured": measured, "profile": "results/calibrate/linkprofile.json"}
     if modeled_step_files():  # the step on the clock, priced on a profile of its own links
         out["steps"] = modeled_step_files()

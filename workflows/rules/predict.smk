@@ -1,5 +1,6 @@
 # Experiment 4: the performance model for the paper's cluster (A800), the planner's strategy,
-# and the model's accuracy against a link profile calibrated on the emulator.
+# and the model's accuracy against a link profile calibrated on the emulator (on GPU nodes: against
+# predict.cluster, the cluster the records ran on).
 
 
 rule predict_paper:
@@ -90,11 +91,13 @@ rule predict_accuracy:
     conda:
         "../envs/monta.yaml"
     params:
+        model=lambda wildcards, input: (f"--profile {input.profile}" if "profile" in input.keys()
+                                        else f"--cluster {PRED['cluster']}"),
         steps=lambda wildcards, input: " ".join(input.steps) if "steps" in input.keys() else "",
         step_profile=lambda wildcards, input: (f"--step-profile {input.step_profile}"
                                                if "step_profile" in input.keys() else ""),
     shell:
-        "monta predict accuracy --measured {input.measured} {params.steps} --profile {input.profile}"
+        "monta predict accuracy --measured {input.measured} {params.steps} {params.model}"
         " {params.step_profile} --out {output} > {log} 2>&1"
 
 

@@ -12,6 +12,7 @@ from monta.chunking import is_auto
 from monta.perfmodel.network.alltoall import make_layout
 from monta.perfmodel.network.chunks import choose_chunks
 from monta.perfmodel.network.exchange import exchange_time
+from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.profile import LinkProfile
 from monta.variants import is_chunked
 
@@ -131,9 +132,18 @@ def _has_model(variant: str) -> bool:
         return False
 
 
-def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], list[ChunkCheck]]:
+def _cluster_at(model: LinkProfile | Cluster, at: dict, factor: float, nodes: int, gpn: int) -> Cluster:
+    """The cluster a record is priced on: a profile rescaled to the record's clock (``at`` keeps one per
+    clock), or a cluster (a real one's records ran at its one rate) at the record's shape."""
+    if isinstance(model, Cluster):
+        return model.with_nodes(nodes, gpn)
+    return at.setdefault(factor, model.rescaled(factor)).cluster(nodes, gpn)
+
+
+def evaluate(records: list[dict], profile: LinkProfile | Cluster) -> tuple[list[Point], list[ChunkCheck]]:
     """Every measured AllToAll record priced on ``profile`` at the rates it ran at (the profile rescaled
-    to a record's slower clock: ``clock_factor``), and the chunk choice per setup."""
+    to a record's slower clock: ``clock_factor``), or on a cluster (``monta predict accuracy --cluster``:
+    a real cluster's records, at its one rate), and the chunk choice per setup."""
     pts: list[Point] = []
     at: dict[float, LinkProfile] = {}  # the profile per clock
     for i, rec in enumerate(records):
@@ -146,13 +156,13 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
             continue
         if not _has_model(variant):  # a plugin's exchange that declared no model (model_as): said once
             continue
-        factor = clock_factor(rec, profile)
+        factor = 1.0 if isinstance(profile, Cluster) else clock_factor(rec, profile)
         if factor is None:  # e.g. a bandwidth-ratio ablation point: another intra:inter ratio
             continue
         chunks = _param(rec, "chunks", where)
         nodes, gpn, tp = (int(_param(rec, k, where)) for k in ("nodes", "gpus_per_node", "tp"))
         layout = make_layout(nodes, gpn, tp, rec["params"].get("ep"))
-        cluster = at.setdefault(factor, profile.rescaled(factor)).cluster(nodes, gpn)
+        cluster = _cluster_at(profile, at, factor, nodes, gpn)
         try:
             measured = float(rec["metrics"]["time_us"])
         except (KeyError, TypeError, ValueError):
@@ -161,29 +171,18 @@ def evaluate(records: list[dict], profile: LinkProfile) -> tuple[list[Point], li
             raise ValueError(f"{where}: metrics.time_us={measured} must be > 0")
         b = exchange_time(variant, size, layout, cluster, chunks if is_auto(chunks) else int(chunks), **_routing(rec))
         pts.append(
-            Point(
-                size,
-                variant,
-                b.chunks,
-                nodes,
-                gpn,
-                tp,
-                layout.ep,
-                measured,
-                b.total_us,
-                rec["metrics"].get("cpu_bound"),
-                factor,
-            )
-        )
+            Point(size, variant, b.chunks, nodes, gpn, tp, layout.ep, measured, b.total_us,
+                  rec["metrics"].get("cpu_bound"), factor)
+        )  # fmt: skip
     if not pts:
         raise ValueError(
             "no measured AllToAll records (kind 'alltoall', source measured/emulated) in the input; "
             "produce them with `monta bench alltoall --out FILE.jsonl`"
         )
-    return pts, _chunk_checks(pts, at)
+    return pts, _chunk_checks(pts, profile, at)
 
 
-def _chunk_checks(pts: list[Point], at: dict[float, LinkProfile]) -> list[ChunkCheck]:
+def _chunk_checks(pts: list[Point], model: LinkProfile | Cluster, at: dict) -> list[ChunkCheck]:
     """Per setup (size, shape and clock) measured at two or more chunk counts: the model's pick among them."""
     checks = []
     groups: dict[tuple, dict[int, float]] = defaultdict(dict)
@@ -198,7 +197,7 @@ def _chunk_checks(pts: list[Point], at: dict[float, LinkProfile]) -> list[ChunkC
         if len(by_k) < 2:
             continue
         size, nodes, gpn, tp, ep, factor = key
-        cluster = at[factor].cluster(nodes, gpn)
+        cluster = _cluster_at(model, at, factor, nodes, gpn)
         chosen = choose_chunks(size, make_layout(nodes, gpn, tp, ep), cluster, candidates=by_k)
         best = min(by_k, key=by_k.get)
         checks.append(

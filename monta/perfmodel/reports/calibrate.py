@@ -1,8 +1,11 @@
-"""``monta calibrate --nccl-tests LOG...``: bring a GPU cluster in from its nccl-tests output.
+"""``monta calibrate --nccl-tests LOG... --records FILE...``: bring a cluster in from its nccl-tests output and
+the pipeline's own AllToAll records.
 
-Parses each log (``monta.perfmodel.network.nccltests``), fits the model's per-collective link curves
-(``monta.perfmodel.network.nccl_fit``), prints measured against fitted bus bandwidth and the fitted
-links, and with ``--out`` writes a cluster file (schema ``monta.cluster/1``). Imports no torch.
+Checks every row of each log (``ncclrows``: a bad one is named by file and line, exit 2), fits the model's
+per-collective link curves to the logs (``monta.perfmodel.network.nccl_fit``), then each link class's rate
+to the exchange records (``records_fit``), prints measured against fitted and a closing table of what was
+fitted and what keeps the base's figure, exits 1 when a fit misses one of its measurements by more than
+25%, and otherwise, with ``--out``, writes a cluster file (schema ``monta.cluster/1``). Imports no torch.
 """
 
 from __future__ import annotations
@@ -24,12 +27,20 @@ def register(subparsers) -> None:
         "one node for the NVLink curves, two or more for the NICs), fit the cost model's links to it, print "
         "measured vs fitted bus bandwidth and write a cluster file.",
     )
-    p.add_argument("--nccl-tests", nargs="+", required=True, metavar="LOG", dest="logs", help="nccl-tests stdout files")
+    p.add_argument("--nccl-tests", nargs="+", default=[], metavar="LOG", dest="logs", help="nccl-tests stdout files")
+    p.add_argument(
+        "--records",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="JSONL records of `monta bench alltoall` on this cluster: each link class's rate is fitted to their times",
+    )
     p.add_argument(
         "--cluster",
         default=None,
-        help="base preset for what the logs do not measure (NIC count, compute, other links); "
-        "default: the preset of the GPU the logs name (a100, a800, h100, h800)",
+        help="base cluster (name or file) for what the measurements do not set (NIC count, compute, other links); "
+        "default: the preset of the GPU the logs name (a100, a800, h100, h800); for emulated records alone, "
+        "a node of the records' shape with one NIC and rates unknown",
     )
     p.add_argument("--out", default=None, help="write the calibrated cluster here (YAML, schema monta.cluster/1)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -42,27 +53,81 @@ def register(subparsers) -> None:
 
 
 def _cmd(args) -> int:
-    from monta.perfmodel.network import nccl_fit, nccltests
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.network import nccl_fit
+    from monta.perfmodel.reports import calibrate_table as T
+    from monta.perfmodel.reports.records_fit import fit_records
 
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:
         raise ValueError(f"{out} exists: pass --force to replace it, or choose another --out")
     if (args.nodes is None) != (args.gpus_per_node is None):
         raise ValueError("give --nodes and --gpus-per-node together (the shape of logs without '# Rank' lines)")
-    logs = []
+    if not args.logs and not args.records:
+        raise ValueError("nothing to calibrate from: give --nccl-tests LOG... and/or --records FILE.jsonl...")
+    logs, unpriced = _read_logs(args)
+    records = _read_records(args.records)
+    base, base_file = _base(args.cluster, logs, records)
+    cal = nccl_fit.calibrate(base, logs) if logs else None
+    rfit = fit_records(cal.cluster if cal else base, records) if records else None
+    final = rfit.cluster if rfit else cal.cluster if cal else base
+    if cal:
+        print(report(cal, logs, base.name))
+    if rfit:
+        print(T.records_report(rfit))
+    print(T.coverage(base, final, cal, rfit, unpriced))
+    failed = T.failures(cal, rfit)
+    if failed:
+        print("\n".join(failed) + ("\nnothing written" if out else ""))
+        return 1
+    if out is not None:
+        write_cluster(out, final, cal, rfit, logs, base_file, args.records, overwrite=args.force)
+        print(f"wrote {out}")
+    return 0
+
+
+def _read_logs(args) -> tuple[list, dict[str, int]]:
+    """Every log's rows checked (a bad row: file and line, exit 2), then its priced runs parsed; the rows of
+    collectives the model does not price (broadcast, reduce, sendrecv...) counted per collective."""
+    from monta.perfmodel.network import nccltests
+    from monta.perfmodel.reports.ncclrows import UNPRICED, check_file
+
+    logs, unpriced = [], {}
     for path in args.logs:
-        for log in nccltests.parse_file(path, args.collective):
+        checked = check_file(path, args.collective)
+        for coll, n in checked.unpriced.items():
+            unpriced[coll] = unpriced.get(coll, 0) + n
+        if checked.rows == sum(checked.unpriced.values()) and checked.unpriced:
+            continue  # only collectives the model does not price
+        collective = args.collective if args.collective not in UNPRICED else None
+        for log in nccltests.parse(checked.text, source=path, collective=collective):
             if not log.devices and args.nodes:
                 log.nodes_hint, log.nranks_hint = args.nodes, args.nodes * args.gpus_per_node
             logs.append(log)
-    base = get_cluster(args.cluster or _preset_for(logs))
-    cal = nccl_fit.calibrate(base, logs)
-    print(report(cal, logs, base.name))
-    if out is not None:
-        write_cluster(out, cal, logs, base.name, overwrite=args.force)
-        print(f"wrote {out}")
-    return 0
+    return logs, unpriced
+
+
+def _read_records(paths: list[str]) -> list[dict]:
+    from monta.results import read_records
+
+    return read_records(*paths) if paths else []
+
+
+def _base(spec: str | None, logs, records):
+    """The base cluster and the cluster file it comes from (None for the emulator's unknown node)."""
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.reports.records_fit import emulator_base
+
+    if spec is None and not logs:
+        if records and all(r.get("source") == "emulated" for r in records if r.get("kind") == "alltoall"):
+            return emulator_base(records), None
+        raise ValueError("the records name no GPU: pass --cluster NAME|FILE.yaml, the node type they ran on")
+    spec = spec or _preset_for(logs)
+    if spec.startswith("emulator:") or spec.endswith(".json"):
+        raise ValueError(
+            f"--cluster {spec}: calibrate fits a cluster file's links (a name or FILE.yaml); for emulated "
+            "records leave --cluster out"
+        )
+    return get_cluster(spec), spec
 
 
 def _preset_for(logs) -> str:
@@ -115,10 +180,10 @@ def report(cal, logs, base_name: str) -> str:
     return "\n".join(lines)
 
 
-def calibration_notes(cal, logs) -> dict:
+def calibration_notes(cal, rfit, logs, record_paths) -> dict:
     """What the fit saw and how well it reproduced it: the ``calibration`` block of the written file."""
     residuals: dict = {}
-    for fit in cal.fits:
+    for fit in cal.fits if cal else []:
         errs = [abs(e) for e in fit.errors(MiB)]
         residuals.setdefault(fit.op, {})[fit.cls] = {
             "fitted": fit.link is not None,
@@ -131,25 +196,47 @@ def calibration_notes(cal, logs) -> dict:
          "gpus_per_node": log.gpus_per_node, "gpu": log.gpu}
         for log in logs
     ]  # fmt: skip
-    return {"logs": runs, "residuals": residuals}
+    notes = {"logs": runs, "residuals": residuals}
+    if rfit is not None:
+        notes["records"] = {
+            "paths": [str(p) for p in record_paths],
+            "scales": {c: (round(s, 6) if s is not None else None) for c, s in rfit.scales.items()},
+            "mape": round(rfit.mape, 4),
+            "max_abs_error": round(rfit.worst, 4),
+            "points": [[p.variant, p.size_bytes, str(p.chunks), round(p.time_us, 1), round(e, 4)]
+                       for p, e in zip(rfit.points, rfit.errors)],
+        }  # fmt: skip
+    return notes
 
 
-def write_cluster(path: Path, cal, logs, base_name: str, overwrite: bool = False) -> Path:
+def write_cluster(path: Path, cluster, cal, rfit, logs, base_file, record_paths=(), overwrite: bool = False) -> Path:
     """The calibrated cluster as a cluster file (``clusterfile.dump``: atomic, read back before it replaces
-    anything): the base's node type, every fitted per-collective link, and the calibration notes."""
+    anything): the base's node type, every fitted link, and the calibration notes."""
     from dataclasses import replace
 
     from monta.perfmodel.network.clusterfile import dump
 
-    fitted = sorted({f"collectives.{f.op}.{f.cls}" for f in cal.fits if f.link is not None})
-    note = f"fitted by monta calibrate --nccl-tests ({len(logs)} runs: {', '.join(str(x.source) for x in logs)})"
-    cluster = replace(cal.cluster, name=f"{base_name}-calibrated")
+    fitted = sorted({f"collectives.{f.op}.{f.cls}" for f in (cal.fits if cal else []) if f.link is not None})
+    what = [f"{len(logs)} nccl-tests runs: {', '.join(str(x.source) for x in logs)}"] if logs else []
+    what += [f"exchange records: {', '.join(str(p) for p in record_paths)}"] if rfit else []
+    note = f"fitted by monta calibrate ({'; '.join(what)})"
+    scaled = {"nvlink.bandwidth_GBps": "intra", "nic.bandwidth_GBps": "inter"}
+    fitted += [k for k, cls in scaled.items() if rfit is not None and rfit.scales.get(cls) is not None]
+    name = f"{base_file or 'unknown'}-calibrated"
+    cluster = replace(cluster, name=name.rsplit("/", 1)[-1].removesuffix(".yaml"))
+    described = f"{base_file} with links fitted" if base_file else "a cluster known only by its records"
+    if not base_file:  # no base file: the node's other figures are the model's defaults, and say so
+        unmeasured = "not measured: the model's default (only the links were fitted, from the records)"
+        fitted += [f"gpu.{k}" for k in ("peak_tflops", "gemm_eff", "attn_eff", "mem_GB", "hbm_GBps", "copy_GBps")]
+        note_for = dict.fromkeys(fitted, note) | {k: unmeasured for k in fitted if k.startswith("gpu.")}
+    else:
+        note_for = dict.fromkeys(fitted, note)
     return dump(
         cluster,
         path,
         overwrite=overwrite,
-        base=base_name,
-        description=f"{base_name} with link curves fitted to nccl-tests logs",
-        sources={**{k: note for k in fitted}, **({"nodes": note} if cluster.nodes > 1 else {})},
-        extra={"calibration": calibration_notes(cal, logs)},
+        base=base_file,
+        description=f"{described} by monta calibrate",
+        sources={**note_for, **({"nodes": note} if cluster.nodes > 1 else {})},
+        extra={"calibration": calibration_notes(cal, rfit, logs, record_paths)},
     )

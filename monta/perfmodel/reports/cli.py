@@ -122,7 +122,12 @@ def _register_accuracy(sub) -> None:
         required=True,
         help="JSONL records from `monta bench alltoall` and `monta bench step --compute modeled`",
     )
-    pc.add_argument("--profile", required=True, help="link profile JSON from `monta emulate calibrate`")
+    which = pc.add_mutually_exclusive_group(required=True)
+    which.add_argument("--profile", help="link profile JSON from `monta emulate calibrate` (emulated records)")
+    which.add_argument(
+        "--cluster",
+        help="a real cluster's records, priced on a cluster name or file (e.g. one `monta calibrate` wrote)",
+    )
     pc.add_argument(
         "--step-profile",
         default=None,
@@ -306,6 +311,8 @@ def _cmd_accuracy(args) -> int:
 
     out_path(args.out)
     measured = read_records(*args.measured)  # the validating loader: file:line of anything unusable
+    if args.cluster is not None:
+        return _accuracy_on_cluster(args, measured)
     profile = LinkProfile.load(args.profile)
     steps = evaluate_steps(measured, LinkProfile.load(args.step_profile) if args.step_profile else profile)
     has_a2a = any(r.get("kind") == "alltoall" for r in measured)
@@ -339,30 +346,44 @@ def _cmd_accuracy(args) -> int:
                 )
                 for p in steps
             ]
-            + [
-                make_record(
-                    kind="alltoall",
-                    source="predicted",
-                    experiment="accuracy",
-                    params={
-                        "size_bytes": p.size_bytes,
-                        "variant": p.variant,
-                        "chunks": p.chunks,
-                        "nodes": p.nodes,
-                        "gpus_per_node": p.gpus_per_node,
-                        "tp": p.tp,
-                        "ep": p.ep,
-                        "cluster": f"emulator:{profile.name}",
-                    },
-                    metrics={
-                        "time_us": p.predicted_us,
-                        "measured_us": p.measured_us,
-                        "error": p.error,
-                        "measured_cpu_bound": p.cpu_bound,
-                    },
-                    config={"profile": profile.to_dict()},
-                )
-                for p in points
-            ],
+            + _alltoall_accuracy_records(points, f"emulator:{profile.name}", {"profile": profile.to_dict()}),
         )
+    return 0
+
+
+def _alltoall_accuracy_records(points, cluster: str, config: dict) -> list[dict]:
+    """The priced AllToAll points as ``predicted`` records beside their measurements."""
+    from monta.results import make_record
+
+    keys = ("size_bytes", "variant", "chunks", "nodes", "gpus_per_node", "tp", "ep")
+    return [
+        make_record(
+            kind="alltoall",
+            source="predicted",
+            experiment="accuracy",
+            params={**{k: getattr(p, k) for k in keys}, "cluster": cluster},
+            metrics={
+                "time_us": p.predicted_us,
+                "measured_us": p.measured_us,
+                "error": p.error,
+                "measured_cpu_bound": p.cpu_bound,
+            },
+            config=config,
+        )
+        for p in points
+    ]
+
+
+def _accuracy_on_cluster(args, measured: list[dict]) -> int:
+    """``--cluster``: a real cluster's AllToAll records priced on a cluster (one rate: no clock to follow)."""
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.reports.accuracy import evaluate, report
+
+    if args.step_profile:
+        raise ValueError("--step-profile goes with --profile (the emulated step's clock), not --cluster")
+    cluster = get_cluster(args.cluster)
+    points, checks = evaluate(measured, cluster)
+    print(f"# predicted on cluster {cluster.name} ({cluster.source or args.cluster}) vs {', '.join(args.measured)}")
+    print(report(points, checks))
+    _write(args.out, _alltoall_accuracy_records(points, args.cluster, {"cluster": cluster.to_dict()}))
     return 0

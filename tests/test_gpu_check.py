@@ -1,0 +1,78 @@
+"""tools/gpu_check.py (what a session with a GPU runs) on this CPU machine: its commands are the bench's
+flags, its refusals are one line (exit 2), and its gloo case runs here on CPU tensors with every record
+checked and the machine named in gpu-check.json (the NCCL case says why it did not run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monta.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = [sys.executable, str(ROOT / "tools" / "gpu_check.py")]
+
+
+def _run(*args, timeout=600):
+    return subprocess.run([*TOOL, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_dry_run_commands_are_the_benchs_flags():
+    proc = _run("--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    commands = [line.split() for line in proc.stdout.splitlines()]
+    assert len(commands) == 4
+    for cmd in commands:
+        bench = cmd[cmd.index("monta.cli") + 1 :]
+        build_parser("bench").parse_args(bench)  # an unknown flag exits 2
+        assert cmd[cmd.index("--device") + 1] == "cuda" and "--check" in cmd
+    gloo = [c for c in commands if c[c.index("--backend") + 1] == "gloo"]
+    nccl = [c for c in commands if c[c.index("--backend") + 1] == "nccl"]
+    assert len(gloo) == 3 and all(c[c.index("--nproc-per-node") + 1] == "4" for c in gloo)
+    assert len(nccl) == 1 and nccl[0][nccl[0].index("--nproc-per-node") + 1] == "1"
+    exchanges = {v for c in commands for v in c[c.index("--variants") + 1].split(",")}
+    assert exchanges == {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--ranks", "3", "--dry-run"], "--ranks 3"),
+        (["--only", "bogus", "--dry-run"], "unknown case 'bogus'"),
+        ([], "--out DIR is needed"),
+        (["--out", "x"], "no CUDA device here"),
+    ],
+)
+def test_refusals_are_one_line(args, said):
+    proc = _run(*args)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+
+
+def test_a_gloo_case_runs_on_cpu_and_names_the_machine(tmp_path):
+    proc = _run("--device", "cpu", "--only", "core,nccl-one-rank", "--out", str(tmp_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    report = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert report["gpu"] == "cpu" and report["device"] == "cpu" and report["ok"] is True
+    core, nccl = report["cases"]
+    assert core["name"] == "core" and core["ok"] and core["rc"] == 0
+    # 2 sizes x (legacy, deepspeed, monta at 1/2/4 chunks, a2a, ag), every one verified after timing
+    assert core["records"] == core["checked"] == 14 and core["wrong"] == 0 and core["devices"] == ["cpu"]
+    assert nccl["name"] == "nccl-one-rank" and nccl["ok"] is None and "NCCL needs a GPU" in nccl["skipped"]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--device", "cpu", "--backend", "nccl", "--launcher", "env"], "NCCL moves CUDA tensors only"),
+        (["--device", "cuda"], "the emulated ranks are CPU processes"),
+    ],
+)
+def test_bench_device_refusals(args, said, capsys):
+    from monta.cli import main
+
+    assert main(["bench", "alltoall", "--sizes", "1M", *args]) == 2
+    assert said in capsys.readouterr().err
