@@ -1,0 +1,123 @@
+"""`monta predict published` on a table of published MoE training steps: every row priced blind and calibrated
+or given its reason, A/B pairs found from the columns, the raw shared table's columns accepted, nothing keyed to
+ids or sources."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from monta.cli import main
+from monta.perfmodel.reports import published_steps as PS
+from monta.perfmodel.reports.published import Row
+from monta.perfmodel.training.run_shape import run_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "published" / "steps.csv"
+RAW = ROOT / "tests" / "data" / "published-steps-raw.csv"  # rows copied unchanged from the shared table
+
+
+@pytest.fixture(scope="module")
+def priced():
+    return PS.price_steps(PS.read_step_rows(DATA))
+
+
+def test_every_row_is_priced_or_says_why_and_far_off_rows_say_why(priced):
+    recs, _ = priced
+    assert len(recs) == len(list(csv.DictReader(DATA.open())))
+    for r in recs:
+        if r["predicted_blind"] is None or abs(r["error_blind"]) > PS.EXPLAIN_ABOVE:
+            assert r["reason"], r["id"]
+        if r["predicted_blind"] is not None and r["predicted_calibrated"] is None:
+            assert r.get("reason_calibrated"), r["id"]
+
+
+def test_the_score_the_docs_report(priced):
+    """The figures docs/results/published-steps.md states (the issue's targets are NOT all met: see there)."""
+    recs, prs = priced
+    s = PS.step_summary(recs, prs)
+    assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
+    assert s["forced_blind"]["median"] == pytest.approx(0.36, abs=0.01)
+    assert s["forced_calibrated"]["median"] == pytest.approx(0.29, abs=0.01)
+    assert s["pairs"] == 20 and s["pairs_direction_right"] == 15
+    assert s["pair_ratio_error"]["median"] == pytest.approx(0.17, abs=0.01)
+    # forced-balance and real-routing rows are scored apart
+    assert s["real_blind"]["n"] == 4 and s["forced_blind"]["n"] + s["real_blind"]["n"] <= s["priced_blind"]
+
+
+def test_flop_count_matches_the_sources_that_state_tokens_and_tflops():
+    """DeepSeek-V3 without MTP (Bridge 25.11: 782 TFLOPS at 3139 tok/s = 249.1 GFLOP/token) and Qwen3-235B
+    (1575 tok/s, 233 TFLOPS = 147.9) within 1%."""
+    rows = {r.id: r for r in PS.read_step_rows(DATA)}
+    for rid, gflop in (("S27", 249.1), ("S20", 147.9)):
+        m, _ = run_model(rows[rid].num, rows[rid].text)
+        assert m.model_flops_per_token(4096) / 1e9 == pytest.approx(gflop, rel=0.01)
+
+
+def test_real_routing_costs_through_the_skew_model(priced):
+    recs, prs = priced
+    by = {r["id"]: r for r in recs}
+    assert by["S16"]["terms"]["routing_skew"] > 1.0 and by["S15"]["terms"]["routing_skew"] == 1.0
+    pair = next(p for p in prs if p["setting"] == "routing")
+    assert pair["predicted_ratio"] < 1.0 and pair["measured_ratio"] < 1.0
+
+
+def test_the_raw_shared_columns_are_priced_the_same_way(tmp_path, capsys):
+    """A file with only the shared table's columns: priced, unpriced rows say why, the command writes records."""
+    out = tmp_path / "r.jsonl"
+    assert main(["predict", "published", "--data", str(RAW), "--out", str(out)]) == 0
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    rows = {r["id"]: r for r in recs if r["kind"] == "published-step"}
+    assert set(rows) == {"S10", "S11", "S15", "S16", "S20", "S27", "S31", "S45", "S56"}
+    for rid in ("S10", "S15", "S20", "S27", "S31"):
+        assert rows[rid]["predicted_blind"] > 0, rows[rid]
+    assert "not a step figure" in rows["S45"]["reason"]
+    assert "model shape not stated" in rows["S56"]["reason"]
+    assert rows["S16"]["routing"] == "real"  # from the notes: the raw table has no routing column
+    assert "A/B pair" in capsys.readouterr().out
+
+
+def test_renaming_ids_and_sources_changes_nothing(priced, tmp_path):
+    recs, prs = priced
+    rows = list(csv.DictReader(DATA.open()))
+    renamed = [{**r, "id": f"X{i}", "source": f"src{i % 5}", "source_url": f"https://example.org/{i % 5}"}
+               for i, r in enumerate(rows)]  # fmt: skip
+    f = tmp_path / "mine.csv"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(reversed(renamed))
+    mine, mine_pairs = PS.price_steps(PS.read_step_rows(f))
+    by = {r["id"]: r for r in mine}
+    for i, r in enumerate(recs):
+        assert by[f"X{i}"]["predicted_blind"] == r["predicted_blind"], r["id"]
+
+    def canon(ps):  # a pair read in the other order has both ratios inverted
+        return sorted(
+            (round(p["measured_ratio"], 9), round(p["predicted_ratio"], 9))
+            if p["measured_ratio"] >= 1
+            else (round(1 / p["measured_ratio"], 9), round(1 / p["predicted_ratio"], 9))
+            for p in ps
+        )
+
+    assert canon(mine_pairs) == canon(prs)
+
+
+def test_a_row_without_a_layout_or_gpu_file_says_why():
+    def row(**kw):
+        base = dict(id="a", metric="tokens_per_s_per_gpu", value="100", gpu="H100", layers="2", hidden="1024",
+                    ffn_hidden="512", experts="8", topk="2", seq_len="4096", global_batch_tokens="65536", gpus="16",
+                    tp="2", ep="8", pp="1")  # fmt: skip
+        return Row({**base, **kw})
+
+    assert "does not divide" in PS.blind(row(tp="3"))["reason"]
+    assert "no cluster file" in PS.blind(row(gpu="Mystery"))["reason"]
+    assert PS.blind(row())["predicted_blind"] > 0
+
+
+def test_a_collectives_file_still_goes_to_the_collective_pricing(tmp_path):
+    assert not PS.is_step_table(ROOT / "data" / "published" / "collectives.csv")
+    assert PS.is_step_table(DATA) and PS.is_step_table(RAW)
