@@ -121,3 +121,14 @@ def test_a_row_without_a_layout_or_gpu_file_says_why():
 def test_a_collectives_file_still_goes_to_the_collective_pricing(tmp_path):
     assert not PS.is_step_table(ROOT / "data" / "published" / "collectives.csv")
     assert PS.is_step_table(DATA) and PS.is_step_table(RAW)
+
+
+def test_the_paper_step_line_carries_the_step_score_band(priced, tmp_path):
+    from monta.perfmodel.reports.paper import step_band, step_band_line
+
+    recs, prs = priced
+    e = PS.step_summary(recs, prs)["pair_ratio_error"]
+    b = step_band(0.939, str(DATA))
+    assert b["median_band"] == pytest.approx((1 - 0.939 * (1 + e["median"]), 1 - 0.939 * (1 - e["median"])))
+    assert step_band(0.939, str(tmp_path / "none.csv")) is None
+    assert "error band from the published-steps score" in step_band_line(0.939)

@@ -223,4 +223,54 @@ def _step_section(
         f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
         f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)"
     )
+    out.append(step_band_line(mo / ref_ds))
     return out, recs
+
+
+STEPS_TABLE = "data/published/steps.csv"
+
+
+def step_band(ratio: float, table: str | None = None) -> dict[str, Any] | None:
+    """The band the published-steps score puts on a predicted step-time ratio (monta / deepspeed): the
+    ratio times 1 +- the A/B pairs' median and upper-quartile ratio errors (``monta predict published --data
+    data/published/steps.csv``); None when the table is not there."""
+    from pathlib import Path
+
+    import monta
+
+    path = Path(table) if table else Path(monta.__file__).resolve().parents[1] / STEPS_TABLE
+    if not path.is_file():
+        return None
+    s = _step_score(str(path))
+    e = s["pair_ratio_error"]
+    return {
+        "median": e["median"], "q3": e["q3"], "pairs": s["pairs"], "right": s["pairs_direction_right"],
+        "improvement": 1 - ratio,
+        "median_band": (1 - ratio * (1 + e["median"]), 1 - ratio * (1 - e["median"])),
+        "q3_band": (1 - ratio * (1 + e["q3"]), 1 - ratio * (1 - e["q3"])),
+    }  # fmt: skip
+
+
+def _step_score(path: str) -> dict[str, Any]:
+    from monta.perfmodel.reports.published_steps import price_steps, read_step_rows, step_summary
+
+    if path not in _SCORES:
+        _SCORES[path] = step_summary(*price_steps(read_step_rows(path)))
+    return _SCORES[path]
+
+
+_SCORES: dict[str, dict[str, Any]] = {}
+
+
+def step_band_line(ratio: float) -> str:
+    b = step_band(ratio)
+    if b is None:
+        return f"    (no step score: {STEPS_TABLE} not found)"
+    lo, hi = b["median_band"]
+    lo3, hi3 = b["q3_band"]
+    return (
+        f"    error band from the published-steps score (A/B pair ratios: median error {b['median']:.0%}, upper "
+        f"quartile {b['q3']:.0%}, {b['right']} of {b['pairs']} in the measured direction): {b['improvement']:.1%} vs "
+        f"deepspeed is {lo:.0%} to {hi:.0%} at the median error, {lo3:.0%} to {hi3:.0%} at the upper quartile; "
+        f"the published 13% lies {'inside' if lo <= PUBLISHED_STEP_IMPROVEMENT <= hi else 'outside'} the median band"
+    )
