@@ -95,6 +95,21 @@ def row_cluster(row: Row, gpus: int):
     return c, None
 
 
+# Where a file has no precision or dispatcher column (the shared table's raw columns), the row's own words say
+# it: the first pattern found in its system and notes (narrower first).
+PRECISIONS = ((r"\bMXFP8\b|FP8[-_ ]MX", "mxfp8"), (r"FP8[- ]?blockwise", "fp8-blockwise"), (r"\bFP8", "fp8"),
+              (r"\bBF16\b", "bf16"))  # fmt: skip
+DISPATCHERS = ((r"HybridEP", "hybridep"), (r"DeepEP", "deepep"), (r"all-?to-?all", "alltoall"))
+
+
+def _stated(row: Row, col: str, patterns) -> str:
+    """The row's ``col``, else the first of ``patterns`` its system and notes name ('' for none)."""
+    if row.text(col):
+        return row.text(col).lower()
+    words = row.text("system") + " " + row.text("notes")
+    return next((v for pat, v in patterns if re.search(pat, words, re.IGNORECASE)), "")
+
+
 def layout_of(row: Row):
     """(Layout, assumptions) from the row, or (None, why)."""
     from monta.perfmodel.training.run_step import Layout
@@ -113,11 +128,12 @@ def layout_of(row: Row):
         return v or 1
 
     routing = row.text("routing").lower() or ("real" if "real routing" in row.text("notes").lower() else "forced")
+    precision, dispatcher = _stated(row, "precision", PRECISIONS), _stated(row, "dispatcher", DISPATCHERS)
     s = Layout(
         gpus=gpus, tp=deg("tp"), ep=deg("ep"), pp=deg("pp"), vpp=deg("vpp"), cp=deg("cp"),
         micro_batch=deg("micro_batch"), seq=seq, global_batch_tokens=gbs,
-        precision=row.text("precision").lower() or "bf16", routing="real" if routing == "real" else "forced",
-        recompute=row.text("recompute").lower(), dispatcher=row.text("dispatcher").lower(),
+        precision=precision or "bf16", routing="real" if routing == "real" else "forced",
+        recompute=row.text("recompute").lower(), dispatcher=dispatcher,
         a2a_overlap=row.text("a2a_overlap").lower() == "yes", cuda_graphs=row.text("cuda_graphs").lower(),
     )  # fmt: skip
     why = s.check()
@@ -168,8 +184,9 @@ def blind(row: Row) -> dict[str, Any]:
     terms = price_run(m, s, c, row.num("maxvio"))
     step_s = terms["total_us"] / 1e6
     rec.update(cluster=c.name, predicted_blind=predict_value(metric, step_s, m, s, c), assumed=[*m.assumed, *said])
-    rec["terms"] = {k: round(v / 1e6, 4) if k.endswith("_us") else v for k, v in terms.items()}
-    rec["_priced"] = (m, s, c, step_s)
+    rec["terms"] = {(k[:-3] + "_s" if k.endswith("_us") else k): (v / 1e6 if k.endswith("_us") else v)
+                    for k, v in terms.items()}  # fmt: skip
+    rec["_priced"] = (m, s, c, step_s, terms)
     rec["error_blind"] = (rec["predicted_blind"] - value) / value
     return rec
 
@@ -185,7 +202,7 @@ def explain(row: Row, rec: dict) -> str:
         return f"the model's step is longer; {said}"
     if said:
         return f"the model's step is shorter; {said}"
-    if faster and t.get("host_floor_us", 0) == 0 and row.text("cuda_graphs").lower() in ("", "no"):
+    if faster and t.get("host_floor_s", 0) == 0 and row.text("cuda_graphs").lower() in ("", "no"):
         return (
             "the model's step is shorter: software overheads it does not price (kernel launches between the GPU's "
             "work, host-device syncs of dropless MoE, unfused kernels; the row names no CUDA graphs)"
@@ -195,22 +212,47 @@ def explain(row: Row, rec: dict) -> str:
     return "the model's step is longer: the run hides more communication or reaches more of its peak than priced"
 
 
+def _fit(points: list[tuple[float, ...]]) -> tuple[float, float]:
+    """(a, b) >= 0 minimising the relative error of T = T_blind + ((a - 1) C + b L) f over the points
+    (T_measured, T_blind, C, L, f): a scales the compute, b adds time per layer pass (us). With fewer than
+    MIN_FIT_ROWS points only a is fitted (the median ratio). (A third term scaling the exposed exchange was
+    tried: the same median, a wider spread.)"""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    if len(points) < MIN_FIT_ROWS:
+        return statistics.median(1 + (tm - tb) / (c * f) for tm, tb, c, _, f in points), 0.0
+    x = np.array([[c * f / tm, n * f / tm] for tm, tb, c, n, f in points])
+    y = np.array([1 - (tb - c * f) / tm for tm, tb, c, n, f in points])
+    (a, b), _ = nnls(x, y)
+    return float(a), float(b)
+
+
+MIN_FIT_ROWS = 4  # rows of other sources a two-term fit needs
+
+
 def calibrate(recs: list[dict]) -> None:
-    """Leave one source out: per GPU file, the median measured/blind step-time ratio of the OTHER sources'
-    forced-balance rows scales the row's blind step."""
+    """Leave one source out: per GPU file, the OTHER sources' forced-balance rows fit a factor on the compute
+    and a time per layer pass (:func:`_fit`); the row's blind step is re-priced with them."""
     fit = [r for r in recs if r.get("_priced") and r["routing"] == "forced"]
+
+    def point(o: dict) -> tuple[float, float, float, float, float]:
+        t = o["_priced"][4]
+        tm = t["total_us"] * _time_ratio(o["metric"], o["measured"], o["predicted_blind"])
+        return tm, t["total_us"], t["compute_us"], t["layer_passes"], t["bubble_factor"]
+
     for r in recs:
         if not r.get("_priced"):
             continue
-        others = [_time_ratio(o["metric"], o["measured"], o["predicted_blind"]) for o in fit
-                  if o["cluster"] == r["cluster"] and o["source"] != r["source"]]  # fmt: skip
+        others = [point(o) for o in fit if o["cluster"] == r["cluster"] and o["source"] != r["source"]]
         if not others:
             r["reason_calibrated"] = f"no other source's forced-balance row on {r['cluster']}"
             continue
-        k = statistics.median(others)
-        m, s, c, step_s = r["_priced"]
-        r["calibration_factor"] = k
-        r["predicted_calibrated"] = predict_value(r["metric"], step_s * k, m, s, c)
+        a, b = _fit(others)
+        m, s, c, _, t = r["_priced"]
+        t = t["total_us"] + ((a - 1) * t["compute_us"] + b * t["layer_passes"]) * t["bubble_factor"]
+        r["calibration"] = {"compute_factor": a, "us_per_layer_pass": b, "rows": len(others)}
+        r["predicted_calibrated"] = predict_value(r["metric"], t / 1e6, m, s, c)
         r["error_calibrated"] = (r["predicted_calibrated"] - r["measured"]) / r["measured"]
 
 
@@ -282,4 +324,9 @@ def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
         "pairs": len(prs),
         "pairs_direction_right": sum(p["direction_right"] for p in prs),
         "pair_ratio_error": _stats(p["ratio_error"] for p in prs),
+        "pair_ratio_error_calibrated": _stats(
+            p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1
+            for p in prs
+            if p["predicted_ratio_calibrated"] is not None
+        ),
     }

@@ -46,6 +46,15 @@ HOST_GRAPHED = {"": 1.0, "no": 1.0, "partial": 0.5, "full": 0.0}
 # The MaxVio (max expert load / mean - 1) of real, dropless routing where a row states none: a log-normal
 # per-expert load (the skew model's ``lognormal`` workload, DeepEP#393's fit of DeepSeek-V3's counts).
 REAL_ROUTING_MAXVIO = 0.5
+# DeepEP's kernels on an NVLink domain wider than 8 GPUs (GB200 NVL72, EP32; a community PR, not DeepEP's own
+# target): ~400 GB/s dispatch and ~190 GB/s combine algorithm bandwidth with 24 SMs, against NVLink5's 900 GB/s
+# per direction (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, section 2.2.1).
+DEEPEP_WIDE_NVLINK_GBPS = (400.0, 190.0)
+# With A2A overlap the exchange kernels hold SMs while another micro-batch computes: DeepEP's and HybridEP's
+# normal kernels take 20-24 SMs (DeepEP README; the guide runs DeepEP with 24), an H100's 132: the overlapped
+# compute runs on the rest, (1 + c) x as long with c = 24 / (132 - 24) (the step model's contention factor,
+# monta.perfmodel.training.contention).
+OVERLAP_CONTENTION = 24 / (132 - 24)
 
 
 @dataclass(frozen=True)
@@ -110,14 +119,15 @@ def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> flo
     tp1 = GroupShape(1, 1, gpn)
     dedup = s.dispatcher in ("deepep", "hybridep")
     disp_bytes = 1 if (dedup and s.fp8) else 2
+    wide = s.dispatcher == "deepep" and ep.nodes == 1 and s.ep > 8  # DeepEP past its 8-GPU NVLink design
     total = 0.0
-    for elem in (disp_bytes, 2):  # dispatch, then combine in BF16
+    for elem, cap in zip((disp_bytes, 2), DEEPEP_WIDE_NVLINK_GBPS):  # dispatch, then combine in BF16
         S = tokens * m.topk * m.hidden * elem
         if dedup:
             ex = exchange_shapes("node-dedup", S, ep, tp1, cluster, 1, m.topk, m.experts, m.hidden * elem)
         else:
             ex = exchange_shapes("deepspeed", S, ep, tp1, cluster, 1)
-        total += ex.total_us
+        total += max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us
     return 2 * total  # forward and backward
 
 
@@ -215,11 +225,12 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     def layer(terms: dict[str, float], exchange: float) -> tuple[float, float]:
         gpu = sum(terms.values())
         hidden = min(exchange, gpu) if s.a2a_overlap else 0.0
-        return max(gpu, host) + exchange - hidden + tp_us + cp_us, gpu
+        return max(gpu + OVERLAP_CONTENTION * hidden, host) + exchange - hidden + tp_us + cp_us, gpu
 
     per_stage = (m.moe_layers + m.mtp) / s.pp
     dense_per_stage = m.dense_layers / s.pp
     t_moe, c_moe = layer(moe_l, a2a)
+    a2a_exposed = a2a - (min(a2a, c_moe) if s.a2a_overlap else 0.0)
     t_dense, c_dense = layer(dense_l, 0.0)
     t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us / s.pp
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
@@ -235,6 +246,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         "host_floor_us": s.num_micro
         * (per_stage * max(0.0, host - c_moe) + dense_per_stage * max(0.0, host - c_dense)),
         "exchange_us": s.num_micro * per_stage * a2a,
+        "exchange_exposed_us": s.num_micro * per_stage * a2a_exposed,
         "tp_us": s.num_micro * (per_stage + dense_per_stage) * tp_us,
         "cp_us": s.num_micro * (per_stage + dense_per_stage) * cp_us,
         "pp_us": pp_us,
@@ -243,4 +255,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         "optimizer_us": opt,
         "routing_skew": skew,
         "num_micro": float(s.num_micro),
+        # for a calibration: layer passes per step on one stage, and what the bubble multiplies them by
+        "layer_passes": s.num_micro * (per_stage + dense_per_stage),
+        "bubble_factor": 1.0 + ((s.pp - 1) / s.vpp / s.num_micro if s.pp > 1 else 0.0),
     }
