@@ -156,3 +156,16 @@ def test_calibration_fits_compute_and_a_time_per_layer_pass():
     assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
     fa, fb = PS._fit(pts[:2])
     assert fb == 0.0 and fa > 1.0
+
+
+def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():
+    """The run model, given a monta.variants exchange on DeepSpeed's layout, prices the paper's 2x70B step: its
+    monta-vs-deepspeed improvement is within one point of predict_step's, monta beats deepspeed beats legacy."""
+    from monta.perfmodel.reports.paper import run_model_steps, step_setup
+
+    st = step_setup("a800-4nic", None, "none")
+    t = run_model_steps(st)
+    assert t["monta"] < t["deepspeed"] < t["legacy"]
+    steps = st["steps"]
+    ref = 1 - steps["monta"].total_us / steps["deepspeed"].total_us
+    assert 1 - t["monta"] / t["deepspeed"] == pytest.approx(ref, abs=0.01)

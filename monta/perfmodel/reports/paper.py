@@ -223,8 +223,35 @@ def _step_section(
         f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
         f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)"
     )
+    out.append(run_model_line(st))
     out.append(step_band_line(mo / ref_ds))
     return out, recs
+
+
+def run_model_steps(st: dict[str, Any]) -> dict[str, float]:
+    """The same setup priced by the scored run model (``monta.perfmodel.training.run_step``, the step model
+    ``monta predict published`` scores): step time (us) for legacy, deepspeed and monta."""
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import Layout, price_run
+
+    m, s, c = st["model"], st["strategy"], st["cluster"]
+    rm = RunModel(
+        layers=m.num_layers, hidden=m.hidden, ffn=m.ffn, experts=m.num_experts, topk=m.top_k, attention="gqa",
+        heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim, vocab=m.vocab,
+    )  # fmt: skip
+    gpus = c.world_size
+    lay = Layout(gpus=gpus, tp=s.tp, ep=s.ep, pp=s.pp, cp=s.cp, micro_batch=s.micro_batch, seq=st["seq"],
+                 global_batch_tokens=s.dp * s.micro_batch * st["seq"])  # fmt: skip
+    return {v: price_run(rm, replace(lay, variant=v), c)["total_us"] for v in ("legacy", "deepspeed", "monta")}
+
+
+def run_model_line(st: dict[str, Any]) -> str:
+    t = run_model_steps(st)
+    return (
+        f"    the scored run model (monta predict published's step model) on the same setup: monta "
+        f"{1 - t['monta'] / t['deepspeed']:.1%} vs deepspeed, {1 - t['monta'] / t['legacy']:.1%} vs legacy "
+        f"(step {t['monta'] / 1e3:.0f} ms)"
+    )
 
 
 STEPS_TABLE = "data/published/steps.csv"

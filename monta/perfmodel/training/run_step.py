@@ -74,6 +74,10 @@ class Layout:
     dispatcher: str = ""
     a2a_overlap: bool = False
     cuda_graphs: str = ""
+    # A monta.variants exchange on DeepSpeed's layout (expert TP = TP: every TP rank holds the micro-batch's
+    # tokens, the [E, C, M] buffer crosses EP groups strided by TP): the paper's setup. Empty: Megatron's EP
+    # (ETP 1, tokens sharded over TP by sequence parallelism) with ``dispatcher``.
+    variant: str = ""
 
     @property
     def dp(self) -> int:
@@ -106,6 +110,20 @@ def rank_load(ep: int, nodes: int, experts: int, k: int, maxvio: float) -> float
 
     tokens = max(64, 4 * experts // k)
     return SkewFactors.of(make_routing(f"lognormal:maxvio={maxvio}", ep, tokens, experts, k, nodes)).rank
+
+
+def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:
+    """One MoE layer's exchange, forward and backward, of a ``monta.variants`` exchange on DeepSpeed's layout
+    (the step model's ``micro_batch``: the [E, C, M] buffer at capacity factor 1, chunks the model's choice)."""
+    from monta.perfmodel.network.exchange import best_chunks, takes_chunks
+    from monta.perfmodel.training.micro_batch import PLAN_CHUNKS
+
+    gpn = cluster.gpus_per_node
+    ep, tp = GroupShape.strided(s.ep, s.tp, gpn), GroupShape.strided(s.tp, 1, gpn)
+    S = tokens * m.topk * m.hidden * 2
+    chunks = best_chunks(S, ep, tp, cluster, candidates=PLAN_CHUNKS) if takes_chunks(s.variant) else 1
+    ex = exchange_shapes(s.variant, S, ep, tp, cluster, chunks, m.topk, m.experts, m.hidden * 2)
+    return 4 * ex.total_us  # dispatch + combine, forward and backward
 
 
 def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:
@@ -216,7 +234,10 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
     )
     host = host_floor_us(m, s)
-    a2a = _exchange_us(m, s, cluster, tokens / s.tp) * skew
+    if s.variant:
+        a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
+    else:
+        a2a = _exchange_us(m, s, cluster, tokens / s.tp) * skew
     ag = C.allgather(tokens / s.tp * m.hidden * 2, GroupShape.strided(s.tp, 1, cluster.gpus_per_node), cluster)
     tp_us = 4 * 2 * ag.time_us if s.tp > 1 else 0.0  # SP: AllGather + ReduceScatter around attention, fwd + bwd
     kv = tokens * m.kv_bytes_per_token * 2
