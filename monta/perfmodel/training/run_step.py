@@ -241,7 +241,11 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     ag = C.allgather(tokens / s.tp * m.hidden * 2, GroupShape.strided(s.tp, 1, cluster.gpus_per_node), cluster)
     tp_us = 4 * 2 * ag.time_us if s.tp > 1 else 0.0  # SP: AllGather + ReduceScatter around attention, fwd + bwd
     kv = tokens * m.kv_bytes_per_token * 2
-    cp_us = max(0.0, 3 * (s.cp - 1) * C.p2p(kv, "intra", cluster).time_us - moe_l["attention"]) if s.cp > 1 else 0.0
+    # every rank of a node passes its K/V (and activations between stages) at once: gpn concurrent sends
+    gpn = cluster.gpus_per_node
+    cp_link = "intra" if s.tp * s.cp <= gpn else "inter"
+    kv_us = C.p2p(kv, cp_link, cluster, gpn).time_us
+    cp_us = max(0.0, 3 * (s.cp - 1) * kv_us - moe_l["attention"]) if s.cp > 1 else 0.0
 
     def layer(terms: dict[str, float], exchange: float) -> tuple[float, float]:
         gpu = sum(terms.values())
@@ -256,7 +260,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us / s.pp
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
     stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
-    p2p = C.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster).time_us if s.pp > 1 else 0.0
+    p2p = C.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
     pp_us = bubble + s.num_micro * 2 * s.vpp * p2p if s.pp > 1 else 0.0
     grad_exposed, grad_us, opt = _grad_sync_us(m, s, cluster, t_mb)
     total = s.num_micro * t_mb + pp_us + grad_exposed + opt
