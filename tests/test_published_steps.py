@@ -40,10 +40,10 @@ def test_the_score_the_docs_report(priced):
     recs, prs = priced
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
-    assert s["forced_blind"]["median"] == pytest.approx(0.30, abs=0.01)
+    assert s["forced_blind"]["median"] == pytest.approx(0.28, abs=0.01)
     assert s["forced_calibrated"]["median"] == pytest.approx(0.19, abs=0.01)
-    assert s["pairs"] == 20 and s["pairs_direction_right"] == 16
-    assert s["pair_ratio_error"]["median"] == pytest.approx(0.18, abs=0.01)
+    assert s["pairs"] == 20 and s["pairs_direction_right"] == 18
+    assert s["pair_ratio_error"]["median"] == pytest.approx(0.16, abs=0.01)
     # forced-balance and real-routing rows are scored apart
     assert s["real_blind"]["n"] == 4 and s["forced_blind"]["n"] + s["real_blind"]["n"] <= s["priced_blind"]
 
