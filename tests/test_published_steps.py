@@ -114,6 +114,7 @@ def test_a_row_without_a_layout_or_gpu_file_says_why():
         return Row({**base, **kw})
 
     assert "does not divide" in PS.blind(row(tp="3"))["reason"]
+    assert "does not divide the 8 experts" in PS.blind(row(ep="16", tp="1"))["reason"]
     assert "no cluster file" in PS.blind(row(gpu="Mystery"))["reason"]
     assert PS.blind(row())["predicted_blind"] > 0
 

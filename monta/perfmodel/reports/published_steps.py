@@ -181,7 +181,14 @@ def blind(row: Row) -> dict[str, Any]:
     if c is None:
         rec["reason"] = why
         return rec
-    terms = price_run(m, s, c, row.num("maxvio"))
+    if m.experts % s.ep:
+        rec["reason"] = f"ep={s.ep} does not divide the {m.experts} experts"
+        return rec
+    try:
+        terms = price_run(m, s, c, row.num("maxvio"))
+    except ValueError as e:  # a shape the exchange or routing models refuse: the row says why, the table goes on
+        rec["reason"] = f"cannot be priced: {e}"
+        return rec
     step_s = terms["total_us"] / 1e6
     rec.update(cluster=c.name, predicted_blind=predict_value(metric, step_s, m, s, c), assumed=[*m.assumed, *said])
     rec["terms"] = {(k[:-3] + "_s" if k.endswith("_us") else k): (v / 1e6 if k.endswith("_us") else v)
