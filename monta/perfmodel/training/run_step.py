@@ -4,9 +4,11 @@ cluster file. The terms are those of ``monta.perfmodel.training.step`` on a Mega
 cluster's peak x efficiency (FP8 at twice the BF16 peak), the causal attention core at its own efficiency,
 memory-bound elementwise work at HBM rate (FP8's quantisation passes included), recomputation, a per-layer
 host (kernel-launch) floor that CUDA graphs remove, the MoE token exchange priced by the exchange model
-(``exchange_shapes``: a flat AllToAll, or the node-deduplicating exchange for DeepEP/HybridEP) and hidden
-behind another micro-batch's compute when A2A overlap is on, tensor- and context-parallel communication, the
-1F1B / interleaved pipeline bubble, the gradient sync the backward does not hide, and the optimizer.
+(``exchange_shapes``: a flat AllToAll, or the node-deduplicating exchange for DeepEP/HybridEP; DeepEP at its
+measured rates on an NVLink domain wider than 8 GPUs; a ``monta.variants`` exchange on DeepSpeed's layout for
+the paper's setup) and hidden behind another micro-batch's compute when A2A overlap is on (that compute slowed
+by the SMs the exchange holds), tensor- and context-parallel communication, the 1F1B / interleaved pipeline
+bubble and stage-to-stage sends, the gradient sync the backward does not hide, and the optimizer.
 Real routing is priced by the skew model: the most-loaded EP rank's load over the mean
 (``monta.perfmodel.network.skew.SkewFactors``) stretches its expert compute and its exchange.
 """
