@@ -223,4 +223,81 @@ def _step_section(
         f"    predicted monta step-time improvement: {1 - mo / ref_ds:.1%} vs deepspeed, {1 - mo / ref_lg:.1%} "
         f"vs legacy; published: {PUBLISHED_STEP_IMPROVEMENT:.0%} (baseline not stated in the abstract)"
     )
+    out.append(run_model_line(st))
+    out.append(step_band_line(mo / ref_ds))
     return out, recs
+
+
+def run_model_steps(st: dict[str, Any]) -> dict[str, float]:
+    """The same setup priced by the scored run model (``monta.perfmodel.training.run_step``, the step model
+    ``monta predict published`` scores): step time (us) for legacy, deepspeed and monta."""
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import Layout, price_run
+
+    m, s, c = st["model"], st["strategy"], st["cluster"]
+    rm = RunModel(
+        layers=m.num_layers, hidden=m.hidden, ffn=m.ffn, experts=m.num_experts, topk=m.top_k, attention="gqa",
+        heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim, vocab=m.vocab,
+    )  # fmt: skip
+    gpus = c.world_size
+    lay = Layout(gpus=gpus, tp=s.tp, ep=s.ep, pp=s.pp, cp=s.cp, micro_batch=s.micro_batch, seq=st["seq"],
+                 global_batch_tokens=s.dp * s.micro_batch * st["seq"])  # fmt: skip
+    return {v: price_run(rm, replace(lay, variant=v), c)["total_us"] for v in ("legacy", "deepspeed", "monta")}
+
+
+def run_model_line(st: dict[str, Any]) -> str:
+    t = run_model_steps(st)
+    return (
+        f"    the scored run model (monta predict published's step model) on the same setup: monta "
+        f"{1 - t['monta'] / t['deepspeed']:.1%} vs deepspeed, {1 - t['monta'] / t['legacy']:.1%} vs legacy "
+        f"(step {t['monta'] / 1e3:.0f} ms)"
+    )
+
+
+STEPS_TABLE = "data/published/steps.csv"
+
+
+def step_band(ratio: float, table: str | None = None) -> dict[str, Any] | None:
+    """The band the published-steps score puts on a predicted step-time ratio (monta / deepspeed): the
+    ratio times 1 +- the A/B pairs' median and upper-quartile ratio errors (``monta predict published --data
+    data/published/steps.csv``); None when the table is not there."""
+    from pathlib import Path
+
+    import monta
+
+    path = Path(table) if table else Path(monta.__file__).resolve().parents[1] / STEPS_TABLE
+    if not path.is_file():
+        return None
+    s = _step_score(str(path))
+    e = s["pair_ratio_error"]
+    return {
+        "median": e["median"], "q3": e["q3"], "pairs": s["pairs"], "right": s["pairs_direction_right"],
+        "improvement": 1 - ratio,
+        "median_band": (1 - ratio * (1 + e["median"]), 1 - ratio * (1 - e["median"])),
+        "q3_band": (1 - ratio * (1 + e["q3"]), 1 - ratio * (1 - e["q3"])),
+    }  # fmt: skip
+
+
+def _step_score(path: str) -> dict[str, Any]:
+    from monta.perfmodel.reports.published_steps import price_steps, read_step_rows, step_summary
+
+    if path not in _SCORES:
+        _SCORES[path] = step_summary(*price_steps(read_step_rows(path)))
+    return _SCORES[path]
+
+
+_SCORES: dict[str, dict[str, Any]] = {}
+
+
+def step_band_line(ratio: float) -> str:
+    b = step_band(ratio)
+    if b is None:
+        return f"    (no step score: {STEPS_TABLE} not found)"
+    lo, hi = b["median_band"]
+    lo3, hi3 = b["q3_band"]
+    return (
+        f"    error band from the published-steps score (A/B pair ratios: median error {b['median']:.0%}, upper "
+        f"quartile {b['q3']:.0%}, {b['right']} of {b['pairs']} in the measured direction): {b['improvement']:.1%} vs "
+        f"deepspeed is {lo:.0%} to {hi:.0%} at the median error, {lo3:.0%} to {hi3:.0%} at the upper quartile; "
+        f"the published 13% lies {'inside' if lo <= PUBLISHED_STEP_IMPROVEMENT <= hi else 'outside'} the median band"
+    )

@@ -80,7 +80,12 @@ def _cmd(args) -> int:
     import json
 
     from monta.perfmodel.reports.claims import check_claims
+    from monta.perfmodel.reports.published_steps import is_step_table
 
+    if Path(args.data).is_file() and is_step_table(args.data):  # a table of training steps, not collectives
+        from monta.perfmodel.reports.published_steps_cli import run
+
+        return run(args)
     recs = price(read_rows(args.data))
     summ = summary(recs)
     claims = check_claims(args.claims) if args.claims else []
@@ -153,10 +158,12 @@ def register(sub) -> None:
     """``monta predict published``: called by ``monta.perfmodel.reports.cli``."""
     p = sub.add_parser(
         "published",
-        help="price published measurements (nccl-tests, MoE kernels) row by row, blind and calibrated",
+        help="price published measurements (nccl-tests, MoE kernels, training steps) row by row, blind and calibrated",
         description="Price every row of a CSV of measurements made elsewhere (columns of "
         "data/published/collectives.csv) from its hardware alone (blind) and fitted on the other rows of the same "
-        "hardware (calibrated); print the error per row and per source.",
+        "hardware (calibrated); print the error per row and per source. A table of training steps (columns of "
+        "data/published/steps.csv: metric, value, gpu, layers, no collective) is priced by the step model, with its "
+        "A/B pairs.",
         formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--data", default="data/published/collectives.csv", help="CSV of published measurements")

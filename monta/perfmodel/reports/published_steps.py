@@ -1,0 +1,339 @@
+"""``monta predict published`` on a table of published MoE training steps (``data/published/steps.csv``, or any
+file with the columns of ``/work/shared/data/published-steps.csv``: added columns are optional, an empty cell
+is "not stated"). Nothing is keyed to a row id or a source: the command is the interface.
+
+- **blind**: :func:`monta.perfmodel.training.run_step.price_run` on the row's model, layout, precision,
+  routing and GPU, with the cluster file of its GPU (``GPU_FILES``; NVL72 racks as one NVLink domain) and the
+  NICs the row states.
+- **calibrated** (leave one source out): the blind step time times the median of measured / blind step time
+  over the rows of the same GPU from OTHER sources with forced-balance routing (an achieved-efficiency factor
+  per GPU); null where there is none.
+- **A/B pairs**: two priced rows with the same model, layout, metric and software that differ in exactly one
+  setting (:data:`SETTINGS`): measured and predicted ratio (second over first).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from monta.perfmodel.reports.published import NIC_LINE_RATE_FRACTION, Row, gpu_file
+
+EXPLAIN_ABOVE = 0.25
+STEP_GPU_FILES: tuple[tuple[str, str], ...] = (
+    (r"\bGB300\b", "gb300"),
+    (r"\bGB200\b", "gb200"),
+    (r"\bB300\b", "b300"),
+    (r"\bB200\b", "b200"),
+)
+# (metric, unit) as the raw table writes them -> the canonical metric.
+METRICS = {
+    "step_time_s": "step_time_s",
+    "step_time": "step_time_s",
+    "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
+    "tflops_per_gpu": "tflops_per_gpu",
+    "mfu": "mfu",
+}
+SETTINGS = ("gpu", "precision", "routing", "dispatcher", "a2a_overlap", "recompute", "cuda_graphs", "gpus")
+SAME = ("model", "layers", "hidden", "ffn_hidden", "experts", "topk", "seq_len", "global_batch_tokens",
+        "micro_batch", "tp", "ep", "pp", "vpp", "cp", "metric")  # fmt: skip
+STEP_COLUMNS = ("metric", "value", "gpu", "layers")
+
+
+def is_step_table(path: str | Path) -> bool:
+    """A step table has ``metric``, ``value``, ``gpu`` and ``layers`` and no ``collective`` column."""
+    with Path(path).open(newline="") as f:
+        head = next(csv.reader(f), [])
+    return "collective" not in head and all(c in head for c in STEP_COLUMNS)
+
+
+def read_step_rows(path: str | Path) -> list[Row]:
+    p = Path(path)
+    with p.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("id", *STEP_COLUMNS) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{p}: column {missing[0]!r} is missing (columns as in data/published/README.md)")
+        rows = [Row(r) for r in reader]
+    ids = [r.id for r in rows]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup is not None:
+        raise ValueError(f"{p}: id {dup!r} appears twice; ids must be unique")
+    return rows
+
+
+def step_gpu_file(gpu: str) -> str | None:
+    for pattern, name in STEP_GPU_FILES:
+        if re.search(pattern, gpu, re.IGNORECASE):
+            return name
+    return gpu_file(gpu)
+
+
+def metric_of(row: Row) -> tuple[str | None, float | None]:
+    return METRICS.get(row.text("metric").lower()), row.num("value")
+
+
+def row_cluster(row: Row, gpus: int):
+    """The cluster of a row's GPU and NICs for ``gpus`` GPUs, or (None, why)."""
+    from monta.perfmodel.network.profile import get_cluster
+
+    name = row.text("cluster") or step_gpu_file(row.text("gpu"))
+    if name is None:
+        return None, f"no cluster file for GPU {row.text('gpu') or '(not stated)'!r}: add a `cluster` column"
+    base = get_cluster(name)
+    gpn = max(d for d in range(1, min(base.gpus_per_node, gpus) + 1) if gpus % d == 0)
+    nics = max(1, round(base.nics_per_node * gpn / base.gpus_per_node))
+    c = replace(base.with_nodes(gpus // gpn, gpn), nics_per_node=nics)
+    n, gbps = row.int("nics_per_node"), row.num("nic_gbps")
+    if n and gbps and base.gpus_per_node <= 8:
+        c = replace(c, nics_per_node=n, inter=replace(c.inter, bandwidth_GBps=gbps / 8 * NIC_LINE_RATE_FRACTION))
+    return c, None
+
+
+# Where a file has no precision or dispatcher column (the shared table's raw columns), the row's own words say
+# it: the first pattern found in its system and notes (narrower first).
+PRECISIONS = ((r"\bMXFP8\b|FP8[-_ ]MX", "mxfp8"), (r"FP8[- ]?blockwise", "fp8-blockwise"), (r"\bFP8", "fp8"),
+              (r"\bBF16\b", "bf16"))  # fmt: skip
+DISPATCHERS = ((r"HybridEP", "hybridep"), (r"DeepEP", "deepep"), (r"all-?to-?all", "alltoall"))
+
+
+def _stated(row: Row, col: str, patterns) -> str:
+    """The row's ``col``, else the first of ``patterns`` its system and notes name ('' for none)."""
+    if row.text(col):
+        return row.text(col).lower()
+    words = row.text("system") + " " + row.text("notes")
+    return next((v for pat, v in patterns if re.search(pat, words, re.IGNORECASE)), "")
+
+
+def layout_of(row: Row):
+    """(Layout, assumptions) from the row, or (None, why)."""
+    from monta.perfmodel.training.run_step import Layout
+
+    gpus, seq, gbs = row.int("gpus"), row.int("seq_len"), row.int("global_batch_tokens")
+    if not gpus:
+        return None, "GPU count not stated"
+    if not seq or not gbs:
+        return None, "sequence length or global batch not stated"
+    said = []
+
+    def deg(col: str) -> int:
+        v = row.int(col)
+        if v is None and col in ("tp", "pp", "ep", "micro_batch"):
+            said.append(f"{col} not stated: 1 assumed")
+        return v or 1
+
+    routing = row.text("routing").lower() or ("real" if "real routing" in row.text("notes").lower() else "forced")
+    precision, dispatcher = _stated(row, "precision", PRECISIONS), _stated(row, "dispatcher", DISPATCHERS)
+    s = Layout(
+        gpus=gpus, tp=deg("tp"), ep=deg("ep"), pp=deg("pp"), vpp=deg("vpp"), cp=deg("cp"),
+        micro_batch=deg("micro_batch"), seq=seq, global_batch_tokens=gbs,
+        precision=precision or "bf16", routing="real" if routing == "real" else "forced",
+        recompute=row.text("recompute").lower(), dispatcher=dispatcher,
+        a2a_overlap=row.text("a2a_overlap").lower() == "yes", cuda_graphs=row.text("cuda_graphs").lower(),
+    )  # fmt: skip
+    why = s.check()
+    return (None, why) if why else (s, said)
+
+
+def predict_value(metric: str, step_s: float, m, s, cluster) -> float:
+    """The model's figure of ``metric`` for a step of ``step_s`` seconds."""
+    tok = s.global_batch_tokens / step_s / s.gpus
+    if metric == "step_time_s":
+        return step_s
+    if metric == "tokens_per_s_per_gpu":
+        return tok
+    tflops = tok * m.model_flops_per_token(s.seq) / 1e12
+    return tflops if metric == "tflops_per_gpu" else 100.0 * tflops / cluster.peak_tflops
+
+
+def _time_ratio(metric: str, measured: float, predicted: float) -> float:
+    """measured step time / predicted step time, from the metric's values."""
+    return measured / predicted if metric == "step_time_s" else predicted / measured
+
+
+def blind(row: Row) -> dict[str, Any]:
+    """One row's blind record (``_step_s`` and ``_key`` private: for calibration)."""
+    from monta.perfmodel.training.run_shape import run_model
+    from monta.perfmodel.training.run_step import price_run
+
+    metric, value = metric_of(row)
+    rec: dict[str, Any] = {"id": row.id, "source": row.source, "metric": metric or row.text("metric"),
+                           "measured": value, "routing": "", "gpu": row.text("gpu"), "cluster": None,
+                           "predicted_blind": None, "predicted_calibrated": None, "error_blind": None,
+                           "error_calibrated": None, "assumed": [], "terms": {}, "reason": None}  # fmt: skip
+    if metric is None or value is None:
+        rec["reason"] = (
+            f"metric {row.text('metric') or '(none)'!r} is not a step figure (step time, tokens/s/GPU, TFLOPS/GPU, MFU)"
+        )
+        return rec
+    m, why = run_model(row.num, row.text)
+    s, said = layout_of(row) if m is not None else (None, why)
+    if m is None or s is None:
+        rec["reason"] = why if m is None else said
+        return rec
+    rec["routing"] = s.routing if row.text("routing").lower() != "token-drop" else "token-drop"
+    c, why = row_cluster(row, s.gpus)
+    if c is None:
+        rec["reason"] = why
+        return rec
+    if m.experts % s.ep:
+        rec["reason"] = f"ep={s.ep} does not divide the {m.experts} experts"
+        return rec
+    try:
+        terms = price_run(m, s, c, row.num("maxvio"))
+    except ValueError as e:  # a shape the exchange or routing models refuse: the row says why, the table goes on
+        rec["reason"] = f"cannot be priced: {e}"
+        return rec
+    step_s = terms["total_us"] / 1e6
+    rec.update(cluster=c.name, predicted_blind=predict_value(metric, step_s, m, s, c), assumed=[*m.assumed, *said])
+    rec["terms"] = {(k[:-3] + "_s" if k.endswith("_us") else k): (v / 1e6 if k.endswith("_us") else v)
+                    for k, v in terms.items()}  # fmt: skip
+    rec["_priced"] = (m, s, c, step_s, terms)
+    rec["error_blind"] = (rec["predicted_blind"] - value) / value
+    return rec
+
+
+def explain(row: Row, rec: dict) -> str:
+    """Why a priced row's blind error is above EXPLAIN_ABOVE, from what the row and its terms say."""
+    t, e = rec["terms"], rec["error_blind"]
+    faster = (e > 0) == (rec["metric"] != "step_time_s")  # the model's step is shorter than the measured one
+    said = " ".join(rec["assumed"])
+    if rec["routing"] == "token-drop":
+        return "token-drop run: the model prices dropless balanced routing" + (f"; {said}" if said else "")
+    if said and not faster:
+        return f"the model's step is longer; {said}"
+    if said:
+        return f"the model's step is shorter; {said}"
+    if faster and t.get("host_floor_s", 0) == 0 and row.text("cuda_graphs").lower() in ("", "no"):
+        return (
+            "the model's step is shorter: software overheads it does not price (kernel launches between the GPU's "
+            "work, host-device syncs of dropless MoE, unfused kernels; the row names no CUDA graphs)"
+        )
+    if faster:
+        return "the model's step is shorter: the GPU reaches less of its peak than the cluster file's efficiencies"
+    return "the model's step is longer: the run hides more communication or reaches more of its peak than priced"
+
+
+def _fit(points: list[tuple[float, ...]]) -> tuple[float, float]:
+    """(a, b) >= 0 minimising the relative error of T = T_blind + ((a - 1) C + b L) f over the points
+    (T_measured, T_blind, C, L, f): a scales the compute, b adds time per layer pass (us). With fewer than
+    MIN_FIT_ROWS points only a is fitted (the median ratio). (A third term scaling the exposed exchange was
+    tried: the same median, a wider spread.)"""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    if len(points) < MIN_FIT_ROWS:
+        return statistics.median(1 + (tm - tb) / (c * f) for tm, tb, c, _, f in points), 0.0
+    x = np.array([[c * f / tm, n * f / tm] for tm, tb, c, n, f in points])
+    y = np.array([1 - (tb - c * f) / tm for tm, tb, c, n, f in points])
+    (a, b), _ = nnls(x, y)
+    return float(a), float(b)
+
+
+MIN_FIT_ROWS = 4  # rows of other sources a two-term fit needs
+
+
+def calibrate(recs: list[dict]) -> None:
+    """Leave one source out: per GPU file, the OTHER sources' forced-balance rows fit a factor on the compute
+    and a time per layer pass (:func:`_fit`); the row's blind step is re-priced with them."""
+    fit = [r for r in recs if r.get("_priced") and r["routing"] == "forced"]
+
+    def point(o: dict) -> tuple[float, float, float, float, float]:
+        t = o["_priced"][4]
+        tm = t["total_us"] * _time_ratio(o["metric"], o["measured"], o["predicted_blind"])
+        return tm, t["total_us"], t["compute_us"], t["layer_passes"], t["bubble_factor"]
+
+    for r in recs:
+        if not r.get("_priced"):
+            continue
+        others = [point(o) for o in fit if o["cluster"] == r["cluster"] and o["source"] != r["source"]]
+        if not others:
+            r["reason_calibrated"] = f"no other source's forced-balance row on {r['cluster']}"
+            continue
+        a, b = _fit(others)
+        m, s, c, _, t = r["_priced"]
+        t = t["total_us"] + ((a - 1) * t["compute_us"] + b * t["layer_passes"]) * t["bubble_factor"]
+        r["calibration"] = {"compute_factor": a, "us_per_layer_pass": b, "rows": len(others)}
+        r["predicted_calibrated"] = predict_value(r["metric"], t / 1e6, m, s, c)
+        r["error_calibrated"] = (r["predicted_calibrated"] - r["measured"]) / r["measured"]
+
+
+def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
+    """Every two priced rows that differ in exactly one of SETTINGS and agree on SAME and their software."""
+    by_id = {r["id"]: r for r in recs}
+    priced = [row for row in rows if by_id[row.id].get("_priced")]
+
+    def key(row: Row) -> tuple:
+        return (*(row.text(c).lower() for c in SAME), (row.text("software") or row.text("system")).lower())
+
+    out = []
+    for i, a in enumerate(priced):
+        for b in priced[i + 1 :]:
+            diff = [c for c in SETTINGS if a.text(c).lower() != b.text(c).lower()]
+            if len(diff) != 1 or key(a) != key(b) or (diff[0] == "software"):
+                continue
+            ra, rb = by_id[a.id], by_id[b.id]
+            meas, pred = rb["measured"] / ra["measured"], rb["predicted_blind"] / ra["predicted_blind"]
+            cal = None
+            if ra["predicted_calibrated"] is not None and rb["predicted_calibrated"] is not None:
+                cal = rb["predicted_calibrated"] / ra["predicted_calibrated"]
+            same_way = (abs(math.log(meas)) < 0.01 and abs(math.log(pred)) < 0.01) or (meas - 1) * (pred - 1) > 0
+            out.append({"pair": f"{a.id} -> {b.id}", "setting": diff[0],
+                        "change": f"{a.text(diff[0]) or '(not stated)'} -> {b.text(diff[0]) or '(not stated)'}",
+                        "metric": ra["metric"], "measured_ratio": meas, "predicted_ratio": pred,
+                        "predicted_ratio_calibrated": cal, "direction_right": same_way,
+                        "ratio_error": pred / meas - 1})  # fmt: skip
+    return out
+
+
+def price_steps(rows: list[Row]) -> tuple[list[dict], list[dict]]:
+    """Records per row (blind, calibrated, reasons) and per A/B pair."""
+    recs = [blind(r) for r in rows]
+    calibrate(recs)
+    for row, r in zip(rows, recs):
+        if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE:
+            r["reason"] = explain(row, r)
+    prs = pairs(rows, recs)
+    for r in recs:
+        r.pop("_priced", None)
+    return recs, prs
+
+
+def _stats(xs) -> dict[str, Any]:
+    xs = sorted(abs(x) for x in xs if x is not None)
+    if not xs:
+        return {"n": 0, "median": None, "q1": None, "q3": None}
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return {"n": len(xs), "median": statistics.median(xs), "q1": q[0], "q3": q[2]}
+
+
+def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
+    priced = [r for r in recs if r["predicted_blind"] is not None]
+    forced = [r for r in priced if r["routing"] == "forced"]
+    real = [r for r in priced if r["routing"] == "real"]
+    return {
+        "rows": len(recs),
+        "sources": len({r["source"] for r in recs}),
+        "priced_blind": len(priced),
+        "priced_sources": len({r["source"] for r in priced}),
+        "priced_calibrated": sum(r["predicted_calibrated"] is not None for r in recs),
+        "forced_blind": _stats(r["error_blind"] for r in forced),
+        "forced_calibrated": _stats(r["error_calibrated"] for r in forced),
+        "real_blind": _stats(r["error_blind"] for r in real),
+        "real_calibrated": _stats(r["error_calibrated"] for r in real),
+        "all_blind": _stats(r["error_blind"] for r in priced),
+        "all_calibrated": _stats(r["error_calibrated"] for r in priced),
+        "pairs": len(prs),
+        "pairs_direction_right": sum(p["direction_right"] for p in prs),
+        "pair_ratio_error": _stats(p["ratio_error"] for p in prs),
+        "pair_ratio_error_calibrated": _stats(
+            p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1
+            for p in prs
+            if p["predicted_ratio_calibrated"] is not None
+        ),
+    }

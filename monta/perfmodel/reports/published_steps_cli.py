@@ -1,0 +1,79 @@
+"""``monta predict published --data STEPS.csv``: the tables and records of a published-steps table
+(``monta.perfmodel.reports.published_steps`` prices it; ``published_cli`` dispatches here by the columns)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from monta.perfmodel.reports.published_steps import EXPLAIN_ABOVE, price_steps, read_step_rows, step_summary
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:+.0f}%"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _band(st: dict) -> str:
+    if not st["n"]:
+        return "-"
+    return f"{st['median'] * 100:.0f}% (IQR {st['q1'] * 100:.0f}-{st['q3'] * 100:.0f}%, n={st['n']})"
+
+
+def headline(s: dict) -> str:
+    return (
+        f"{s['rows']} rows from {s['sources']} sources; priced blind {s['priced_blind']} (from {s['priced_sources']} "
+        f"sources), calibrated {s['priced_calibrated']}. Median abs. error, forced-balance rows: blind "
+        f"{_band(s['forced_blind'])}, calibrated (leave one source out) {_band(s['forced_calibrated'])}; "
+        f"real-routing rows: blind {_band(s['real_blind'])}, calibrated {_band(s['real_calibrated'])}. "
+        f"A/B pairs: {s['pairs_direction_right']} of {s['pairs']} in the measured direction, ratio error "
+        f"{_band(s['pair_ratio_error'])} (calibrated: {_band(s['pair_ratio_error_calibrated'])})."
+    )
+
+
+def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
+    from tabulate import tabulate
+
+    rows = [[r["id"], r["source"], r["gpu"], r["routing"] or "-", r["metric"], _num(r["measured"]),
+             _num(r["predicted_blind"]), _pct(r["error_blind"]), _num(r["predicted_calibrated"]),
+             _pct(r["error_calibrated"]), r["reason"] or ""] for r in recs]  # fmt: skip
+    head = ["id", "source", "gpu", "routing", "metric", "measured", "blind", "err", "calibrated", "err", "reason"]
+    pair_rows = [[p["pair"], p["setting"], p["change"], f"{p['measured_ratio']:.3f}", f"{p['predicted_ratio']:.3f}",
+                  _pct(p["ratio_error"]), "yes" if p["direction_right"] else "no"] for p in prs]  # fmt: skip
+    return "\n".join([
+        f"Published MoE training steps ({data}) priced by the step model from the model, layout, GPU and network "
+        "(blind) and scaled by the other sources' rows of the same GPU (calibrated). Error = (model - measured) / "
+        f"measured; every row above {EXPLAIN_ABOVE:.0%} and every unpriced row names its reason.",
+        "",
+        headline(summ),
+        "",
+        tabulate(pair_rows, ["A/B pair", "setting", "change", "measured ratio", "predicted ratio", "ratio err",
+                             "direction"], tablefmt="github", disable_numparse=True),  # fmt: skip
+        "",
+        tabulate(rows, head, tablefmt="github", disable_numparse=True),
+        "",
+    ])  # fmt: skip
+
+
+def run(args) -> int:
+    """The command's body for a step table (``args`` of ``monta predict published``)."""
+    from monta.perfmodel.reports.published_cli import _write_jsonl, _write_text
+
+    recs, prs = price_steps(read_step_rows(args.data))
+    summ = step_summary(recs, prs)
+    text = markdown(args.data, recs, prs, summ)
+    print(text)
+    if args.md:
+        _write_text(args.md, text)
+        print(f"wrote {args.md}")
+    if args.out:
+        out = [{"kind": "published-step", **r} for r in recs] + [{"kind": "published-step-pair", **p} for p in prs]
+        out.append({"kind": "published-step-summary", **summ})
+        _write_jsonl(args.out, out)
+        print(f"wrote {len(out)} records to {args.out}")
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summ, indent=1))
+    return 0

@@ -1,0 +1,288 @@
+"""One training step of a published MoE run (Megatron-style layout: TP, EP folded over TP x CP x DP, PP with
+VPP, CP, DP with a distributed optimizer) on one GPU, priced from the model's shape, the layout and a
+cluster file. The terms are those of ``monta.perfmodel.training.step`` on a Megatron layout: GEMMs at the
+cluster's peak x efficiency (FP8 at twice the BF16 peak), the causal attention core at its own efficiency,
+memory-bound elementwise work at HBM rate (FP8's quantisation passes included), recomputation, a per-layer
+host (kernel-launch) floor that CUDA graphs remove, the MoE token exchange priced by the exchange model
+(``exchange_shapes``: a flat AllToAll, or the node-deduplicating exchange for DeepEP/HybridEP; DeepEP at its
+measured rates on an NVLink domain wider than 8 GPUs; a ``monta.variants`` exchange on DeepSpeed's layout for
+the paper's setup) and hidden behind another micro-batch's compute when A2A overlap is on (that compute slowed
+by the SMs the exchange holds), tensor- and context-parallel communication, the 1F1B / interleaved pipeline
+bubble and stage-to-stage sends, the gradient sync the backward does not hide, and the optimizer.
+Real routing is priced by the skew model: the most-loaded EP rank's load over the mean
+(``monta.perfmodel.network.skew.SkewFactors``) stretches its expert compute and its exchange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network.collectives import GroupShape
+from monta.perfmodel.network.exchange import exchange_shapes
+from monta.perfmodel.network.links import Cluster
+from monta.perfmodel.training.compute import optimizer_us
+from monta.perfmodel.training.run_shape import RunModel
+
+# Hopper and Blackwell tensor cores run dense FP8 at twice their dense BF16 rate (H100 SXM 1,979 vs 989;
+# B200 4,500 vs 2,250: NVIDIA's data sheets, clusters/*.yaml sources).
+FP8_OVER_BF16 = 2.0
+# FP8 GEMMs reach less of their peak than BF16 ones: Megatron's MXFP8 grouped GEMM runs 2,672 TFLOP/s on a
+# GB200 (K=7168, N=2048; docs/discussions/deepseek-v3-gb200-optimization in NVIDIA/Megatron-LM) = 53% of its
+# 5,000 FP8 peak, against the 60% the cluster files assume for BF16: 0.53 / 0.6.
+FP8_GEMM_EFF_RATIO = 0.53 / 0.6
+# Host (kernel-launch) floor per layer and micro-batch, forward + backward, when kernels are launched from
+# Python: HOST_OPS_LAYER ops for attention, norms, router and permutation (the same guide counts 72 router
+# kernels, 31 fused, 17 with DeepEP's fused preprocessing) plus HOST_OPS_EXPERT per local expert (quantise,
+# GEMMs; twice with FP8), forward, and twice that in the backward, at HOST_US_PER_OP each ("a few
+# microseconds" of host time even for an op without a kernel, the guide says; ~10 us for an op through
+# Transformer Engine's Python layer). Model assumptions: the per-op time was chosen with the Qwen3-30B rows'
+# micro-batch contrast in view (MBS 1 vs 8 on Blackwell: ~3x tokens/s), so the blind model is not blind to it.
+# The GPU waits when its own work per layer is shorter. CUDA graphs of part of the layer halve the floor,
+# of the whole step remove it.
+HOST_OPS_LAYER = 130
+HOST_OPS_EXPERT = 3
+HOST_US_PER_OP = 10.0
+HOST_GRAPHED = {"": 1.0, "no": 1.0, "partial": 0.5, "full": 0.0}
+# The MaxVio (max expert load / mean - 1) of real, dropless routing where a row states none: a log-normal
+# per-expert load (the skew model's ``lognormal`` workload, DeepEP#393's fit of DeepSeek-V3's counts).
+REAL_ROUTING_MAXVIO = 0.5
+# DeepEP's kernels on an NVLink domain wider than 8 GPUs (GB200 NVL72, EP32; a community PR, not DeepEP's own
+# target): ~400 GB/s dispatch and ~190 GB/s combine algorithm bandwidth with 24 SMs, against NVLink5's 900 GB/s
+# per direction (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, section 2.2.1).
+DEEPEP_WIDE_NVLINK_GBPS = (400.0, 190.0)
+# With A2A overlap the exchange kernels hold SMs while another micro-batch computes: DeepEP's and HybridEP's
+# normal kernels take 20-24 SMs (DeepEP README; the guide runs DeepEP with 24), an H100's 132: the overlapped
+# compute runs on the rest, (1 + c) x as long with c = 24 / (132 - 24) (the step model's contention factor,
+# monta.perfmodel.training.contention).
+OVERLAP_CONTENTION = 24 / (132 - 24)
+
+
+@dataclass(frozen=True)
+class Layout:
+    gpus: int
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    vpp: int = 1
+    cp: int = 1
+    micro_batch: int = 1
+    seq: int = 4096
+    global_batch_tokens: int = 0
+    precision: str = "bf16"
+    routing: str = "forced"
+    recompute: str = ""
+    dispatcher: str = ""
+    a2a_overlap: bool = False
+    cuda_graphs: str = ""
+    # A monta.variants exchange on DeepSpeed's layout (expert TP = TP: every TP rank holds the micro-batch's
+    # tokens, the [E, C, M] buffer crosses EP groups strided by TP): the paper's setup. Empty: Megatron's EP
+    # (ETP 1, tokens sharded over TP by sequence parallelism) with ``dispatcher``.
+    variant: str = ""
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def num_micro(self) -> int:
+        return max(1, self.global_batch_tokens // (self.seq * self.micro_batch * self.dp))
+
+    @property
+    def fp8(self) -> bool:
+        return "fp8" in self.precision
+
+    def check(self) -> str | None:
+        """Why this layout cannot be priced, or None."""
+        if self.tp * self.pp * self.cp * self.dp != self.gpus:
+            return f"tp*pp*cp = {self.tp * self.pp * self.cp} does not divide the {self.gpus} GPUs"
+        if (self.tp * self.cp * self.dp) % self.ep:
+            return f"ep={self.ep} does not divide tp*cp*dp = {self.tp * self.cp * self.dp} (EP folds over them)"
+        if self.global_batch_tokens < self.seq * self.micro_batch * self.dp:
+            return "the global batch is smaller than one micro-batch per data-parallel rank"
+        return None
+
+
+@lru_cache(maxsize=256)
+def rank_load(ep: int, nodes: int, experts: int, k: int, maxvio: float) -> float:
+    """The most-loaded EP rank's routed tokens over the mean under a log-normal routing of ``maxvio``."""
+    from monta.perfmodel.network.skew import SkewFactors
+    from monta.routing.workloads import make_routing
+
+    tokens = max(64, 4 * experts // k)
+    return SkewFactors.of(make_routing(f"lognormal:maxvio={maxvio}", ep, tokens, experts, k, nodes)).rank
+
+
+def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:
+    """One MoE layer's exchange, forward and backward, of a ``monta.variants`` exchange on DeepSpeed's layout
+    (the step model's ``micro_batch``: the [E, C, M] buffer at capacity factor 1, chunks the model's choice)."""
+    from monta.perfmodel.network.exchange import best_chunks, takes_chunks
+    from monta.perfmodel.training.micro_batch import PLAN_CHUNKS
+
+    gpn = cluster.gpus_per_node
+    ep, tp = GroupShape.strided(s.ep, s.tp, gpn), GroupShape.strided(s.tp, 1, gpn)
+    S = tokens * m.topk * m.hidden * 2
+    chunks = best_chunks(S, ep, tp, cluster, candidates=PLAN_CHUNKS) if takes_chunks(s.variant) else 1
+    ex = exchange_shapes(s.variant, S, ep, tp, cluster, chunks, m.topk, m.experts, m.hidden * 2)
+    return 4 * ex.total_us  # dispatch + combine, forward and backward
+
+
+def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:
+    """One MoE layer's token exchange of one micro-batch, forward and backward (dispatch + combine each):
+    ``tokens`` per rank, each sent to top-k experts; DeepEP/HybridEP send a token once per node (the
+    ``node-dedup`` exchange) and dispatch in FP8 with an FP8 recipe."""
+    if s.ep == 1:
+        return 0.0
+    gpn = cluster.gpus_per_node
+    ep = GroupShape.strided(s.ep, 1, gpn)
+    tp1 = GroupShape(1, 1, gpn)
+    dedup = s.dispatcher in ("deepep", "hybridep")
+    disp_bytes = 1 if (dedup and s.fp8) else 2
+    wide = s.dispatcher == "deepep" and ep.nodes == 1 and s.ep > 8  # DeepEP past its 8-GPU NVLink design
+    total = 0.0
+    for elem, cap in zip((disp_bytes, 2), DEEPEP_WIDE_NVLINK_GBPS):  # dispatch, then combine in BF16
+        S = tokens * m.topk * m.hidden * elem
+        if dedup:
+            ex = exchange_shapes("node-dedup", S, ep, tp1, cluster, 1, m.topk, m.experts, m.hidden * elem)
+        else:
+            ex = exchange_shapes("deepspeed", S, ep, tp1, cluster, 1)
+        total += max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us
+    return 2 * total  # forward and backward
+
+
+def _elementwise_bytes(m: RunModel, fp8: bool, moe: bool) -> float:
+    """HBM bytes one token moves per layer outside the GEMMs and attention, forward (BF16 elements): norms,
+    residuals, rotary/reshape, the MoE permutation both ways, the SwiGLU activation; FP8 adds a quantisation
+    pass (read 2 bytes, write 1) over every GEMM input."""
+    h, k = m.hidden, (m.topk if moe else 1)
+    f = m.ffn if moe else m.dense_ffn
+    sh = (m.shared * m.shared_ffn) if moe else 0
+    elems = 4 * h + 6 * h + 4 * h + (2 * (h + k * h) if moe else 0) + 3 * (k * f + sh)
+    out = 2.0 * elems
+    if fp8:
+        out += 3.0 * (h + m.heads * m.v_dim + k * h + k * f + (h + sh if sh else 0))
+    return out
+
+
+def _recompute_frac(s: Layout, m: RunModel, pieces: dict[str, float], moe: bool) -> float:
+    """Forward GEMM FLOPs per token a layer recomputes (selective modules) -- full recompute: all of it."""
+    rc = s.recompute.lower()
+    if rc.startswith("full"):
+        return sum(pieces.values())
+    mods = rc.partition(":")[2].split(",") if ":" in rc else []
+    out = 0.0
+    if "mlp" in mods and not moe:
+        out += pieces["dense"]
+    if any(x in mods for x in ("up_proj", "mla_up_proj")):
+        out += 2.0 * m.mla_up_params()
+    return out
+
+
+def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool, skew: float) -> dict[str, float]:
+    """One layer, one micro-batch, forward + backward, on one GPU: its compute terms (us)."""
+    p = m.layer_flops(s.seq, moe)
+    gemm_rate = cluster.peak_tflops * cluster.gemm_eff * (FP8_OVER_BF16 * FP8_GEMM_EFF_RATIO if s.fp8 else 1.0) * 1e6
+    attn_rate = cluster.peak_tflops * cluster.attn_eff * 1e6
+    expert = p["experts"] * skew
+    gemm = p["attn_proj"] + expert + p["shared"] + p["dense"] + p["router"]
+    per_gpu = tokens / s.tp
+    t_gemm = 3 * gemm * per_gpu / gemm_rate
+    t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
+    t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
+    t_rc = _recompute_frac(s, m, p, moe) * per_gpu / gemm_rate
+    if s.recompute.lower().startswith("full"):
+        t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
+    return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}
+
+
+def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) -> tuple[float, float, float]:
+    """(exposed gradient reduce-scatter + parameter all-gather, their full time, optimizer): the distributed
+    optimizer's syncs of BF16 gradients, overlapped with the last micro-batch's backward and the first's
+    forward (``window_us``)."""
+    gpn = cluster.gpus_per_node
+    dense, expert = m.params()
+    dense_slice, expert_slice = dense / (s.tp * s.pp), expert / (s.ep * s.pp)
+    lanes = s.dp * s.cp
+    edp = max(1, lanes * s.tp // s.ep)
+    g_dense = GroupShape.strided(lanes, s.tp, gpn) if lanes > 1 else None
+    g_exp = GroupShape.strided(edp, s.ep, gpn) if edp > 1 else None
+    t = 0.0
+    for g, n in ((g_dense, dense_slice), (g_exp, expert_slice)):
+        if g is not None:
+            t += C.reducescatter(n * 2, g, cluster).time_us + C.allgather(n * 2 / g.size, g, cluster).time_us
+    opt = optimizer_us(dense_slice, expert_slice, lanes, edp, 1, cluster)
+    return max(0.0, t - window_us), t, opt
+
+
+def host_floor_us(m: RunModel, s: Layout) -> float:
+    """The host's time per MoE layer and micro-batch, forward + backward (see :data:`HOST_US_PER_OP`)."""
+    local = max(1, m.experts // s.ep)
+    ops = HOST_OPS_LAYER + local * HOST_OPS_EXPERT * (2 if s.fp8 else 1)
+    return 3 * ops * HOST_US_PER_OP * HOST_GRAPHED.get(s.cuda_graphs, 1.0)
+
+
+def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = None) -> dict[str, float]:
+    """The step's terms (us) and ``total_us`` on the slowest rank; ``maxvio`` for real routing (None: the
+    default :data:`REAL_ROUTING_MAXVIO`)."""
+    tokens = s.micro_batch * s.seq / s.cp  # one micro-batch's tokens on one TP group
+    skew = 1.0
+    if s.routing == "real" and s.ep > 1:
+        nodes = max(1, s.ep // cluster.gpus_per_node)
+        skew = rank_load(s.ep, nodes, m.experts, m.topk, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
+    moe_l = _layer_us(m, s, cluster, tokens, True, skew)
+    dense_l = _layer_us(m, s, cluster, tokens, False, 1.0)
+    head_us = (
+        3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
+    )
+    host = host_floor_us(m, s)
+    if s.variant:
+        a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
+    else:
+        a2a = _exchange_us(m, s, cluster, tokens / s.tp) * skew
+    ag = C.allgather(tokens / s.tp * m.hidden * 2, GroupShape.strided(s.tp, 1, cluster.gpus_per_node), cluster)
+    tp_us = 4 * 2 * ag.time_us if s.tp > 1 else 0.0  # SP: AllGather + ReduceScatter around attention, fwd + bwd
+    kv = tokens * m.kv_bytes_per_token * 2
+    # every rank of a node passes its K/V (and activations between stages) at once: gpn concurrent sends
+    gpn = cluster.gpus_per_node
+    cp_link = "intra" if s.tp * s.cp <= gpn else "inter"
+    kv_us = C.p2p(kv, cp_link, cluster, gpn).time_us
+    cp_us = max(0.0, 3 * (s.cp - 1) * kv_us - moe_l["attention"]) if s.cp > 1 else 0.0
+
+    def layer(terms: dict[str, float], exchange: float) -> tuple[float, float]:
+        gpu = sum(terms.values())
+        hidden = min(exchange, gpu) if s.a2a_overlap else 0.0
+        return max(gpu + OVERLAP_CONTENTION * hidden, host) + exchange - hidden + tp_us + cp_us, gpu
+
+    per_stage = (m.moe_layers + m.mtp) / s.pp
+    dense_per_stage = m.dense_layers / s.pp
+    t_moe, c_moe = layer(moe_l, a2a)
+    a2a_exposed = a2a - (min(a2a, c_moe) if s.a2a_overlap else 0.0)
+    t_dense, c_dense = layer(dense_l, 0.0)
+    t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us / s.pp
+    bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
+    stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
+    p2p = C.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
+    pp_us = bubble + s.num_micro * 2 * s.vpp * p2p if s.pp > 1 else 0.0
+    grad_exposed, grad_us, opt = _grad_sync_us(m, s, cluster, t_mb)
+    total = s.num_micro * t_mb + pp_us + grad_exposed + opt
+    compute = s.num_micro * (per_stage * c_moe + dense_per_stage * c_dense + head_us / s.pp)
+    return {
+        "total_us": total,
+        "compute_us": compute,
+        "host_floor_us": s.num_micro
+        * (per_stage * max(0.0, host - c_moe) + dense_per_stage * max(0.0, host - c_dense)),
+        "exchange_us": s.num_micro * per_stage * a2a,
+        "exchange_exposed_us": s.num_micro * per_stage * a2a_exposed,
+        "tp_us": s.num_micro * (per_stage + dense_per_stage) * tp_us,
+        "cp_us": s.num_micro * (per_stage + dense_per_stage) * cp_us,
+        "pp_us": pp_us,
+        "grad_exposed_us": grad_exposed,
+        "grad_sync_us": grad_us,
+        "optimizer_us": opt,
+        "routing_skew": skew,
+        "num_micro": float(s.num_micro),
+        # for a calibration: layer passes per step on one stage, and what the bubble multiplies them by
+        "layer_passes": s.num_micro * (per_stage + dense_per_stage),
+        "bubble_factor": 1.0 + ((s.pp - 1) / s.vpp / s.num_micro if s.pp > 1 else 0.0),
+    }

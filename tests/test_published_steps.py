@@ -1,0 +1,172 @@
+"""`monta predict published` on a table of published MoE training steps: every row priced blind and calibrated
+or given its reason, A/B pairs found from the columns, the raw shared table's columns accepted, nothing keyed to
+ids or sources."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from monta.cli import main
+from monta.perfmodel.reports import published_steps as PS
+from monta.perfmodel.reports.published import Row
+from monta.perfmodel.training.run_shape import run_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "published" / "steps.csv"
+RAW = ROOT / "tests" / "data" / "published-steps-raw.csv"  # rows copied unchanged from the shared table
+
+
+@pytest.fixture(scope="module")
+def priced():
+    return PS.price_steps(PS.read_step_rows(DATA))
+
+
+def test_every_row_is_priced_or_says_why_and_far_off_rows_say_why(priced):
+    recs, _ = priced
+    assert len(recs) == len(list(csv.DictReader(DATA.open())))
+    for r in recs:
+        if r["predicted_blind"] is None or abs(r["error_blind"]) > PS.EXPLAIN_ABOVE:
+            assert r["reason"], r["id"]
+        if r["predicted_blind"] is not None and r["predicted_calibrated"] is None:
+            assert r.get("reason_calibrated"), r["id"]
+
+
+def test_the_score_the_docs_report(priced):
+    """The figures docs/results/published-steps.md states (the issue's targets are NOT all met: see there)."""
+    recs, prs = priced
+    s = PS.step_summary(recs, prs)
+    assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
+    assert s["forced_blind"]["median"] == pytest.approx(0.28, abs=0.01)
+    assert s["forced_calibrated"]["median"] == pytest.approx(0.19, abs=0.01)
+    assert s["pairs"] == 20 and s["pairs_direction_right"] == 18
+    assert s["pair_ratio_error"]["median"] == pytest.approx(0.16, abs=0.01)
+    # forced-balance and real-routing rows are scored apart
+    assert s["real_blind"]["n"] == 4 and s["forced_blind"]["n"] + s["real_blind"]["n"] <= s["priced_blind"]
+
+
+def test_flop_count_matches_the_sources_that_state_tokens_and_tflops():
+    """DeepSeek-V3 without MTP (Bridge 25.11: 782 TFLOPS at 3139 tok/s = 249.1 GFLOP/token) and Qwen3-235B
+    (1575 tok/s, 233 TFLOPS = 147.9) within 1%."""
+    rows = {r.id: r for r in PS.read_step_rows(DATA)}
+    for rid, gflop in (("S27", 249.1), ("S20", 147.9)):
+        m, _ = run_model(rows[rid].num, rows[rid].text)
+        assert m.model_flops_per_token(4096) / 1e9 == pytest.approx(gflop, rel=0.01)
+
+
+def test_real_routing_costs_through_the_skew_model(priced):
+    recs, prs = priced
+    by = {r["id"]: r for r in recs}
+    assert by["S16"]["terms"]["routing_skew"] > 1.0 and by["S15"]["terms"]["routing_skew"] == 1.0
+    pair = next(p for p in prs if p["setting"] == "routing")
+    assert pair["predicted_ratio"] < 1.0 and pair["measured_ratio"] < 1.0
+
+
+def test_the_raw_shared_columns_are_priced_the_same_way(tmp_path, capsys):
+    """A file with only the shared table's columns: priced, unpriced rows say why, the command writes records."""
+    out = tmp_path / "r.jsonl"
+    assert main(["predict", "published", "--data", str(RAW), "--out", str(out)]) == 0
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    rows = {r["id"]: r for r in recs if r["kind"] == "published-step"}
+    assert set(rows) == {"S10", "S11", "S15", "S16", "S20", "S27", "S31", "S45", "S56"}
+    for rid in ("S10", "S15", "S20", "S27", "S31"):
+        assert rows[rid]["predicted_blind"] > 0, rows[rid]
+    assert "not a step figure" in rows["S45"]["reason"]
+    assert "model shape not stated" in rows["S56"]["reason"]
+    assert rows["S16"]["routing"] == "real"  # from the notes: the raw table has no routing column
+    assert "A/B pair" in capsys.readouterr().out
+
+
+def test_renaming_ids_and_sources_changes_nothing(priced, tmp_path):
+    recs, prs = priced
+    rows = list(csv.DictReader(DATA.open()))
+    renamed = [{**r, "id": f"X{i}", "source": f"src{i % 5}", "source_url": f"https://example.org/{i % 5}"}
+               for i, r in enumerate(rows)]  # fmt: skip
+    f = tmp_path / "mine.csv"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(reversed(renamed))
+    mine, mine_pairs = PS.price_steps(PS.read_step_rows(f))
+    by = {r["id"]: r for r in mine}
+    for i, r in enumerate(recs):
+        assert by[f"X{i}"]["predicted_blind"] == r["predicted_blind"], r["id"]
+
+    def canon(ps):  # a pair read in the other order has both ratios inverted
+        return sorted(
+            (round(p["measured_ratio"], 9), round(p["predicted_ratio"], 9))
+            if p["measured_ratio"] >= 1
+            else (round(1 / p["measured_ratio"], 9), round(1 / p["predicted_ratio"], 9))
+            for p in ps
+        )
+
+    assert canon(mine_pairs) == canon(prs)
+
+
+def test_a_row_without_a_layout_or_gpu_file_says_why():
+    def row(**kw):
+        base = dict(id="a", metric="tokens_per_s_per_gpu", value="100", gpu="H100", layers="2", hidden="1024",
+                    ffn_hidden="512", experts="8", topk="2", seq_len="4096", global_batch_tokens="65536", gpus="16",
+                    tp="2", ep="8", pp="1")  # fmt: skip
+        return Row({**base, **kw})
+
+    assert "does not divide" in PS.blind(row(tp="3"))["reason"]
+    assert "does not divide the 8 experts" in PS.blind(row(ep="16", tp="1"))["reason"]
+    assert "no cluster file" in PS.blind(row(gpu="Mystery"))["reason"]
+    assert PS.blind(row())["predicted_blind"] > 0
+
+
+def test_a_collectives_file_still_goes_to_the_collective_pricing(tmp_path):
+    assert not PS.is_step_table(ROOT / "data" / "published" / "collectives.csv")
+    assert PS.is_step_table(DATA) and PS.is_step_table(RAW)
+
+
+def test_the_paper_step_line_carries_the_step_score_band(priced, tmp_path):
+    from monta.perfmodel.reports.paper import step_band, step_band_line
+
+    recs, prs = priced
+    e = PS.step_summary(recs, prs)["pair_ratio_error"]
+    b = step_band(0.939, str(DATA))
+    assert b["median_band"] == pytest.approx((1 - 0.939 * (1 + e["median"]), 1 - 0.939 * (1 - e["median"])))
+    assert step_band(0.939, str(tmp_path / "none.csv")) is None
+    assert "error band from the published-steps score" in step_band_line(0.939)
+
+
+def test_a_file_without_the_added_columns_reads_precision_dispatcher_and_routing_from_the_row(tmp_path):
+    """The shared table's raw columns: FP8 / DeepEP / real routing as the row's system and notes name them."""
+    rows = {r.id: r for r in PS.read_step_rows(RAW)}
+    s10, _ = PS.layout_of(rows["S10"])
+    assert (s10.precision, s10.dispatcher, s10.routing) == ("bf16", "deepep", "forced")
+    s16, _ = PS.layout_of(rows["S16"])
+    assert s16.routing == "real"
+    s20, _ = PS.layout_of(rows["S20"])
+    assert s20.precision == "fp8"
+
+
+def test_calibration_fits_compute_and_a_time_per_layer_pass():
+    """Points made from a known (a, b) are fitted back exactly; fewer than MIN_FIT_ROWS fit a alone."""
+    a, b = 1.7, 900.0
+    pts = []
+    for c, n, f in ((5e6, 2000, 1.1), (2e6, 8000, 1.0), (9e6, 500, 1.3), (1e6, 3000, 1.05), (4e6, 1000, 1.2)):
+        tb = c * f + 1e6
+        pts.append((tb + ((a - 1) * c + b * n) * f, tb, c, n, f))
+    fa, fb = PS._fit(pts)
+    assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
+    fa, fb = PS._fit(pts[:2])
+    assert fb == 0.0 and fa > 1.0
+
+
+def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():
+    """The run model, given a monta.variants exchange on DeepSpeed's layout, prices the paper's 2x70B step: its
+    monta-vs-deepspeed improvement is within one point of predict_step's, monta beats deepspeed beats legacy."""
+    from monta.perfmodel.reports.paper import run_model_steps, step_setup
+
+    st = step_setup("a800-4nic", None, "none")
+    t = run_model_steps(st)
+    assert t["monta"] < t["deepspeed"] < t["legacy"]
+    steps = st["steps"]
+    ref = 1 - steps["monta"].total_us / steps["deepspeed"].total_us
+    assert 1 - t["monta"] / t["deepspeed"] == pytest.approx(ref, abs=0.01)
