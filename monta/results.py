@@ -14,13 +14,13 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from monta import results_schema
+from monta.atomic import write_atomic
 from monta.results_schema import SCHEMA, SOURCES  # noqa: F401  (the envelope's values; importers read them here)
 
 # Fields every record carries. ``params`` holds what identifies the point (size, variant,
@@ -216,16 +216,8 @@ def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: boo
                 "Readers will name that line until it is repaired or removed.",
                 file=sys.stderr,
             )
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(existing)
-            for r in records:
-                f.write((json.dumps(r, sort_keys=True, default=str) + "\n").encode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    body = b"".join((json.dumps(r, sort_keys=True, default=str) + "\n").encode() for r in records)
+    write_atomic(path, existing + body)
     return path
 
 

@@ -96,7 +96,7 @@ def _cmd(args) -> int:
         _write_jsonl(args.out, out)
         print(f"wrote {len(out)} records to {args.out}")
     if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(summ, indent=1))
+        _write_text(args.summary_json, json.dumps(summ, indent=1))
     return 0
 
 
@@ -132,21 +132,13 @@ def _write_text(path: str, text: str) -> None:
 def _write_jsonl(path: str, recs: list, raw: bool = False) -> None:
     """Atomic: a temp file in the same folder, renamed over the target (no half-written file on an error)."""
     import json
-    import os
-    import tempfile
+
+    from monta.atomic import write_atomic
 
     p = Path(path)
     if not p.parent.is_dir():
         raise FileNotFoundError(f"--out {p}: folder {p.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            for r in recs:
-                f.write(r if raw else json.dumps(r) + "\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(p, "".join(r if raw else json.dumps(r) + "\n" for r in recs))
 
 
 def register(sub) -> None:
