@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from monta.atomic import write_atomic
+from monta.cli_args import add_out_arguments, check_out
 from monta.regress_rule import DEFAULT_THRESHOLD, GATE_RULE, decide, widen  # noqa: F401  (importers read them here)
 from monta.regress_stats import (
     DEFAULT_RUN_SPREAD,
@@ -220,10 +221,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seed {args.seed}: must be >= 0")
     if args.bootstrap > 1_000_000:
         raise ValueError(f"--bootstrap {args.bootstrap}: at most 1000000 resamples")
-    if args.out:
-        from monta.validate import out_path
-
-        out_path(args.out)
+    check_out(args)
     base, cur = read_records(*args.baseline), read_records(*args.current)
     if args.paired_with is not None:
         known = {r["params"].get("variant") for r in base + cur}
@@ -298,5 +296,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="judge other variants by their time relative to VARIANT (e.g. deepspeed) in the same "
         "iterations of each run: cancels a drift of a whole run; VARIANT itself stays absolute",
     )
-    p.add_argument("--out", help="also write the table (markdown) here")
+    add_out_arguments(p, "also the table (markdown)", append=False)
     p.set_defaults(func=run)

@@ -79,8 +79,10 @@ def headline(summ: dict, recs: list[dict]) -> str:
 def _cmd(args) -> int:
     import json
 
+    from monta.cli_args import check_out
     from monta.perfmodel.reports.claims import check_claims
 
+    check_out(args), check_out(args, "md")  # neither replaces a file unless --force says so
     recs = price(read_rows(args.data))
     summ = summary(recs)
     claims = check_claims(args.claims) if args.claims else []
@@ -149,11 +151,16 @@ def register(sub) -> None:
         description="Price every row of a CSV of measurements made elsewhere (columns of "
         "data/published/collectives.csv) from its hardware alone (blind) and fitted on the other rows of the same "
         "hardware (calibrated); print the error per row and per source.",
-        formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--data", default="data/published/collectives.csv", help="CSV of published measurements")
     p.add_argument("--claims", default=None, help="also check stated expectations (data/published/claims.csv)")
-    p.add_argument("--out", default=None, help="write one JSONL record per row (plus claims and a summary)")
-    p.add_argument("--md", default=None, help="also write the tables as one Markdown page (the report's section)")
+    from monta.cli_args import add_out_arguments
+
+    add_out_arguments(p, "one JSONL record per row (plus claims and a summary)", append=False)
+    p.add_argument(
+        "--md",
+        default=None,
+        help="also write the tables as one Markdown page (the report's section; --force replaces it)",
+    )
     p.add_argument("--summary-json", default=None, help=__import__("argparse").SUPPRESS)
     p.set_defaults(func=_cmd)
