@@ -18,22 +18,23 @@ from monta.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def parse(*argv: str):
+def parse(*argv: str, bench: str = "alltoall"):
     sub = build_parser("bench")._subparsers._group_actions[0].choices["bench"]
-    return sub._subparsers._group_actions[0].choices["alltoall"].parse_args(list(argv))
+    return sub._subparsers._group_actions[0].choices[bench].parse_args(list(argv))
 
 
-def _pipeline_2x4_command(tmp_path: Path) -> list[str]:
-    """The `monta bench alltoall ... --out results/alltoall/2x4.jsonl` the default config's dry run starts."""
+def _pipeline_command(tmp_path: Path, bench: str = "alltoall") -> list[str]:
+    """The `monta bench BENCH ... --out results/BENCH/2x4.jsonl` the default config's dry run starts."""
     snakemake = str(Path(sys.executable).parent / "snakemake")
     args = [snakemake, "-n", "-p", "--directory", str(tmp_path), "-s", str(ROOT / "Snakefile")]
-    proc = subprocess.run(args + ["results/alltoall/2x4.jsonl"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    target = f"results/{bench}/2x4.jsonl"
+    proc = subprocess.run(args + [target], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for line in (proc.stdout + proc.stderr).splitlines():
-        if "monta bench alltoall" in line and "2x4.jsonl" in line:
-            words = shlex.split(line.split("monta bench alltoall", 1)[1])
+        if f"monta bench {bench}" in line and target in line:
+            words = shlex.split(line.split(f"monta bench {bench}", 1)[1])
             return words[: words.index(">")] if ">" in words else words
-    raise AssertionError("no bench alltoall command in the dry run")
+    raise AssertionError(f"no bench {bench} command in the dry run")
 
 
 def _config(args):
@@ -42,12 +43,27 @@ def _config(args):
 
 
 def test_the_preset_builds_the_pipelines_sweep(tmp_path):
-    pipeline = parse(*_pipeline_2x4_command(tmp_path))
+    pipeline = parse(*_pipeline_command(tmp_path))
     pipeline.out = None
     mine = parse("--preset", "pipeline")
     alltoall._preset(mine)
     assert _config(mine) == _config(pipeline)
     assert pipeline_preset.differences(mine) == []
+
+
+def test_the_step_preset_builds_the_pipelines_step(tmp_path):
+    from monta.bench.common_args import network
+    from monta.bench.step_args import spec
+
+    pipeline = parse(*_pipeline_command(tmp_path, "step"), bench="step")
+    pipeline.out = None
+    mine = parse("--preset", "pipeline", "--experiment", pipeline.experiment, bench="step")
+    assert pipeline_preset.preset(mine, "step").startswith("# --preset pipeline")
+    assert spec(mine) == spec(pipeline)
+    assert network(mine).describe() == network(pipeline).describe()
+    assert pipeline_preset.differences(mine, "step") == []
+    bare = pipeline_preset.preset(parse(bench="step"), "step")
+    assert "--compute real (pipeline: modeled)" in bare
 
 
 def test_the_preset_reads_the_default_config_and_a_given_flag_wins():
@@ -62,7 +78,7 @@ def test_the_preset_reads_the_default_config_and_a_given_flag_wins():
 def test_a_bare_run_names_what_differs_from_the_pipeline(tmp_path):
     a = yaml.safe_load((ROOT / "config/default.yaml").read_text())["alltoall"]
     line = alltoall._preset(parse())
-    assert line.startswith("# unlike the pipeline's sweep (--preset pipeline runs it): ")
+    assert line.startswith("# unlike the pipeline's 2 x 4 sweep (--preset pipeline runs it): ")
     assert f"--min-chunk 0 (pipeline: {a['min_chunk']})" in line
     assert f"--sizes 1M:16M:2 (pipeline: {a['sizes']})" in line and "--check off (pipeline: on)" in line
     assert "--nodes" not in line and "--tp" not in line  # the default shape is the pipeline's

@@ -25,17 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_argument(p, "default: $MONTA_CLUSTER, else a800")
     _add_repetition_arguments(p)
     _add_run_arguments(p)
-    from monta.bench.pipeline_preset import PRESETS, parser_defaults
+    from monta.bench.pipeline_preset import add_preset_argument
 
-    p.add_argument(
-        "--preset",
-        choices=PRESETS,
-        default=None,
-        help="pipeline: the pipeline's 2 x 4 sweep settings from config/default.yaml (sizes, chunks, chunk floor, "
-        "repetition, clock, network) for every flag not given (default: none; a run without it prints the "
-        "settings that differ)",
-    )
-    p.set_defaults(parser_defaults=parser_defaults(p))
+    add_preset_argument(p, "2 x 4 sweep (sizes, chunks, chunk floor, repetition, clock, network)")
 
 
 def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -326,12 +318,9 @@ def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:
 
 def _preset(args: argparse.Namespace) -> str | None:
     """Apply ``--preset``; the line saying which settings differ from the pipeline's when none is given."""
-    from monta.bench import pipeline_preset
+    from monta.bench.pipeline_preset import preset
 
-    if getattr(args, "preset", None) == "pipeline":
-        pipeline_preset.apply(args, args.parser_defaults)
-        return "# --preset pipeline: the pipeline's 2 x 4 sweep settings (config/default.yaml)"
-    return pipeline_preset.differences_line(args) if hasattr(args, "parser_defaults") else None
+    return preset(args, "alltoall")
 
 
 def main(args: argparse.Namespace) -> int:
