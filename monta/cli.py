@@ -10,6 +10,10 @@ import argparse
 import importlib
 import sys
 
+# What `monta predict` offers, one line for `monta --help` (tests/test_cli_grammar.py checks it names
+# every predict command the parser has).
+PREDICT_HELP = "performance-model predictions: paper, alltoall, accuracy, contention, published, skew"
+
 # (subcommand, module, help). A module's register() adds its parser(s) and sets func=callable(args)->int.
 # Only the module of the subcommand being run is imported: torch/deepspeed take seconds to load.
 _TOPICS = [
@@ -18,7 +22,7 @@ _TOPICS = [
     ("doctor", "monta.doctor", "check this machine can run the emulated cluster (namespaces, ip/tc, torch)"),
     ("emulate", "monta.emulate.cli", "emulated multi-node cluster: run, probe, calibrate, presets"),
     ("plan", "monta.perfmodel.reports.cli", "rank parallel strategies for a cluster, model and sequence length"),
-    ("predict", "monta.perfmodel.reports.cli", "performance-model predictions: paper, alltoall, accuracy"),
+    ("predict", "monta.perfmodel.reports.cli", PREDICT_HELP),
     ("regress", "monta.regress", "compare two record files and fail on a performance regression"),
     ("variants", "monta.variants", "list the training-step variants and their parts (plugins included)"),
 ]
@@ -27,6 +31,14 @@ _TOPICS = [
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``monta bench alltoall: error: argument --hidden: invalid int
     value: 'x' (see --help)`` instead of a usage block and the error (exit 2 as before)."""
+
+    def __init__(self, *args, **kwargs):
+        # Every subcommand's parser is one of these (argparse makes subparsers of the parent's class), so
+        # every --help shows its options' defaults (monta.cli_args.HelpFormatter).
+        from monta.cli_args import HelpFormatter
+
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

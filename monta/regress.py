@@ -8,10 +8,9 @@ from the baseline (monta.regress_stats). A baseline file of several runs (record
 gets ``--run-spread`` (0.025, measured on this project's stored pair). Why: two runs of unchanged
 code put the 1-2 MiB AllGather 8.6-12% apart while each run's CI was 2-6% wide, and the gate that
 trusted the CI alone flagged both.
-Decision, for a threshold T (the slowdown the gate must catch): a point REGRESSED when its slowdown is
-above 1 + T/2 (the midpoint between "no change" and "T slower") and its widened interval lies above 1
-(slower than unchanged code lands); improved the mirror image; inconclusive when the widened interval
-holds both 1 and 1 + T (the noise cannot tell a T slowdown from none), else ok. On synthetic sweeps
+Decision, for a threshold T (the slowdown the gate must catch): monta.regress_rule.GATE_RULE, the
+words --help, the table and the docs quote (1 + T/2 is the midpoint between "no change" and "T
+slower"; inconclusive: the noise cannot tell a T slowdown from none). On synthetic sweeps
 with the stored spread and a 5-run baseline: 3 of 400 unchanged points flagged, 191 of 200 points
 with an injected 10% (tests/test_regress_noise.py).
 
@@ -35,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -44,6 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from monta.atomic import write_atomic
+from monta.cli_args import add_out_arguments, check_out
+from monta.regress_rule import DEFAULT_THRESHOLD, GATE_RULE, decide, widen  # noqa: F401  (importers read them here)
 from monta.regress_stats import (
     DEFAULT_RUN_SPREAD,
     HIGHER_IS_BETTER,
@@ -118,7 +119,7 @@ def compare(
     baseline: Sequence[Mapping[str, Any]],
     current: Sequence[Mapping[str, Any]],
     metric: str = "time_us",
-    threshold: float = 0.10,
+    threshold: float = DEFAULT_THRESHOLD,
     confidence: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
@@ -207,27 +208,6 @@ def _without_injection(b: Sequence[Mapping[str, Any]], c: Sequence[Mapping[str, 
 WOULD_BE = {"REGRESSED": "slower", "improved": "faster", "inconclusive": "inconclusive", "ok": "ok"}
 
 
-def widen(ratio: float, lo: float, hi: float, noise: float) -> tuple[float, float]:
-    """The CI (lo, hi) moved away from ``ratio`` by the between-run half-width ``noise`` (log), added
-    in quadrature: the run's own uncertainty and the run-to-run spread are independent."""
-    d = math.log(ratio)
-    return math.exp(d - math.hypot(d - math.log(lo), noise)), math.exp(d + math.hypot(math.log(hi) - d, noise))
-
-
-def decide(ratio: float, lo: float, hi: float, threshold: float, noise: float = 0.0) -> str:
-    """REGRESSED / improved / inconclusive / ok for one point (see the module docstring); ``lo``,
-    ``hi``: the within-run CI, widened here by the between-run half-width ``noise`` (log)."""
-    lo, hi = widen(ratio, lo, hi, noise)
-    line = 1 + threshold / 2
-    if lo > 1 and ratio > line:
-        return "REGRESSED"
-    if hi < 1 and ratio < 1 / line:
-        return "improved"
-    if lo < 1 and hi > 1 + threshold:
-        return "inconclusive"
-    return "ok"
-
-
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.confidence < 1:
         raise ValueError(f"--confidence {args.confidence}: must be between 0 and 1, e.g. 0.95")
@@ -241,10 +221,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seed {args.seed}: must be >= 0")
     if args.bootstrap > 1_000_000:
         raise ValueError(f"--bootstrap {args.bootstrap}: at most 1000000 resamples")
-    if args.out:
-        from monta.validate import out_path
-
-        out_path(args.out)
+    check_out(args)
     base, cur = read_records(*args.baseline), read_records(*args.current)
     if args.paired_with is not None:
         known = {r["params"].get("variant") for r in base + cur}
@@ -273,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     text = format_table(rows, args.metric, args.threshold, args.confidence)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+        write_atomic(args.out, text)
     print(text, end="")
     regressed = [r for r in rows if r["status"] == "REGRESSED"]
     if regressed:
@@ -293,9 +270,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threshold",
         type=float,
-        default=0.10,
-        help="the slowdown the gate must catch (default 0.10 = 10%%): a point regressed when it reads above "
-        "1 + threshold/2 and its CI, widened by the run-to-run spread, lies above 1",
+        default=DEFAULT_THRESHOLD,
+        help="T, the slowdown the gate must catch: " + GATE_RULE.replace("%", "%%"),
     )
     p.add_argument(
         "--run-spread",
@@ -320,5 +296,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="judge other variants by their time relative to VARIANT (e.g. deepspeed) in the same "
         "iterations of each run: cancels a drift of a whole run; VARIANT itself stays absolute",
     )
-    p.add_argument("--out", help="also write the table (markdown) here")
+    add_out_arguments(p, "also the table (markdown)", append=False)
     p.set_defaults(func=run)

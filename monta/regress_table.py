@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from monta.regress_rule import GATE_RULE
 from monta.regress_stats import HIGHER_IS_BETTER
 
 CPU_BOUND = "CPU-BOUND"
@@ -54,10 +55,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], metric: str, threshold: floa
         + f"{' (inverted: higher is better)' if metric in HIGHER_IS_BETTER else ''}, "
         f"{confidence:.0%} bootstrap CI within the run, 'with run noise': that CI widened by how far a run of "
         f"unchanged code lands from the baseline (run spread: log-sd between runs, from the baseline's runs or "
-        f"assumed where it holds one).\nthreshold {threshold:.0%} = the slowdown the gate must catch: REGRESSED "
-        f"when the slowdown is above {1 + threshold / 2:.3f} (half the threshold) and its interval with run noise "
-        f"lies above 1 (slower than unchanged code lands); inconclusive when that interval holds both 1 and "
-        f"{1 + threshold:.2f} (the noise cannot tell a {threshold:.0%} slowdown from none)\n\n"
+        f"assumed where it holds one).\nthreshold {threshold:.0%} = the slowdown the gate must catch (T = "
+        f"{threshold:g}: 1 + T/2 = {1 + threshold / 2:.3f}, 1 + T = {1 + threshold:.3f}): {GATE_RULE}\n\n"
     )
     lines = [
         "| status | kind | source | point | baseline | current | slowdown | CI | with run noise | run spread | n "

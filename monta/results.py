@@ -14,13 +14,13 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from monta import results_schema
+from monta.atomic import write_atomic
 from monta.results_schema import SCHEMA, SOURCES  # noqa: F401  (the envelope's values; importers read them here)
 
 # Fields every record carries. ``params`` holds what identifies the point (size, variant,
@@ -195,15 +195,6 @@ def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]],
         raise write_error(path, e) from None
 
 
-def _remove_orphaned_temps(path: Path) -> None:
-    """Remove the temporary files of earlier writes of `path` whose writer is gone (a SIGKILL between
-    mkstemp and the rename leaves one, `.NAME.PID.XXXX`): a live writer's file is left alone."""
-    for tmp in path.parent.glob(f".{path.name}.*.*"):
-        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
-            tmp.unlink(missing_ok=True)
-
-
 def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     records = list(records)
@@ -225,17 +216,8 @@ def _write_records(path: Path, records: Iterable[Mapping[str, Any]], append: boo
                 "Readers will name that line until it is repaired or removed.",
                 file=sys.stderr,
             )
-    _remove_orphaned_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(existing)
-            for r in records:
-                f.write((json.dumps(r, sort_keys=True, default=str) + "\n").encode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    body = b"".join((json.dumps(r, sort_keys=True, default=str) + "\n").encode() for r in records)
+    write_atomic(path, existing + body)
     return path
 
 

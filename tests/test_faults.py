@@ -183,7 +183,7 @@ def test_step_out_being_a_directory_is_refused(no_launch, capsys, tmp_path):
         (["predict", "alltoall", "--sizes", "128K:64K:2"], "min 128K is above max 64K"),
         (["predict", "alltoall", "--sizes", "1M:1T:1.0000001"], "at most 64"),
         (["predict", "alltoall", "--nodes", "0"], "--nodes 0: must be an integer from 1"),
-        (["predict", "alltoall", "--tp", "16"], "--tp 16: must be an integer from 1 to 8"),
+        (["predict", "alltoall", "--tp", "16"], "--tp 16: must be an integer from 1 to 4"),
         (["predict", "alltoall", "--chunks", "0"], "--chunks 0: chunks 0: must be >= 1"),
         (["plan", "--nodes", "2", "--seq", "0"], "--seq 0: must be an integer from 1"),
         (["plan", "--nodes", "2", "--top", "0"], "--top 0: must be an integer from 1"),

@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_argument(p, "default: $MONTA_CLUSTER, else a800")
     _add_repetition_arguments(p)
     _add_run_arguments(p)
+    from monta.bench.pipeline_preset import add_preset_argument
+
+    add_preset_argument(p, "2 x 4 sweep (sizes, chunks, chunk floor, repetition, clock, network)")
 
 
 def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -332,11 +335,19 @@ def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:
             )
 
 
+def _preset(args: argparse.Namespace) -> str | None:
+    """Apply ``--preset``; the line saying which settings differ from the pipeline's when none is given."""
+    from monta.bench.pipeline_preset import preset
+
+    return preset(args, "alltoall")
+
+
 def main(args: argparse.Namespace) -> int:
     from monta.bench import dilation
     from monta.bench.alltoall_launch import fixed_dilation, launch_once, rerun_alone, stated
     from monta.bench.common_args import network_line
 
+    preset_line = _preset(args)
     cfg = build_config(args)
     fixed, cfg = fixed_dilation(args, cfg)
     args.timeout_given = args.timeout
@@ -344,6 +355,8 @@ def main(args: argparse.Namespace) -> int:
         args.timeout = default_timeout(cfg)
     if os.environ.get("RANK", "0") == "0":  # the first line: what runs where (once, not per torchrun rank)
         print(network_line("alltoall", args, cfg.topology["description"]), flush=True)
+        if preset_line:
+            print(preset_line, flush=True)
     if args.launcher == "env":  # we are one rank of torchrun/srun
         from monta.bench import alltoall_worker
 

@@ -8,7 +8,8 @@ go (``--out``, never silently replaced: ``--force`` or ``--append``) and the per
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from monta.cli_args import HelpFormatter, add_out_arguments, add_shape_arguments, check_out  # noqa: F401  (the benchmarks import them here)
 
 # With no network flag, both benchmarks emulate the 4-NIC A800 (its NIC at the default emulated rate,
 # its loopback at the A800's per-GPU ratio): the cluster the paper measures. `--topology unshaped` asks
@@ -23,7 +24,7 @@ LAUNCHER_HELP = {
 }
 
 
-_NETWORK_HELP = {
+NETWORK_HELP = {
     "topology": f"the emulated network: a preset (`monta emulate presets`), PRESET@GBPS (its NIC at GBPS Gbit/s "
     f"per node), a cluster file PATH.yaml[@GBPS], or unshaped; the flags below override it (default: "
     f"{DEFAULT_TOPOLOGY} at its default rate when no network flag is given)",
@@ -34,26 +35,12 @@ _NETWORK_HELP = {
 }
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in ``--help``: appended, unless the help says it in words already (a
-    default of None means something that needs words, e.g. "a whole node")."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        # `is`, not `in`: a default of 0 or 0.0 equals False, yet is a value to show
-        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
-        if "default" in text or not action.option_strings or unset:
-            return text
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
-
-
 def add_shared_arguments(p: argparse.ArgumentParser, *, launchers: tuple[str, ...]) -> None:
     """The cluster shape, the launcher, the network and the output flags of a benchmark."""
     from monta.emulate.topology import add_topology_args
 
     g = p.add_argument_group("where the ranks run")
-    g.add_argument("--nodes", type=int, default=2, help="nodes (emulated, or of the torchrun/srun job)")
-    g.add_argument("--gpus-per-node", type=int, default=4, help="ranks per node")
+    add_shape_arguments(g, tp=False, nodes_help="nodes (emulated, or of the torchrun/srun job)")
     g.add_argument(
         "--launcher",
         choices=launchers,
@@ -73,12 +60,9 @@ def add_shared_arguments(p: argparse.ArgumentParser, *, launchers: tuple[str, ..
     )
     add_topology_args(p)
     for action in p._actions:  # the benchmarks' defaults differ from `monta emulate run`'s: say them
-        action.help = _NETWORK_HELP.get(action.dest, action.help)
+        action.help = NETWORK_HELP.get(action.dest, action.help)
     o = p.add_argument_group("output")
-    o.add_argument("--out", default=None, help="JSONL records file, written atomically (default: none, print only)")
-    mode = o.add_mutually_exclusive_group()
-    mode.add_argument("--force", action="store_true", help="replace --out if it exists")
-    mode.add_argument("--append", action="store_true", help="append to --out if it exists")
+    add_out_arguments(o, "JSONL records file", append=True)
     o.add_argument("--no-wandb", action="store_true", help="do not log to wandb")
 
 
@@ -101,12 +85,19 @@ def network(args: argparse.Namespace):
     """The emulated network of the flags: the default profile when no shaping flag was given. Ranks
     that are not emulated (torchrun/srun, local) run on whatever network they have: unshaped, unless
     flags say otherwise (a record must not claim a profile its run never had)."""
-    from monta.emulate.topology import Topology, topology_from_args
+    from monta.emulate.topology import topology_from_args
 
     if default_network(args) and args.launcher == "emulate":
-        overrides = {"tcp_cc": args.tcp_cc} if getattr(args, "tcp_cc", None) else {}
-        return Topology.preset(DEFAULT_TOPOLOGY, **overrides)
+        return default_topology(args)
     return topology_from_args(args)
+
+
+def default_topology(args: argparse.Namespace):
+    """The emulated network with no network flag, in `monta bench` and `monta emulate` alike."""
+    from monta.emulate.topology import Topology
+
+    overrides = {"tcp_cc": args.tcp_cc} if getattr(args, "tcp_cc", None) else {}
+    return Topology.preset(DEFAULT_TOPOLOGY, **overrides)
 
 
 def network_line(bench: str, args: argparse.Namespace, description: str) -> str:
@@ -129,18 +120,3 @@ def resolve_backend(backend: str, launcher: str) -> str:
     import torch
 
     return "nccl" if torch.cuda.is_available() else "gloo"
-
-
-def check_out(args: argparse.Namespace) -> Path | None:
-    """--out as a records file this run may write: writable (monta.validate.out_path) and, when it exists
-    already, replaced only with --force or added to only with --append (never silently overwritten)."""
-    from monta.validate import UsageError, out_path
-
-    path = out_path(args.out, append=args.append)
-    if path is not None and path.exists() and not (args.force or args.append):
-        raise UsageError(
-            f"--out {args.out}: exists already; add --force to replace it or --append to add to it, or give a new file"
-        )
-    if args.force and path is None:
-        raise UsageError("--force needs --out FILE (the records file to replace)")
-    return path

@@ -42,6 +42,9 @@ __all__ = [
 def main(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(json.loads(args.worker))
+    from monta.bench.pipeline_preset import preset
+
+    args.preset_line = preset(args, "step")  # before the spec: --preset sets the flags it reads
     spec = _spec(args)
     if args.launcher == "env":  # one rank of torchrun/srun: run the worker in this process
         return _worker(spec)

@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "`monta emulate calibrate` with the same topology",
     )
     _add_run_arguments(p)
+    from monta.bench.pipeline_preset import add_preset_argument
+
+    add_preset_argument(p, "2 x 4 step (model, variants, steps, routing, compute, network)")
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:

@@ -65,12 +65,11 @@ def launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     """Start the ranks and wait for them; 0 when every rank finished cleanly."""
     from monta.bench.common_args import network_line
 
-    if args.launcher == "emulate":
-        topo = topology(args)
-        print(network_line("step", args, topo.describe()), flush=True)
-        return _emulated(args, spec, topo)
-    print(network_line("step", args, ""), flush=True)
-    return _local(args, spec)
+    topo = topology(args) if args.launcher == "emulate" else None
+    print(network_line("step", args, topo.describe() if topo else ""), flush=True)
+    if getattr(args, "preset_line", None):  # --preset applied, or the settings unlike the pipeline's
+        print(args.preset_line, flush=True)
+    return _emulated(args, spec, topo) if topo else _local(args, spec)
 
 
 def _emulated(args: argparse.Namespace, spec: dict[str, Any], topo) -> int:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from monta.atomic import write_atomic
 from monta.emulate.topology import Topology
 from monta.perfmodel.network.profile import PROFILE_SCHEMA
 
@@ -331,9 +332,7 @@ def calibrate(
         profile = build_profile(json.loads(raw_path.read_text()), topology, nodes, gpus_per_node, name)
     finally:
         raw_path.unlink(missing_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(profile, indent=1) + "\n")
-    tmp.replace(out)
+    write_atomic(out, json.dumps(profile, indent=1) + "\n")
     return profile
 
 

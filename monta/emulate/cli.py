@@ -11,6 +11,9 @@ import re
 import sys
 from pathlib import Path
 
+from monta.atomic import write_atomic
+from monta.bench.common_args import NETWORK_HELP, default_network, default_topology
+from monta.cli_args import add_shape_arguments, check_out
 from monta.emulate.topology import PRESETS, add_topology_args, topology_from_args
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -23,15 +26,16 @@ def parse_bytes(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
-def _common(p: argparse.ArgumentParser, gpus: int) -> None:
-    p.add_argument("--nodes", type=int, default=2, help="emulated nodes (default 2)")
-    p.add_argument("--gpus-per-node", type=int, default=gpus, help=f"ranks per node (default {gpus})")
+def _common(p: argparse.ArgumentParser) -> None:
+    add_shape_arguments(p, tp=False, nodes_help="emulated nodes")
     p.add_argument(
         "--allow-unshaped",
         action="store_true",
         help="if user namespaces are unavailable, run all ranks on 127.0.0.1 unshaped (warns)",
     )
     add_topology_args(p)
+    for action in p._actions:  # with no network flag: the benchmarks' default network, said so in --help
+        action.help = NETWORK_HELP.get(action.dest, action.help)
 
 
 def _check_common(args: argparse.Namespace):
@@ -40,7 +44,7 @@ def _check_common(args: argparse.Namespace):
 
     V.integer(args.nodes, "nodes", 1, V.MAX_NODES)
     V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
-    return topology_from_args(args)
+    return default_topology(args) if default_network(args) else topology_from_args(args)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run CMD once per rank (torchrun-style environment); rank 0's stdout is "
         "shown, other ranks' output goes to per-rank logs.",
     )
-    _common(run, 4)
+    _common(run)
     run.add_argument("--timeout", type=float, default=None, help="kill all ranks after this many seconds")
     run.add_argument("--log-dir", default=None, help="keep per-rank logs here (default: temporary, kept on failure)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and arguments")
@@ -67,11 +71,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Point-to-point, AllToAll and AllGather sweeps over the emulated intra- and "
         "inter-node links; writes monta.linkprofile/1 JSON.",
     )
-    _common(cal, 4)
+    _common(cal)
     cal.add_argument("--out", required=True, help="link profile JSON to write")
+    cal.add_argument("--force", action="store_true", help="replace --out if it exists")
     cal.add_argument("--name", default=None, help="profile name (default: the topology's name)")
-    cal.add_argument("--min-bytes", default="1K", help="smallest message (default 1K)")
-    cal.add_argument("--max-bytes", default="16M", help="largest message (default 16M)")
+    cal.add_argument("--min-bytes", default="1K", help="smallest message")
+    cal.add_argument("--max-bytes", default="16M", help="largest message")
     cal.set_defaults(func=_calibrate)
 
     probe = sub.add_parser(
@@ -81,17 +86,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "intra-node link at 1..N concurrent flows per direction, both directions "
         "loaded at once, repeated: p10/p50/p90 and the share of the configured rate.",
     )
-    _common(probe, 2)
+    _common(probe)
     probe.add_argument(
         "--bytes",
         default=None,
         help="bytes per direction and repetition (default: 0.4 s at the configured rate, 32M unshaped)",
     )
-    probe.add_argument(
-        "--flows", default="1,2,4,8,16", help="concurrency levels, flows per direction (default 1,2,4,8,16)"
-    )
-    probe.add_argument("--reps", type=int, default=5, help="timed repetitions per level (default 5, plus one warm-up)")
+    probe.add_argument("--flows", default="1,2,4,8,16", help="concurrency levels, flows per direction")
+    probe.add_argument("--reps", type=int, default=5, help="timed repetitions per level (plus one warm-up)")
     probe.add_argument("--json", default=None, help="also write the raw rates and the summary here")
+    probe.add_argument("--force", action="store_true", help="replace --json if it exists")
     probe.set_defaults(func=_probe)
 
     presets = sub.add_parser("presets", help="list the named topologies")
@@ -137,10 +141,9 @@ def _run(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from monta.emulate.calibrate import calibrate
     from monta.emulate.launcher import EmulationError
-    from monta.validate import out_path
 
     topo = _check_common(args)
-    out_path(args.out)
+    check_out(args)
     lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
     if not 1 <= lo <= hi <= 1 << 34:
         raise ValueError(f"--min-bytes {args.min_bytes} --max-bytes {args.max_bytes}: need 1 <= min <= max <= 16G")
@@ -184,6 +187,7 @@ def _probe(args: argparse.Namespace) -> int:
     from monta.emulate.probe import summarize
 
     topo = _check_common(args)
+    check_out(args, "json")
     flows = _positive_list(args.flows, "--flows")
     if args.reps < 2:
         raise ValueError(f"--reps {args.reps}: need at least 2 repetitions for a spread")
@@ -238,7 +242,7 @@ def _probe(args: argparse.Namespace) -> int:
             f"{r['p90_gbps']:>8.4g} {share(r['share_p10'])} {share(r['share_p50'])} {r['spread']:>7.3f}"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps({"topology": topo.to_dict(), "raw": raw, "summary": rows}, indent=1))
+        write_atomic(args.json, json.dumps({"topology": topo.to_dict(), "raw": raw, "summary": rows}, indent=1))
     return 0
 
 

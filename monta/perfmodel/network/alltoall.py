@@ -7,7 +7,7 @@ from typing import Any
 
 from monta.chunking import parse_chunks
 from monta.perfmodel.network.collectives import algbw_GBps, busbw_GBps
-from monta.perfmodel.network.exchange import VARIANTS, exchange_time, layout_shapes, takes_chunks
+from monta.perfmodel.network.exchange import exchange_time, layout_shapes, takes_chunks
 from monta.perfmodel.network.links import Cluster
 
 
@@ -19,10 +19,15 @@ def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):
 
 
 def parse_variants(spec: str) -> list[str]:
-    out = [v.strip() for v in str(spec).split(",") if v.strip()]
-    bad = [v for v in out if v not in VARIANTS]
+    """A comma list of exchanges, ``all`` for every registered one (``monta.variants.exchanges``: the
+    core's legacy, deepspeed, monta and the routed 2dh, allgather, node-dedup, plus plugins')."""
+    from monta.variants import exchanges
+
+    known = list(exchanges())
+    out = known if str(spec).strip() == "all" else [v.strip() for v in str(spec).split(",") if v.strip()]
+    bad = [v for v in out if v not in known]
     if bad or not out:
-        raise ValueError(f"variants {spec!r}: choose from {', '.join(VARIANTS)}")
+        raise ValueError(f"--variants {spec}: choose from {', '.join(known)} (or all)")
     return out
 
 

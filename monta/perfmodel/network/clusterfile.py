@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from monta.atomic import write_atomic
 from monta.perfmodel.network import cluster_schema as schema
 from monta.perfmodel.network.links import CURVES, LINK_CLASSES, Cluster, Link
 
@@ -387,7 +388,5 @@ def dump(cluster: Cluster, path: str | os.PathLike, *, overwrite: bool = False, 
     text = to_yaml(cluster, **kw)
     from_doc(yaml.safe_load(text), p)  # the document must load before it replaces anything
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    write_atomic(p, text)
     return p

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from monta.atomic import write_atomic
 from monta.perfmodel.network.links import LINK_CLASSES, Cluster, Link
 
 PROFILE_SCHEMA = "monta.linkprofile/1"
@@ -85,9 +86,7 @@ class LinkProfile:
     def save(self, path: str | os.PathLike) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, p)
+        write_atomic(p, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
         return p
 
     @property

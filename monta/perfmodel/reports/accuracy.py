@@ -14,6 +14,7 @@ from monta.perfmodel.network.chunks import choose_chunks
 from monta.perfmodel.network.exchange import exchange_time
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.profile import LinkProfile
+from monta.units import format_bytes, format_duration
 from monta.variants import is_chunked
 
 CHUNK_TOLERANCE = 0.05
@@ -224,13 +225,14 @@ def mape(points: list[Point]) -> float:
 
 def report(points: list[Point], checks: list[ChunkCheck]) -> str:
     lines = [
-        f"{'nodes':>5} {'gpn':>3} {'tp':>3} {'size(B)':>10} {'variant':>10} {'chunks':>6} {'measured(us)':>13} "
-        f"{'predicted(us)':>14} {'error':>8}"
+        f"{'nodes':>5} {'gpn':>3} {'tp':>3} {'size':>10} {'variant':>10} {'chunks':>6} {'measured':>10} "
+        f"{'predicted':>10} {'error':>8}"
     ]
     for p in points:
         lines.append(
-            f"{p.nodes:>5} {p.gpus_per_node:>3} {p.tp:>3} {p.size_bytes:>10} {p.variant:>10} {p.chunks:>6} "
-            f"{p.measured_us:>13.1f} {p.predicted_us:>14.1f} {p.error:>+8.1%}"
+            f"{p.nodes:>5} {p.gpus_per_node:>3} {p.tp:>3} {format_bytes(p.size_bytes):>10} {p.variant:>10} "
+            f"{p.chunks:>6} {format_duration(p.measured_us / 1e6):>10} {format_duration(p.predicted_us / 1e6):>10} "
+            f"{p.error:>+8.1%}"
         )
     by_v: dict[str, list[Point]] = defaultdict(list)
     for p in points:
@@ -260,7 +262,7 @@ def report(points: list[Point], checks: list[ChunkCheck]) -> str:
         for c in checks:
             size, nodes, gpn, tp, ep = c.setup
             lines.append(
-                f"  {nodes}x{gpn} TP{tp} {size:>10} B: best measured {c.best_measured}, model {c.chosen}, "
+                f"  {nodes}x{gpn} TP{tp} {format_bytes(size):>10}: best measured {c.best_measured}, model {c.chosen}, "
                 f"{c.loss:+.1%} -> {'ok' if c.ok else 'MISS'}{' (CPU-bound timing)' if c.cpu_bound else ''}"
             )
         lines.append(

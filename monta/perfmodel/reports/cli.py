@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from monta.cli_args import add_out_arguments, add_shape_arguments, check_out
+
 
 def _size(text: str) -> int:
     from monta.units import parse_size
@@ -18,19 +20,20 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _write(path: str | None, records: list[dict]) -> None:
-    if path:
+def _write(args, records: list[dict]) -> None:
+    """The records to ``--out`` (added to it with ``--append``), if given."""
+    if args.out:
         from monta.results import write_records
 
-        write_records(path, records)
-        print(f"wrote {len(records)} records to {path}")
+        write_records(args.out, records, append=args.append)
+        print(f"wrote {len(records)} records to {args.out}")
 
 
 def register(subparsers) -> None:
     _register_plan(subparsers)
-    pr = subparsers.add_parser(
-        "predict", help="performance-model predictions (paper, alltoall, accuracy, contention, published)"
-    )
+    from monta.cli import PREDICT_HELP
+
+    pr = subparsers.add_parser("predict", help=PREDICT_HELP, description=PREDICT_HELP[0].upper() + PREDICT_HELP[1:])
     sub = pr.add_subparsers(dest="predict_command", metavar="WHAT", required=True)
     _register_paper(sub)
     from monta.perfmodel.reports import contention  # torch-free
@@ -39,9 +42,9 @@ def register(subparsers) -> None:
     from monta.perfmodel.reports import published_cli  # torch-free
 
     published_cli.register(sub)
-    from monta.perfmodel.network import skew  # torch-free at import
+    from monta.perfmodel.reports import skew_cli  # torch-free at import
 
-    skew.register(sub)
+    skew_cli.register(sub)
     _register_alltoall(sub)
     _register_accuracy(sub)
 
@@ -60,7 +63,7 @@ def _register_plan(subparsers) -> None:
         "(clusters/README.md), or emulator:PROFILE.json",
     )
     p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--gpus-per-node", type=int, default=None, help="default: the cluster's (8)")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="(default: the cluster's, 8)")
     from monta.model.config import PRESETS  # pure Python, no torch
 
     p.add_argument("--model", default="moe-2x70b", help=f"model preset: {', '.join(PRESETS)}")
@@ -68,12 +71,12 @@ def _register_plan(subparsers) -> None:
     p.add_argument("--layers", type=int, default=None, help="override the preset's layer count")
     p.add_argument("--global-batch", type=int, default=None, help="sequences per step (default: 4M tokens' worth)")
     p.add_argument("--variant", default="monta", help="exchange/schedule variant to predict with")
-    p.add_argument("--top", type=int, default=5)
+    p.add_argument("--top", type=int, default=5, help="how many ranked choices to print")
     for deg in ("tp", "ep", "pp", "cp"):
         p.add_argument(f"--{deg}", type=int, default=None, help=f"pin the {deg.upper()} degree")
-    p.add_argument("--recompute", default="none,selective,full", help="allowed recomputation levels")
+    p.add_argument("--recompute", default="none,selective,full", help="allowed recomputation levels, comma list")
     p.add_argument("--zero", default="1,2,3", help="allowed ZeRO stages")
-    p.add_argument("--out", default=None, help="write the ranked choices as JSONL records")
+    add_out_arguments(p, "JSONL records of the ranked choices", append=True)
     p.set_defaults(func=_cmd_plan)
 
 
@@ -83,7 +86,7 @@ def _register_paper(sub) -> None:
         "--cluster", default="a800-4nic,a800-8nic", help="comma list of cluster names or cluster files PATH.yaml"
     )
     pp.add_argument("--layers", type=int, default=None, help="layers of the 2x70B step (default: the most that fit)")
-    pp.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
+    pp.add_argument("--recompute", default="none", choices=("none", "selective", "full"), help="recomputation level")
     pp.add_argument(
         "--contention",
         type=float,
@@ -91,7 +94,7 @@ def _register_paper(sub) -> None:
         help="the step's contention factor c: compute overlapped by communication runs (1 + c) x as long "
         "(default 0: no contention, overlap gains are an upper bound)",
     )
-    pp.add_argument("--out", default=None)
+    add_out_arguments(pp, "JSONL records of the predictions", append=True)
     pp.set_defaults(func=_cmd_paper)
 
 
@@ -100,14 +103,16 @@ def _register_alltoall(sub) -> None:
     pa.add_argument(
         "--cluster", default="a800", help="cluster name (clusters/), cluster file PATH.yaml, or emulator:PROFILE.json"
     )
-    pa.add_argument("--nodes", type=int, default=2)
-    pa.add_argument("--gpus-per-node", type=int, default=8)
-    pa.add_argument("--tp", type=int, default=8)
+    add_shape_arguments(pa)
     pa.add_argument("--ep", type=int, default=None, help="default: all data-parallel ranks (crosses nodes)")
     pa.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes, min:max:factor")
-    pa.add_argument("--variants", default="legacy,deepspeed,monta")
+    pa.add_argument(
+        "--variants",
+        default="legacy,deepspeed,monta",
+        help="comma list of exchanges: legacy, deepspeed, monta, 2dh, allgather, node-dedup (plugins' too), or all",
+    )
     pa.add_argument("--chunks", default="1,2,4,auto", help="monta chunk counts; 'auto' = the model's choice")
-    pa.add_argument("--out", default=None)
+    add_out_arguments(pa, "JSONL records of the predictions", append=True)
     pa.set_defaults(func=_cmd_alltoall)
 
 
@@ -133,7 +138,7 @@ def _register_accuracy(sub) -> None:
         default=None,
         help="link profile calibrated at the step's links, where they differ (default: --profile)",
     )
-    pc.add_argument("--out", default=None, help="write the predictions as records")
+    add_out_arguments(pc, "JSONL records of the predictions", append=True)
     pc.set_defaults(func=_cmd_accuracy)
 
 
@@ -152,7 +157,7 @@ def _plan_choices(args) -> tuple[tuple[str, ...], tuple[int, ...]]:
     for name in ("layers", "global_batch", "tp", "ep", "pp", "cp"):
         if getattr(args, name) is not None:
             V.integer(getattr(args, name), name, 1, 1_000_000)
-    V.out_path(args.out)
+    check_out(args)
     try:
         registry.check(args.variant)
     except ValueError as e:
@@ -193,7 +198,7 @@ def _cmd_plan(args) -> int:
     dt = time.perf_counter() - t0
     _print_plan(args, model, cluster, result, dt)
     if args.out:
-        _write(args.out, _plan_records(args, model, cluster, result))
+        _write(args, _plan_records(args, model, cluster, result))
     return 0
 
 
@@ -258,14 +263,14 @@ def _cmd_paper(args) -> int:
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
     if not clusters:
         raise ValueError("--cluster: give at least one cluster name or file")
-    from monta.validate import integer, out_path
+    from monta.validate import integer
 
     if args.layers is not None:
         integer(args.layers, "layers", 1, 100_000)
-    out_path(args.out)
+    check_out(args)
     text, recs = run(clusters, args.layers, args.recompute, args.contention)
     print(text)
-    _write(args.out, recs)
+    _write(args, recs)
     return 0
 
 
@@ -278,6 +283,8 @@ def _cmd_alltoall(args) -> int:
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
     V.integer(args.gpus_per_node, "gpus_per_node", 1, V.MAX_GPUS_PER_NODE)
+    if args.tp is None:
+        args.tp = args.gpus_per_node  # TP a whole node unless given
     V.integer(args.tp, "tp", 1, args.gpus_per_node)
     if args.ep is not None:
         V.integer(args.ep, "ep", 1, args.nodes * args.gpus_per_node)
@@ -289,7 +296,7 @@ def _cmd_alltoall(args) -> int:
         raise V.UsageError(f"--chunks {args.chunks}: {e}") from None
     if any(isinstance(c, Fixed) and c.n > V.MAX_CHUNKS for c in chunks):
         raise V.UsageError(f"--chunks {args.chunks}: at most {V.MAX_CHUNKS} chunks")
-    V.out_path(args.out)
+    check_out(args)
     layout = make_layout(args.nodes, args.gpus_per_node, args.tp, args.ep)
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
     rows = sweep(cluster, layout, sizes, variants, chunks)
@@ -299,7 +306,7 @@ def _cmd_alltoall(args) -> int:
         "speedup vs legacy; * = chunks chosen by 'auto'"
     )
     print(format_table(rows))
-    _write(args.out, records(rows, cluster, layout))
+    _write(args, records(rows, cluster, layout))
     return 0
 
 
@@ -307,9 +314,8 @@ def _cmd_accuracy(args) -> int:
     from monta.perfmodel.network.profile import LinkProfile
     from monta.perfmodel.reports.accuracy import evaluate, evaluate_steps, ranking_agrees, report, report_steps
     from monta.results import make_record, read_records
-    from monta.validate import out_path
 
-    out_path(args.out)
+    check_out(args)
     measured = read_records(*args.measured)  # the validating loader: file:line of anything unusable
     if args.cluster is not None:
         return _accuracy_on_cluster(args, measured)
@@ -328,7 +334,7 @@ def _cmd_accuracy(args) -> int:
         print(report_steps(steps))
     if args.out:
         _write(
-            args.out,
+            args,
             [
                 make_record(
                     kind="step",

@@ -104,23 +104,26 @@ def register(sub) -> None:
         help="comma list of contention factors >= 0 (default: %(default)s)",
     )
     p.add_argument("--layers", type=int, default=None, help="layers of the 2x70B step (default: the most that fit)")
-    p.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
-    p.add_argument("--out", default=None, help="write the predictions as records")
+    p.add_argument("--recompute", default="none", choices=("none", "selective", "full"), help="recomputation level")
+    from monta.cli_args import add_out_arguments
+
+    add_out_arguments(p, "JSONL records of the predictions", append=True)
     p.set_defaults(func=_cmd)
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from monta.validate import integer, out_path
+    from monta.cli_args import check_out
+    from monta.validate import integer
 
     values = parse_values(args.values)
     if args.layers is not None:
         integer(args.layers, "layers", 1, 100_000)
-    out_path(args.out)
+    check_out(args)
     text, recs = run(args.cluster, values, args.layers, args.recompute)
     print(text)
     if args.out:
         from monta.results import write_records
 
-        write_records(args.out, recs)
+        write_records(args.out, recs, append=args.append)
         print(f"wrote {len(recs)} records to {args.out}")
     return 0

@@ -79,9 +79,12 @@ def headline(summ: dict, recs: list[dict]) -> str:
 def _cmd(args) -> int:
     import json
 
+    from monta.cli_args import check_out
     from monta.perfmodel.reports.claims import check_claims
+    from monta.perfmodel.reports.out_files import write_jsonl, write_text
     from monta.perfmodel.reports.published_steps import is_step_table
 
+    check_out(args), check_out(args, "md")  # neither replaces a file unless --force says so
     if Path(args.data).is_file() and is_step_table(args.data):  # a table of training steps, not collectives
         from monta.perfmodel.reports.published_steps_cli import run
 
@@ -92,16 +95,16 @@ def _cmd(args) -> int:
     text = markdown(args.data, recs, summ, claims)
     print(text)
     if args.md:
-        _write_text(args.md, text)
+        write_text(args.md, text)
         print(f"wrote {args.md}")
     if args.out:
         out = [{"kind": "published", **r} for r in recs]
         out += [{"kind": "published-claim", **c} for c in claims]
         out.append({"kind": "published-summary", **summ})
-        _write_jsonl(args.out, out)
+        write_jsonl(args.out, out)
         print(f"wrote {len(out)} records to {args.out}")
     if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(summ, indent=1))
+        write_text(args.summary_json, json.dumps(summ, indent=1))
     return 0
 
 
@@ -130,30 +133,6 @@ def markdown(data: str, recs: list[dict], summ: dict, claims: list[dict]) -> str
     return "\n".join(parts)
 
 
-def _write_text(path: str, text: str) -> None:
-    _write_jsonl(path, [text], raw=True)
-
-
-def _write_jsonl(path: str, recs: list, raw: bool = False) -> None:
-    """Atomic: a temp file in the same folder, renamed over the target (no half-written file on an error)."""
-    import json
-    import os
-    import tempfile
-
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise FileNotFoundError(f"--out {p}: folder {p.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            for r in recs:
-                f.write(r if raw else json.dumps(r) + "\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def register(sub) -> None:
     """``monta predict published``: called by ``monta.perfmodel.reports.cli``."""
     p = sub.add_parser(
@@ -168,7 +147,13 @@ def register(sub) -> None:
     )
     p.add_argument("--data", default="data/published/collectives.csv", help="CSV of published measurements")
     p.add_argument("--claims", default=None, help="also check stated expectations (data/published/claims.csv)")
-    p.add_argument("--out", default=None, help="write one JSONL record per row (plus claims and a summary)")
-    p.add_argument("--md", default=None, help="also write the tables as one Markdown page (the report's section)")
+    from monta.cli_args import add_out_arguments
+
+    add_out_arguments(p, "one JSONL record per row (plus claims and a summary)", append=False)
+    p.add_argument(
+        "--md",
+        default=None,
+        help="also write the tables as one Markdown page (the report's section; --force replaces it)",
+    )
     p.add_argument("--summary-json", default=None, help=__import__("argparse").SUPPRESS)
     p.set_defaults(func=_cmd)

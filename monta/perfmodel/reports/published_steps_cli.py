@@ -60,19 +60,19 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
 
 def run(args) -> int:
     """The command's body for a step table (``args`` of ``monta predict published``)."""
-    from monta.perfmodel.reports.published_cli import _write_jsonl, _write_text
+    from monta.perfmodel.reports.out_files import write_jsonl, write_text
 
     recs, prs = price_steps(read_step_rows(args.data))
     summ = step_summary(recs, prs)
     text = markdown(args.data, recs, prs, summ)
     print(text)
     if args.md:
-        _write_text(args.md, text)
+        write_text(args.md, text)
         print(f"wrote {args.md}")
     if args.out:
         out = [{"kind": "published-step", **r} for r in recs] + [{"kind": "published-step-pair", **p} for p in prs]
         out.append({"kind": "published-step-summary", **summ})
-        _write_jsonl(args.out, out)
+        write_jsonl(args.out, out)
         print(f"wrote {len(out)} records to {args.out}")
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summ, indent=1))

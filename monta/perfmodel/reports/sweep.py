@@ -8,16 +8,21 @@ from typing import Any
 from monta.chunking import is_auto
 from monta.perfmodel.network.links import Cluster
 
-COLUMNS = ("size(B)", "variant", "chunks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "inter(B)", "intra(B)", "speedup")
+COLUMNS = ("size", "variant", "chunks", "time", "algbw(GB/s)", "busbw(GB/s)", "inter", "intra", "speedup")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["{:>12} {:>10} {:>7} {:>11} {:>12} {:>12} {:>12} {:>12} {:>8}".format(*COLUMNS)]
+    """The rows for a person: sizes and bytes in KiB/MiB/GiB, times in us/ms/s (monta.units); the
+    records keep the exact numbers."""
+    from monta.units import format_bytes, format_duration
+
+    lines = ["{:>10} {:>10} {:>7} {:>10} {:>12} {:>12} {:>10} {:>10} {:>8}".format(*COLUMNS)]
     for r in rows:
         ch = f"{r['chunks']}" + ("*" if is_auto(r.get("chunks_requested")) else "")
         lines.append(
-            f"{r['size_bytes']:>12} {r['variant']:>10} {ch:>7} {r['time_us']:>11.1f} {r['algbw_GBps']:>12.2f} "
-            f"{r['busbw_GBps']:>12.2f} {r['inter_bytes']:>12.0f} {r['intra_bytes']:>12.0f} {r['speedup']:>8.2f}"
+            f"{format_bytes(r['size_bytes']):>10} {r['variant']:>10} {ch:>7} {format_duration(r['time_us'] / 1e6):>10} "
+            f"{r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} {format_bytes(r['inter_bytes']):>10} "
+            f"{format_bytes(r['intra_bytes']):>10} {r['speedup']:>8.2f}"
         )
     return "\n".join(lines)
 

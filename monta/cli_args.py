@@ -1,0 +1,81 @@
+"""The grammar every ``monta`` subcommand shares, defined once: how ``--help`` shows defaults, how
+``--out`` treats an existing file, and how an old flag spelling keeps working with a warning.
+
+- ``--help``: every option's default, appended unless its help says it in words (:class:`HelpFormatter`;
+  monta.cli's parser gives it to every subcommand).
+- ``--out``: a file that exists is refused unless ``--force`` (replace it) or, where records
+  accumulate, ``--append`` (add to it) is given (:func:`add_out_arguments`, :func:`check_out`).
+- Old spellings (``--cf``, ``--size``): accepted, with one line on stderr naming the new one
+  (:func:`deprecated_alias`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in ``--help``: appended, unless the help says it in words already (a
+    default of None means something that needs words, e.g. "a whole node")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        # `is`, not `in`: a default of 0 or 0.0 equals False, yet is a value to show
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if "default" in text or not action.option_strings or unset:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def add_out_arguments(p: argparse.ArgumentParser, what: str, *, append: bool) -> None:
+    """``--out`` (``what`` it writes) and ``--force``; ``--append`` too where records accumulate."""
+    p.add_argument("--out", default=None, help=f"{what}, written atomically (default: none, print only)")
+    mode = p.add_mutually_exclusive_group() if append else p
+    mode.add_argument("--force", action="store_true", help="replace --out if it exists")
+    if append:
+        mode.add_argument("--append", action="store_true", help="add to --out if it exists")
+
+
+def check_out(args: argparse.Namespace, key: str = "out") -> Path | None:
+    """``--out`` as a file this run may write: writable (monta.validate.out_path) and, when it exists
+    already, replaced only with --force or added to only with --append (never silently overwritten)."""
+    from monta.validate import UsageError, out_path
+
+    append, force = bool(getattr(args, "append", False)), bool(getattr(args, "force", False))
+    flag = "--" + key.replace("_", "-")
+    path = out_path(getattr(args, key), key=key, append=append)
+    if path is not None and path.exists() and not (force or append):
+        also = " or --append to add to it" if hasattr(args, "append") else ""
+        raise UsageError(f"{flag} {path}: exists already; add --force to replace it{also}, or give a new file")
+    if force and path is None:
+        raise UsageError(f"--force needs {flag} FILE (the file to replace)")
+    return path
+
+
+def deprecated_alias(new: str):
+    """An argparse action for an old spelling of ``new``: stores the value under ``new``'s dest and
+    says once, on stderr, which flag to use instead."""
+
+    class _Alias(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None):
+            print(f"monta: warning: {option} is deprecated; use {new}", file=sys.stderr)
+            setattr(namespace, self.dest, values)
+
+    return _Alias
+
+
+# One default cluster shape for bench, predict and emulate: the pipeline's 2 x 4 (config/default.yaml),
+# with TP a whole node unless --tp says otherwise.
+DEFAULT_NODES = 2
+DEFAULT_GPUS_PER_NODE = 4
+
+
+def add_shape_arguments(p: argparse.ArgumentParser, *, tp: bool = True, nodes_help: str = "nodes") -> None:
+    """``--nodes``, ``--gpus-per-node`` and (with ``tp``) ``--tp``, defaulting alike in every command."""
+    p.add_argument("--nodes", type=int, default=DEFAULT_NODES, help=nodes_help)
+    p.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE, help="ranks (GPUs) per node")
+    if tp:
+        p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: a whole node)")
