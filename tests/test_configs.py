@@ -145,6 +145,17 @@ ONE_KEY_REFUSALS = [
     ('network: {topology: ""}\n', "config key step.compute = 'modeled'", "network.topology"),
     ("network: {intra_gbps: 3.4}\n", "config key step.compute = 'modeled'", "network.intra_gbps"),
     ("regress: {cluster: 2x8}\n", "config key regress.cluster = '2x8'", "alltoall.clusters: 2x4"),
+    # the mini's 2 experts cannot spread over EP = 4 nodes, its 4 KV heads not over TP 8
+    (
+        "step: {clusters: [{name: 4x2, nodes: 4, gpus_per_node: 2, tp: 2}]}\n",
+        "config key step.clusters[0] (4x2: 4 nodes, TP 2)",
+        "num_experts=2 is not divisible by ep=4",
+    ),
+    (
+        "step: {clusters: [{name: 2x8, nodes: 2, gpus_per_node: 8, tp: 8}]}\n",
+        "config key step.clusters[0] (2x8: 2 nodes, TP 8)",
+        "num_kv_heads=4 is not divisible by tp=8",
+    ),
     ("alltoall: {chunks: [4, 8]}\n", "config key alltoall.min_chunk = '1M': in the sweep of 2x4", "(4, 8) of 2 MiB"),
     # the ratio ablation's floor grows with its rate: 4 MiB at 0.5 Gbit/s leaves 4 MiB no chunk of 2 or 4
     (

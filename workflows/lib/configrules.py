@@ -12,7 +12,7 @@ from typing import Any
 
 
 def first_problem(cfg: Mapping[str, Any]) -> str | None:
-    for rule in (modeled_compute, regress_cluster, chunk_floor):
+    for rule in (modeled_compute, regress_cluster, step_layout, chunk_floor):
         message = rule(cfg)
         if message:
             return message
@@ -61,6 +61,32 @@ def regress_cluster(cfg: Mapping[str, Any]) -> str | None:
         f"config key regress.cluster = {reg['cluster']!r}: no AllToAll sweep measures it (alltoall.clusters: "
         f"{', '.join(names)}); name one of them, or set regress.enabled: false"
     )
+
+
+def step_layout(cfg: Mapping[str, Any]) -> str | None:
+    """The step's model must split over each step cluster as `monta bench step` splits it (TP heads and ffn,
+    EP = the nodes over the experts), with the step section's model overrides: a shape it cannot split stops
+    every step job of that cluster."""
+    from monta.model.config import resolve_config
+
+    s, abl = cfg["step"], cfg["ablation"]
+    clusters = [(f"step.clusters[{i}]", c) for i, c in enumerate(s["clusters"]) if s["enabled"]]
+    if abl["enabled"] and (abl["topk"] or abl["capacity_factor"]):
+        clusters.append(("ablation.cluster", abl["cluster"]))
+    overrides = {k: s[k] or None for k in ("layers", "seq", "micro_batch")}  # 0: the preset's
+    try:
+        model = resolve_config(s["model"], **overrides, topk=s["topk"], capacity_factor=s["capacity_factor"])
+    except (ValueError, TypeError) as e:
+        return f"config key step.model = {s['model']!r}: {e}"
+    for key, c in clusters:
+        try:
+            model.check_layout(c["tp"], c["nodes"])
+        except ValueError as e:
+            return (
+                f"config key {key} ({c['name']}: {c['nodes']} nodes, TP {c['tp']}): step.model {s['model']} "
+                f"cannot be split there: {e}"
+            )
+    return None
 
 
 def ratio_floor(cfg: Mapping[str, Any], gbps: Any) -> int:
