@@ -123,8 +123,13 @@ def contention_section(path: str | Path) -> str:
         "overlaps, so the overlap gains of Lina, Lancet and MoNTA's pipelines are **upper bounds** (on an H100 a "
         "copy beside the expert GEMM slowed it by < 2%, beside flash attention by 31%: "
         "docs/results/gpu-compute-h100.md). The model's ablation (`monta predict contention`; the emulated one: "
-        "`snakemake results/tables/contention.md`):\n\n```\n" + Path(path).read_text().strip() + "\n```\n"
+        "`snakemake results/tables/contention.md`):\n\n```\n" + _table_only(Path(path).read_text()) + "\n```\n"
     )
+
+
+def _table_only(text: str) -> str:
+    """A command's printed table without its progress lines (``wrote 44 records to PATH``: stdout, not a result)."""
+    return "\n".join(line for line in text.strip().splitlines() if not re.match(r"#? ?wrote \d+ records? to ", line))
 
 
 def published_section(path: str | Path, out: str | Path) -> str:

@@ -832,7 +832,10 @@ def test_the_report_opens_with_the_claims_then_provenance_and_holds_no_machine_p
     rows = "\n".join(f"| row {i} | {tmp_path}/data/published/collectives.csv |" for i in range(300))
     published.write_text(f"**Published**\n\n| what | file |\n|---|---|\n{rows}\n")
     contention = res / "tables/contention-model.txt"
-    contention.write_text(f"# moe-2x70b step, 16 x a800-4nic [{ROOT / 'clusters' / 'a800-4nic.yaml'}]\nmonta 1.0\n")
+    contention.write_text(
+        f"# moe-2x70b step, 16 x a800-4nic [{ROOT / 'clusters' / 'a800-4nic.yaml'}]\nmonta 1.0\n"
+        f"wrote 44 records to {res / 'predict' / 'contention.jsonl'}\n"  # the command's stdout, not its table
+    )
     out = res / "report.md"
     args = [str(manifest.path), "--out", str(out), "--records", str(res / "alltoall/2x8.jsonl")]
     args += ["--paper", str(ROOT / "analysis/paper.yaml"), "--published", str(published)]
@@ -846,7 +849,8 @@ def test_the_report_opens_with_the_claims_then_provenance_and_holds_no_machine_p
     first_other = next(i for i, line in enumerate(lines[4:], 4) if not line.startswith("|"))
     assert lines[first_other + 1].startswith("**Provenance**: commit ")
     assert re.findall(MACHINE_PATH, text) == [], [line for line in lines if re.search(MACHINE_PATH, line)]
-    assert "[clusters/a800-4nic.yaml]" in text  # the checkout's file, named as in the checkout
+    assert "[clusters/a800-4nic.yaml]" in text and "monta 1.0" in text  # the checkout's file, named as there
+    assert "wrote 44 records" not in text  # no stray stdout
     # the published table is linked, not pasted: 300 rows are a link and a count
     assert "row 17" not in text and "[the table](tables/published.md), 300 rows" in text
 

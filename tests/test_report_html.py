@@ -192,6 +192,7 @@ def test_the_report_page_opens_with_the_claims_and_provenance_and_names_no_machi
     assert lines[after + 1].startswith("**Provenance**: commit ") and " cores · torch " in lines[after + 1]
     assert re.findall(MACHINE_PATH, text) == [], [line for line in lines if re.search(MACHINE_PATH, line)]
     assert "deviation" not in text.lower()
+    assert not re.search(r"wrote \d+ records", text)  # `monta predict contention`'s stdout line is not pasted
     # the published table (one row per published measurement) is linked, not pasted
     assert "[the table](tables/published.md)" in text
 
