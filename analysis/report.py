@@ -77,12 +77,26 @@ def render(
                 lines += [s["note"], ""]
             md = [t for t in s["tables"] if t.endswith(".md")]
             if md and not s["no_data"] and Path(md[0]).exists():
-                lines += [Path(md[0]).read_text().strip(), ""]
+                lines += [_inline_or_link(Path(md[0]), rel(md[0])), ""]
             if s["tables"]:
                 lines += ["Table: " + " · ".join(f"[{Path(t).suffix[1:]}]({rel(t)})" for t in s["tables"]), ""]
             if s["figure"]:
                 lines += [f"![{s['title']}]({rel(s['figure'])})", ""]
     return "\n".join(lines) + "\n"
+
+
+# A table longer than this is linked with its row count, not pasted: the report is read top to bottom, and a
+# table of hundreds of rows (every buffer size of every sweep, every published measurement) buries the rest.
+MAX_INLINE_ROWS = 40
+
+
+def _inline_or_link(md: Path, link: str) -> str:
+    text = md.read_text().strip()
+    rows = sum(1 for line in text.splitlines() if line.startswith("|")) - 2  # header and separator
+    if rows <= MAX_INLINE_ROWS:
+        return text
+    caption = next((line for line in text.splitlines() if line.strip()), "")
+    return f"{caption}\n\n{rows} rows: [the table]({link}) (longer than {MAX_INLINE_ROWS} rows: linked, not pasted)."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -855,6 +855,20 @@ def test_the_report_opens_with_the_claims_then_provenance_and_holds_no_machine_p
     assert "row 17" not in text and "[the table](tables/published.md), 300 rows" in text
 
 
+def test_a_long_table_is_linked_with_its_row_count_a_short_one_pasted(tmp_path):
+    from monta_analysis import report
+
+    res = tmp_path / "results"
+    long = tables.write_table(pd.DataFrame({"size_bytes": [float(i) for i in range(1, 101)]}), res, "long", "Long")
+    short = tables.write_table(pd.DataFrame({"size_bytes": [1.0, 2.0]}), res, "short", "Short")
+    manifest = report.Manifest("x", res)
+    manifest.section("A long one", long)
+    manifest.section("A short one", short)
+    text = report.render([manifest.save()], res / "report.md")
+    assert "**Long**\n\n100 rows: [the table](tables/long.md) (longer than 40 rows" in text
+    assert "| 100 B " not in text and "| 2 B " in text
+
+
 def test_machine_paths_become_relative_or_short():
     from monta_analysis.report import no_machine_paths
 
