@@ -35,7 +35,6 @@ HEADERS = {
     "algbw_GBps": "algbw",
     "busbw_GBps": "busbw",
     "error_pct": "error",
-    "deviation_pct": "deviation",
     "step_ms": "step time",
     "tokens_per_s": "tokens/s",
     "peak_mem_bytes": "peak memory",
@@ -45,6 +44,9 @@ HEADERS = {
     "topk": "top-k",
     "exchange_ms": "exchange",
     "grad_sync_ms": "grad sync",
+    "grad_sync_exposed_ms": "grad sync exposed",
+    "left_out": "left out by the chunk floor",
+    "grad_sync_total_ms": "grad sync total",
     "capacity_factor": "capacity factor",
     "ours_source": "ours from",
     "contention": "contention c",
@@ -124,10 +126,12 @@ def humanize(df: pd.DataFrame) -> pd.DataFrame:
         emulator = str(row.get("cluster", "")).startswith("emulator")  # a prediction of the emulator's links
         units.append(MEASURED_UNIT if emulator else time_unit(row.get("source"), typical))
     for c in df.columns:
+        # One unit per column: ms where any of its values is the emulator's (a 230 us prediction beside a
+        # 346 ms measurement reads 0.230 ms), else each row's (all us, or all ms).
+        filled = [u for v, u in zip(df[c], units) if v is not None and v == v]
+        unit = MEASURED_UNIT if MEASURED_UNIT in filled else (filled[0] if filled else PREDICTED_UNIT)
         # unknown time columns (a plugin exchange's "<name>_us") read as their name: the cells carry the unit
-        out[HEADERS.get(c, c.removeprefix("breakdown_ms.").removesuffix("_us"))] = [
-            fmt_cell(c, v, u) for v, u in zip(df[c], units)
-        ]
+        out[HEADERS.get(c, c.removeprefix("breakdown_ms.").removesuffix("_us"))] = [fmt_cell(c, v, unit) for v in df[c]]
     return pd.DataFrame(out)
 
 

@@ -3,20 +3,47 @@ inter-node rate and the bytes and routing the performance model used (monta_anal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monta.perfmodel.network import clusterfile
 
+_POINT = ("size_bytes", "variant", "chunks", "nodes", "gpus_per_node", "tp")
 
-def fill(row: dict[str, Any], rec: Mapping[str, Any]) -> None:
+
+def measured_rates(records: Sequence[Mapping[str, Any]]) -> dict[tuple, float]:
+    """The NIC rate of each measured AllToAll point, keyed by its point and median time: what a
+    `monta predict accuracy` row (which states the measurement it was scored against, not its rate) was
+    priced at, the calibrated profile rescaled to that rate (monta.perfmodel.reports.accuracy.clock_factor)."""
+    out = {}
+    for r in records:
+        p, m = r.get("params") or {}, r.get("metrics") or {}
+        if r.get("kind") == "alltoall" and r.get("source") in ("emulated", "measured") and p.get("inter_gbps"):
+            out[(*(p.get(k) for k in _POINT), m.get("time_us"))] = float(p["inter_gbps"])
+    return out
+
+
+def _priced_at(rec: Mapping[str, Any], topo: Mapping[str, Any], ran_at: Mapping[tuple, float]) -> dict[str, Any]:
+    """The profile's links as an accuracy row was priced: rescaled to the NIC rate its measurement ran at."""
+    p, m = rec.get("params") or {}, rec.get("metrics") or {}
+    gbps = ran_at.get((*(p.get(k) for k in _POINT), m.get("measured_us")))
+    if gbps is None or not topo.get("inter_gbps"):
+        return dict(topo)
+    factor = float(topo["inter_gbps"]) / gbps
+    intra = topo.get("intra_gbps")
+    return {**topo, "inter_gbps": gbps, "intra_gbps": None if intra is None else round(float(intra) / factor, 4)}
+
+
+def fill(row: dict[str, Any], rec: Mapping[str, Any], ran_at: Mapping[tuple, float] | None = None) -> None:
     """A predicted point says which links it models: `emulator:<profile>` becomes the profile's
-    links (the name alone, e.g. 'custom', says nothing), a preset cluster its inter-node rate."""
+    links (the name alone, e.g. 'custom', says nothing), at the rate it was priced at (``ran_at``:
+    measured_rates), a preset cluster its inter-node rate."""
     cluster = row.get("cluster")
     if not isinstance(cluster, str):
         return
     if cluster.startswith("emulator:"):
         topo = ((rec.get("config") or {}).get("profile") or {}).get("topology") or {}
+        topo = _priced_at(rec, topo, ran_at or {})
         rate = lambda v: "unshaped" if v is None else f"{v:g} Gbit/s"  # noqa: E731
         if "inter_gbps" in topo:
             row["cluster"] = f"emulator links (inter {rate(topo['inter_gbps'])}, intra {rate(topo.get('intra_gbps'))})"

@@ -10,7 +10,7 @@
 
 # %% [markdown]
 # # Ours vs published, and the performance model vs measurement
-# Every number of analysis/paper.yaml next to ours with the deviation; predicted vs measured AllToAll.
+# Every number of analysis/paper.yaml next to ours with what the difference means; predicted vs measured AllToAll.
 
 # %% tags=["parameters"]
 records = []
@@ -31,8 +31,11 @@ manifest = Manifest("paper", out_dir)
 comparison = tables.paper_comparison(recs, published)
 manifest.section(
     "Published numbers vs ours",
-    tables.write_table(comparison, out_dir, "paper_comparison", "Published numbers next to ours (deviation in %)"),
-    note="deviation = (ours - paper) / paper; 0 when inside a published range. Sources with no records say 'no data'.",
+    tables.write_table(comparison, out_dir, "paper_comparison", "Published numbers next to ours, and what each means"),
+    note=(
+        "meaning: reproduced (within 10% of the published number or range), exceeded, bound below the claim (a "
+        "ceiling the cluster sets under it, analysis/paper.yaml's bound), or not reproduced. No records: 'no data'."
+    ),
 )
 comparison
 

@@ -81,7 +81,8 @@ manifest.section(
         predicted,
         out_dir,
         "step_predicted",
-        "Training step predicted by the performance model: step time, exchange and exposed gradient sync",
+        "Training step predicted by the performance model: step time, exposed exchange, gradient sync exposed "
+        "(what the step waits for) and total (the whole sync, the same for every variant)",
     ),
     empty=predicted.empty,
 )
@@ -96,6 +97,11 @@ manifest.section(
     ),
     figures.step_breakdown(breakdown, out_dir),
     empty=breakdown.empty,
+    note=(
+        "The forward is split into attention, gate, dispatch, experts and combine; the backward into its two "
+        "exchanges (dispatch_bwd, combine_bwd) and backward_compute, the rest of it: the records time the "
+        "attention, gate and expert gradients as one piece (monta.model.engine), so they are not split here."
+    ),
 )
 manifest.save()
 breakdown

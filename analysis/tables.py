@@ -75,6 +75,7 @@ def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
 def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> pd.DataFrame:
     """One row per record: identity columns, params, scalar metrics, breakdown_ms.<phase>."""
     rows = []
+    ran_at = known.measured_rates(records)  # the NIC rate each `predict accuracy` row was priced at
     for r in records:
         if kind is not None and r.get("kind") != kind:
             continue
@@ -89,9 +90,12 @@ def to_frame(records: Sequence[Mapping[str, Any]], kind: str | None = None) -> p
                 row[k] = v
             elif k.endswith("_ci") and isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v):
                 row[f"{k}_lo"], row[f"{k}_hi"] = v  # a confidence interval: its two ends
+        left = (r.get("metrics") or {}).get("not_run")
+        if isinstance(left, Mapping) and left.get("rows"):  # rows the chunk floor left out at this size
+            row["left_out"] = ", ".join(map(str, left["rows"]))
         if r.get("kind") == "step" and row.get("step_ms") is None and _is_number(row.get("step_time_us")):
             row["step_ms"] = row["step_time_us"] / 1000.0  # the performance model states step time in us
-        known.fill(row, r)
+        known.fill(row, r, ran_at)
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty and {"nodes", "gpus_per_node"} <= set(df.columns):
@@ -155,7 +159,7 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         "deepspeed_us",
         "legacy_inter_bytes",
     ] + PAIRED
-    df = _ensure(df, A2A_POINT + ["variant", "chunks", "cpu_bound"] + metrics)
+    df = _ensure(df, A2A_POINT + ["variant", "chunks", "cpu_bound", "left_out"] + metrics)
     # balanced dispatch: the bench leaves W0 and dispatch unsaid
     df["routing"] = df["routing"].astype(object).fillna("W0")
     df["mode"] = df["mode"].astype(object).fillna("dispatch")
@@ -172,6 +176,7 @@ def alltoall_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     keys = A2A_POINT + ["variant", "chunks"]
     grouped = df.groupby(keys, dropna=False)
     out = grouped[metrics].median().reset_index().assign(n=grouped.size().values)
+    out["left_out"] = grouped["left_out"].first().values  # what the chunk floor left out at the point, or NaN
     out["cpu_bound"] = (
         grouped["cpu_bound"]
         .apply(lambda c: bool(c.fillna(False).astype(bool).any()) if c.notna().any() else None)
@@ -222,7 +227,9 @@ def alltoall_summary(table: pd.DataFrame) -> pd.DataFrame:
             used |= g["variant"].map(is_chunked) & (g["chunks"] == best["chunks"])
         flags = [f for f in g.loc[used, "cpu_bound"] if f is not None and f == f] if "cpu_bound" in g else []
         row["cpu_bound"] = any(flags) if flags else None
+        left = g["left_out"].dropna() if "left_out" in g else pd.Series(dtype=object)
         row.update(
+            left_out=left.iloc[0] if len(left) else None,  # the chunk floor's left-out rows at this point
             monta_us=best["time_us"] if best is not None else nan,
             best_chunks=best["chunks"] if best is not None else nan,
             # monta's inter-node bytes do not depend on the chunk count: any monta row says them
@@ -307,15 +314,19 @@ def ratio_ablation(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["source", "cluster", "size_bytes"]
     varied = summary.groupby(keys, dropna=False)["inter_gbps"].transform("nunique") > 1
-    cols = keys + [
-        "inter_gbps",
-        "legacy_us",
-        "deepspeed_us",
-        "monta_us",
-        "best_chunks",
-        "speedup_vs_legacy",
-        "speedup_vs_deepspeed",
-    ]
+    cols = (
+        keys
+        + [
+            "inter_gbps",
+            "legacy_us",
+            "deepspeed_us",
+            "monta_us",
+            "best_chunks",
+            "speedup_vs_legacy",
+            "speedup_vs_deepspeed",
+        ]
+        + (["left_out"] if "left_out" in summary.columns else [])
+    )
     return summary.loc[varied, cols].sort_values(keys + ["inter_gbps"]).reset_index(drop=True)
 
 
@@ -431,16 +442,18 @@ def step_accuracy(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def predicted_step_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """The performance model's step per (cluster, model, variant): step time, the exchange and the
-    gradient sync it leaves exposed, speedup vs deepspeed (what a prediction states; no loss or memory)."""
+    """The performance model's step per (cluster, model, variant): step time, the exchange it leaves exposed,
+    the gradient sync it leaves exposed and the sync's whole time, speedup vs deepspeed (what a prediction
+    states; no loss or memory). The records' ``grad_us`` is the exposed sync, ``grad_sync_us`` the total
+    (monta.perfmodel.training.step): the same total for every variant, the exposed part is what differs."""
     df = to_frame(records, "step")
     if df.empty or "predicted" not in set(df["source"]):
         return pd.DataFrame()
-    df = _ensure(df[df["source"] == "predicted"], STEP_POINT + ["variant", "step_ms", "exchange_us", "grad_sync_us"])
-    out = df.groupby(STEP_POINT + ["variant"], dropna=False)[["step_ms", "exchange_us", "grad_sync_us"]].median()
-    out = out.reset_index().rename(columns={"exchange_us": "exchange_us", "grad_sync_us": "grad_sync_us"})
-    for c in ("exchange", "grad_sync"):
-        out[f"{c}_ms"] = out.pop(f"{c}_us") / 1000.0
+    times = {"exchange_us": "exchange_ms", "grad_us": "grad_sync_exposed_ms", "grad_sync_us": "grad_sync_total_ms"}
+    df = _ensure(df[df["source"] == "predicted"], STEP_POINT + ["variant", "step_ms", *times])
+    out = df.groupby(STEP_POINT + ["variant"], dropna=False)[["step_ms", *times]].median().reset_index()
+    for us, ms in times.items():
+        out[ms] = out.pop(us) / 1000.0
     ref = out[out["variant"] == "deepspeed"].set_index(STEP_POINT)["step_ms"].rename("_t_ds")
     out = out.join(ref, on=STEP_POINT)
     out["speedup_vs_deepspeed"] = out.pop("_t_ds") / out["step_ms"]
@@ -468,9 +481,11 @@ def step_breakdown(table: pd.DataFrame) -> pd.DataFrame:
     fwd_parts = [col(p) for p in ("attention", "gate", "dispatch", "experts", "combine") if col(p) in table]
     if col("forward") in table and fwd_parts:
         table[col("forward_other")] = (table[col("forward")] - table[fwd_parts].sum(axis=1)).clip(lower=0)
+    # The records time the backward's exchanges apart; the rest of the backward (attention, gate and expert
+    # gradients) is one timer in the step benchmark (monta.model.engine), so it is one named piece here.
     bwd_parts = [col(p) for p in ("dispatch_bwd", "combine_bwd") if col(p) in table]
     if col("backward") in table:
-        table[col("backward_other")] = (table[col("backward")] - table[bwd_parts].sum(axis=1)).clip(lower=0)
+        table[col("backward_compute")] = (table[col("backward")] - table[bwd_parts].sum(axis=1)).clip(lower=0)
     phases = [c for c in table.columns if c.startswith("breakdown_ms.") and c not in TOTALS]
     long = table.melt(id_vars=STEP_POINT + ["variant"], value_vars=phases, var_name="phase", value_name="ms")
     long["phase"] = long["phase"].str.removeprefix("breakdown_ms.")
@@ -490,7 +505,12 @@ def predicted_vs_measured(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     if "measured_us" in df.columns:
         paired = df[(df["source"] == "predicted") & df["measured_us"].notna()]
         paired = paired.assign(predicted_us=paired["time_us"])[
-            [c for c in ("nodes", "gpus_per_node", "tp", "size_bytes", "variant", "chunks") if c in paired.columns]
+            # inter_gbps: the rate the row was priced at, its measurement's (monta_analysis.known.measured_rates)
+            [
+                c
+                for c in ("nodes", "gpus_per_node", "tp", "inter_gbps", "size_bytes", "variant", "chunks")
+                if c in paired.columns
+            ]
             + ["predicted_us", "measured_us"]
         ]
         df = df[~df.index.isin(paired.index)]
@@ -556,17 +576,6 @@ def _common_params(records: Sequence[Mapping[str, Any]], kind: str) -> set[str]:
     return set.intersection(*sets) if sets else set()
 
 
-def _deviation(ours: float, paper: Mapping[str, Any]) -> float:
-    """Relative deviation in percent from the published value, 0 inside a published range."""
-    if "value" in paper:
-        return 100.0 * (ours - paper["value"]) / paper["value"]
-    lo, hi = paper["low"], paper["high"]
-    if lo <= ours <= hi:
-        return 0.0
-    bound = lo if ours < lo else hi
-    return 100.0 * (ours - bound) / bound
-
-
 def fmt_paper(paper: Mapping[str, Any]) -> str:
     unit = paper.get("unit", "")
     scale, suffix = (100.0, "%") if unit == "fraction" else (1.0, unit)
@@ -576,7 +585,10 @@ def fmt_paper(paper: Mapping[str, Any]) -> str:
 
 
 def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Any]) -> pd.DataFrame:
-    """Every published number of paper.yaml next to ours (per source) with the deviation."""
+    """Every published number of paper.yaml next to ours (per source) with what the difference means: the
+    verdict (reproduced, exceeded, bound below the claim, not reproduced) and its reason (monta_analysis.claims)."""
+    from monta_analysis.claims import verdict
+
     rows = []
     for c in paper["claims"]:
         src = c["source"]
@@ -584,7 +596,7 @@ def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, A
         base = {"claim": c["claim"], "source": cite, "paper": fmt_paper(c["paper"])}
         values = claim_values(records, c["ours"])
         if not values:
-            rows.append({**base, "ours_source": "-", "ours": "no data", "deviation_pct": float("nan"), "points": 0})
+            rows.append({**base, "ours_source": "-", "ours": "no data", "meaning": "no data", "points": 0})
             continue
         unit = c["paper"].get("unit", "")
         for source, (value, n) in sorted(values.items()):
@@ -594,7 +606,7 @@ def paper_comparison(records: Sequence[Mapping[str, Any]], paper: Mapping[str, A
                     **base,
                     "ours_source": source,
                     "ours": shown,
-                    "deviation_pct": round(_deviation(value, c["paper"]), 1),
+                    "meaning": "{}: {}".format(*verdict(value, c["paper"], c.get("bound"))),
                     "points": n,
                 }
             )

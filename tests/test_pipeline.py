@@ -186,7 +186,8 @@ def test_bad_config_stops_before_anything_with_the_key_named(work, bad, named):
     "bad, named",
     [
         ("alltoall:\n  sizes: '128K:64K:2'\n", "config key alltoall.sizes = '128K:64K:2': min 128K is above max 64K"),
-        ("alltoall:\n  chunks: [64]\n", "config key alltoall.chunks = '64': 64 chunks exceed the capacity slice"),
+        # the schema's sizes start at 2 MiB, whose capacity slice is 64 (C/TP): 128 chunks cannot cut it
+        ("alltoall:\n  chunks: [128]\n", "config key alltoall.chunks = '128': 128 chunks exceed the capacity slice"),
         (
             "alltoall:\n  inject_slowdown: monta\n",
             "config key alltoall.inject_slowdown = 'monta': use VARIANT:FRACTION",

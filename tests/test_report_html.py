@@ -52,6 +52,19 @@ def _step(variant, ms):
     )
 
 
+def _priced():
+    """`monta predict accuracy` rows: the profile was calibrated at 2 Gbit/s, the measurement they were scored
+    against (the 2x2 sweep's monta 2 chunks at 64 KiB, 200 us) ran at 1 Gbit/s, so they were priced at 1."""
+    rec = _a2a(65536, "monta", 2, 190.0, source="predicted")
+    del rec["params"]["inter_gbps"]
+    rec["params"]["cluster"] = "emulator:lp"
+    rec["metrics"]["measured_us"] = 200.0
+    rec["config"] = {
+        "profile": {"name": "lp", "topology": {"name": "a800-4nic", "inter_gbps": 2.0, "intra_gbps": 27.2}}
+    }
+    return [rec]
+
+
 def snakemake(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled"}
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=500, env=env)
@@ -76,7 +89,7 @@ def report(tmp_path_factory) -> Path:
     write_records(res / "ablation/topk/1.jsonl", [_step("monta", 25.0)])
     pred = [_a2a(65536, "monta", 2, 190.0, source="predicted")]
     for f in ("paper", "alltoall", "plan"):
-        write_records(res / f"predict/{f}.jsonl", pred)
+        write_records(res / f"predict/{f}.jsonl", pred + (_priced() if f == "alltoall" else []))
     for seq in (8192, 32768):
         write_records(res / f"ablation/seq/{seq}.jsonl", pred)
     targets = ["results/report.md", "results/report-assets/figures", "results/report-assets/tables"]
@@ -176,3 +189,26 @@ def test_every_image_loads_in_headless_chromium(report, tmp_path):
     assert m, out[-2000:]
     embedded, _, broken = map(int, m.groups())
     assert embedded >= len(FIGURES) and broken == 0, m.group(0)
+
+
+# An absolute path of this machine (a checkout, a temp dir, a home), as it would leak into a page read elsewhere.
+MACHINE_PATH = r"(?<![\w.:/\]\)])/(?:work|tmp|home|root|Users|var|private)/"
+
+
+def test_the_report_page_opens_with_the_claims_and_provenance_and_names_no_machine_path(report):
+    text = (report / "results" / "report.md").read_text()
+    lines = text.splitlines()
+    assert lines[2:5] == ["## Did it reproduce?", "", "| claim | paper | emulated | predicted | verdict |"]
+    after = next(i for i, line in enumerate(lines[4:], 4) if not line.startswith("|"))
+    assert lines[after + 1].startswith("**Provenance**: commit ") and " cores · torch " in lines[after + 1]
+    assert re.findall(MACHINE_PATH, text) == [], [line for line in lines if re.search(MACHINE_PATH, line)]
+    assert "deviation" not in text.lower()
+    assert not re.search(r"wrote \d+ records", text)  # `monta predict contention`'s stdout line is not pasted
+    # the published table (one row per published measurement) is linked, not pasted
+    assert "[the table](tables/published.md)" in text
+
+
+def test_predictions_are_labelled_with_the_rate_they_were_priced_at(report):
+    table = (report / "results" / "tables" / "alltoall_summary.md").read_text()
+    assert "emulator links (inter 1 Gbit/s, intra 13.6 Gbit/s)" in table, table
+    assert "inter 2 Gbit/s" not in table  # the profile's calibration rate, not what these rows were priced at

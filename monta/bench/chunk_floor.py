@@ -70,3 +70,14 @@ def footer(records: Sequence[dict]) -> str | None:
         f"# NOT RUN (a chunk under --min-chunk {floor}, whose host work, not the links, would set its time on "
         f"this machine; docs/testbed.md): {sizes}"
     )
+
+
+def empty_sizes(min_chunk: int, variants: Sequence[str], sizes: Sequence[int], chunks: Sequence[int]) -> list[int]:
+    """The sizes at which the floor leaves a chunked variant of ``variants`` no chunk count of ``chunks`` to
+    run: such a sweep has no row of that exchange there, a contradiction the config check refuses."""
+    from monta import variants as registry
+
+    chunked = [v for v in variants if registry.exchange(v).chunked]
+    if not chunked:
+        return []
+    return [s for s in sizes if not any(runs(min_chunk, chunked, s, chunked[0], c) for c in chunks)]

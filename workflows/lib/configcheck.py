@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import yaml
+from configrules import first_problem  # this folder's: imported while it is on sys.path, as this module is
 
 
 class ConfigError(ValueError):
@@ -134,6 +135,8 @@ def check_config(config: Mapping[str, Any], schema_path: str | Path) -> dict[str
     errors = list(validator.iter_errors(cfg))
     if errors:
         raise ConfigError("schema default invalid: " + _message(errors[0]))
+    if not cfg["regress"]["cluster"]:  # the first sweep's cluster, whatever a config names it
+        cfg["regress"]["cluster"] = cfg["alltoall"]["clusters"][0]["name"]
     _check_semantics(cfg)
     return cfg
 
@@ -160,6 +163,9 @@ def _check_semantics(cfg: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key {section}.clusters: cluster names must be unique, got {names}")
     _check_sweeps(cfg)
     _check_clusters(cfg)
+    problem = first_problem(cfg)
+    if problem:
+        raise ConfigError(problem)
     if cfg["launcher"]["kind"] == "emulated" and cfg["launcher"]["backend"] != "gloo":
         raise ConfigError(
             "config key launcher.backend: the emulated cluster has no GPUs; set backend: gloo"

@@ -99,14 +99,10 @@ def default_intra_gbps():
 
 
 def ratio_min_chunk(gbps):
-    """The chunk floor on a faster NIC: the bytes a chunk of the floor's link time holds there (the floor x
-    gbps / the network section's rate), so the faster links do not leave the ablation's chunks to the host
-    (at 0.5 Gbit/s, 4 and 8 chunks of 4 MiB waited for a core 19% and 30% of their time)."""
-    from monta.units import parse_size
+    """The chunk floor on a faster NIC (workflows/lib/configrules.py: the config check asks the same)."""
+    from configrules import ratio_floor
 
-    base = parse_size(config["ablation"]["cluster"].get("min_chunk") or config["alltoall"]["min_chunk"])
-    rate = float(config["network"]["inter_gbps"] or 0)
-    return int(base * float(gbps) / rate) if rate else base
+    return ratio_floor(config, gbps)
 
 
 def repeat_args(a=None):
