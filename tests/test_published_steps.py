@@ -40,10 +40,11 @@ def test_the_score_the_docs_report(priced):
     recs, prs = priced
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
-    assert s["forced_blind"]["median"] == pytest.approx(0.28, abs=0.01)
-    assert s["forced_calibrated"]["median"] == pytest.approx(0.19, abs=0.01)
-    assert s["pairs"] == 20 and s["pairs_direction_right"] == 18
-    assert s["pair_ratio_error"]["median"] == pytest.approx(0.16, abs=0.01)
+    # bounds a step back from the score at this commit (docs/results/published-steps.md): a regression fails
+    assert s["forced_blind"]["median"] <= 0.26
+    assert s["forced_calibrated"]["median"] <= 0.21
+    assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
+    assert s["pair_ratio_error"]["median"] <= 0.155
     # forced-balance and real-routing rows are scored apart
     assert s["real_blind"]["n"] == 4 and s["forced_blind"]["n"] + s["real_blind"]["n"] <= s["priced_blind"]
 
@@ -170,3 +171,25 @@ def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_mod
     steps = st["steps"]
     ref = 1 - steps["monta"].total_us / steps["deepspeed"].total_us
     assert 1 - t["monta"] / t["deepspeed"] == pytest.approx(ref, abs=0.01)
+
+
+def test_a_shallower_gemm_reaches_less_of_its_peak_as_deepgemm_measured():
+    """The depth law reproduces DeepGEMM's H800 FP8 table (M = 4096) within 5%, and a fine-grained FFN of the
+    same FLOPs (twice the experts at half the width) prices slower in the step model."""
+    from monta.perfmodel.training.gemm_eff import depth_eff, k_half
+
+    kh = k_half(1979.0, 3350.0)
+    top = 1358 / depth_eff(16384, kh)
+    for k, tflops in ((512, 590), (1536, 990), (2048, 1025), (7168, 1304), (16384, 1358)):
+        assert top * depth_eff(k, kh) == pytest.approx(tflops, rel=0.05), k
+    assert k_half(2 * 1979.0, 3350.0) == pytest.approx(2 * kh)
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import Layout, price_run
+
+    c = get_cluster("h100").with_nodes(1, 8)
+    s = Layout(gpus=8, ep=8, seq=4096, global_batch_tokens=8 * 4096 * 4)
+    coarse = RunModel(layers=4, hidden=4096, ffn=4096, experts=64, topk=2, heads=32, head_dim=128, vocab=1000)
+    fine = RunModel(layers=4, hidden=4096, ffn=1024, experts=256, topk=8, heads=32, head_dim=128, vocab=1000)
+    assert coarse.model_flops_per_token(4096) == pytest.approx(fine.model_flops_per_token(4096), rel=0.01)
+    assert price_run(fine, s, c)["compute_us"] > 1.05 * price_run(coarse, s, c)["compute_us"]

@@ -23,6 +23,7 @@ from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import optimizer_us
+from monta.perfmodel.training.gemm_eff import ffn_slowdown, k_half, proj_slowdown
 from monta.perfmodel.training.run_shape import RunModel
 
 # Hopper and Blackwell tensor cores run dense FP8 at twice their dense BF16 rate (H100 SXM 1,979 vs 989;
@@ -184,13 +185,22 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     p = m.layer_flops(s.seq, moe)
     gemm_rate = cluster.peak_tflops * cluster.gemm_eff * (FP8_OVER_BF16 * FP8_GEMM_EFF_RATIO if s.fp8 else 1.0) * 1e6
     attn_rate = cluster.peak_tflops * cluster.attn_eff * 1e6
-    expert = p["experts"] * skew
-    gemm = p["attn_proj"] + expert + p["shared"] + p["dense"] + p["router"]
     per_gpu = tokens / s.tp
+    # each GEMM at the efficiency its depth allows (gemm_eff); an expert's weight gradient sees the tokens
+    # routed to it from the whole EP group, a TP-split FFN's down projection a 1/tp-deep reduction
+    kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps)
+    per_expert = max(1.0, s.ep * per_gpu * m.topk / m.experts)
+    gemm = (
+        p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh)
+        + p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh)
+        + p["shared"] * ffn_slowdown(m.hidden, m.shared_ffn // s.tp, tokens, kh)
+        + p["dense"] * ffn_slowdown(m.hidden, m.dense_ffn // s.tp, tokens, kh)
+        + p["router"]
+    )
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
     t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
-    t_rc = _recompute_frac(s, m, p, moe) * per_gpu / gemm_rate
+    t_rc = _recompute_frac(s, m, p, moe) * proj_slowdown(m.hidden, tokens, kh) * per_gpu / gemm_rate
     if s.recompute.lower().startswith("full"):
         t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
     return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}
@@ -232,9 +242,10 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         skew = rank_load(s.ep, nodes, m.experts, m.topk, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
     moe_l = _layer_us(m, s, cluster, tokens, True, skew)
     dense_l = _layer_us(m, s, cluster, tokens, False, 1.0)
+    head_kh = k_half(cluster.peak_tflops, cluster.hbm_GBps)  # the head runs in BF16
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
-    )
+    ) * proj_slowdown(m.hidden, tokens, head_kh)
     host = host_floor_us(m, s)
     if s.variant:
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
