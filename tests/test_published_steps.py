@@ -42,7 +42,7 @@ def test_the_score_the_docs_report(priced):
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
     # bounds a step back from the score at this commit (docs/results/published-steps.md): a regression fails
     assert s["forced_blind"]["median"] <= 0.26
-    assert s["forced_calibrated"]["median"] <= 0.21
+    assert s["forced_calibrated"]["median"] <= 0.17
     assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
     assert s["pair_ratio_error"]["median"] <= 0.155
     # forced-balance and real-routing rows are scored apart
@@ -158,6 +158,10 @@ def test_calibration_fits_compute_and_a_time_per_layer_pass():
     assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
     fa, fb = PS._fit(pts[:2])
     assert fb == 0.0 and fa > 1.0
+    # one row of another software stage, measured 2x slower, does not move a least-absolute-deviations fit
+    tm, tb, c, n, f = pts[0]
+    fa, fb = PS._fit([*pts, (2 * tm, tb, c, n, f)])
+    assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
 
 
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():
