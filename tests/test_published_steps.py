@@ -45,6 +45,12 @@ def test_the_score_the_docs_report(priced):
     assert s["forced_calibrated"]["median"] <= 0.17
     assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
     assert s["pair_ratio_error"]["median"] <= 0.155
+    # the rows no term was chosen with in view, scored apart: a pair is seen when either of its rows is
+    forced = [r for r in recs if r["predicted_blind"] is not None and r["routing"] == "forced"]
+    assert s["unseen_forced_blind"]["n"] == sum(not r["seen_by"] for r in forced) < len(forced)
+    assert s["unseen_forced_blind"]["median"] <= 0.28
+    assert s["unseen_pairs"] == sum(not p["seen"] for p in prs) < s["pairs"]
+    assert all(p["seen"] for p in prs if p["pair"] == "S10 -> S11")
     # forced-balance and real-routing rows are scored apart
     assert s["real_blind"]["n"] == 4 and s["forced_blind"]["n"] + s["real_blind"]["n"] <= s["priced_blind"]
 
@@ -78,6 +84,7 @@ def test_the_raw_shared_columns_are_priced_the_same_way(tmp_path, capsys):
     assert "not a step figure" in rows["S45"]["reason"]
     assert "model shape not stated" in rows["S56"]["reason"]
     assert rows["S16"]["routing"] == "real"  # from the notes: the raw table has no routing column
+    assert rows["S10"]["seen_by"] == ""  # no seen_by column: every row counts as unseen
     assert "A/B pair" in capsys.readouterr().out
 
 

@@ -165,7 +165,8 @@ def blind(row: Row) -> dict[str, Any]:
     rec: dict[str, Any] = {"id": row.id, "source": row.source, "metric": metric or row.text("metric"),
                            "measured": value, "routing": "", "gpu": row.text("gpu"), "cluster": None,
                            "predicted_blind": None, "predicted_calibrated": None, "error_blind": None,
-                           "error_calibrated": None, "assumed": [], "terms": {}, "reason": None}  # fmt: skip
+                           "error_calibrated": None, "assumed": [], "terms": {}, "reason": None,
+                           "seen_by": row.text("seen_by")}  # fmt: skip
     if metric is None or value is None:
         rec["reason"] = (
             f"metric {row.text('metric') or '(none)'!r} is not a step figure (step time, tokens/s/GPU, TFLOPS/GPU, MFU)"
@@ -299,7 +300,7 @@ def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
                         "change": f"{a.text(diff[0]) or '(not stated)'} -> {b.text(diff[0]) or '(not stated)'}",
                         "metric": ra["metric"], "measured_ratio": meas, "predicted_ratio": pred,
                         "predicted_ratio_calibrated": cal, "direction_right": same_way,
-                        "ratio_error": pred / meas - 1})  # fmt: skip
+                        "ratio_error": pred / meas - 1, "seen": bool(ra["seen_by"] or rb["seen_by"])})  # fmt: skip
     return out
 
 
@@ -343,6 +344,12 @@ def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
         "pairs": len(prs),
         "pairs_direction_right": sum(p["direction_right"] for p in prs),
         "pair_ratio_error": _stats(p["ratio_error"] for p in prs),
+        # the rows no term of the model was chosen with in view (``seen_by`` empty): the blind score proper
+        "unseen_forced_blind": _stats(r["error_blind"] for r in forced if not r["seen_by"]),
+        "unseen_forced_calibrated": _stats(r["error_calibrated"] for r in forced if not r["seen_by"]),
+        "unseen_pairs": sum(not p["seen"] for p in prs),
+        "unseen_pairs_direction_right": sum(p["direction_right"] and not p["seen"] for p in prs),
+        "unseen_pair_ratio_error": _stats(p["ratio_error"] for p in prs if not p["seen"]),
         "pair_ratio_error_calibrated": _stats(
             p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1
             for p in prs
