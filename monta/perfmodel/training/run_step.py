@@ -38,8 +38,11 @@ FP8_GEMM_EFF_RATIO = 0.53 / 0.6
 # kernels, 31 fused, 17 with DeepEP's fused preprocessing) plus HOST_OPS_EXPERT per local expert (quantise,
 # GEMMs; twice with FP8), forward, and twice that in the backward, at HOST_US_PER_OP each ("a few
 # microseconds" of host time even for an op without a kernel, the guide says; ~10 us for an op through
-# Transformer Engine's Python layer). Model assumptions: the per-op time was chosen with the Qwen3-30B rows'
-# micro-batch contrast in view (MBS 1 vs 8 on Blackwell: ~3x tokens/s), so the blind model is not blind to it.
+# Transformer Engine's Python layer; 5-25 us of CPU work per eager PyTorch op before its kernel runs in
+# https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, which brackets it and does
+# not pin it). Model assumptions: the per-op time was chosen with the Qwen3-30B rows' micro-batch contrast in
+# view (MBS 1 vs 8 on Blackwell: ~3x tokens/s): those rows say so in steps.csv's ``seen_by`` and are scored
+# apart from the unseen ones.
 # The GPU waits when its own work per layer is shorter. CUDA graphs of part of the layer halve the floor,
 # of the whole step remove it.
 HOST_OPS_LAYER = 130
