@@ -41,14 +41,14 @@ def test_the_score_the_docs_report(priced):
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
     # bounds a step back from the score at this commit (docs/results/published-steps.md): a regression fails
-    assert s["forced_blind"]["median"] <= 0.26
+    assert s["forced_blind"]["median"] <= 0.285
     assert s["forced_calibrated"]["median"] <= 0.17
     assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
-    assert s["pair_ratio_error"]["median"] <= 0.155
+    assert s["pair_ratio_error"]["median"] <= 0.165
     # the rows no term was chosen with in view, scored apart: a pair is seen when either of its rows is
     forced = [r for r in recs if r["predicted_blind"] is not None and r["routing"] == "forced"]
     assert s["unseen_forced_blind"]["n"] == sum(not r["seen_by"] for r in forced) < len(forced)
-    assert s["unseen_forced_blind"]["median"] <= 0.28
+    assert s["unseen_forced_blind"]["median"] <= 0.30
     assert s["unseen_pairs"] == sum(not p["seen"] for p in prs) < s["pairs"]
     assert all(p["seen"] for p in prs if p["pair"] == "S10 -> S11")
     # forced-balance and real-routing rows are scored apart
@@ -184,23 +184,33 @@ def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_mod
     assert 1 - t["monta"] / t["deepspeed"] == pytest.approx(ref, abs=0.01)
 
 
-def test_a_shallower_gemm_reaches_less_of_its_peak_as_deepgemm_measured():
-    """The depth law reproduces DeepGEMM's H800 FP8 table (M = 4096) within 5%, and a fine-grained FFN of the
-    same FLOPs (twice the experts at half the width) prices slower in the step model."""
+def test_a_shallower_gemm_reaches_less_of_its_peak_as_measured():
+    """The depth law reproduces DeepGEMM's H800 FP8 table (M = 4096) within 5% and the project's own H100 BF16
+    table within 8%; a fine-grained FFN of the same FLOPs (4x the experts at a quarter of the width) prices
+    slower in the step model, in FP8 more than in BF16."""
     from monta.perfmodel.training.gemm_eff import depth_eff, k_half
 
-    kh = k_half(1979.0, 3350.0)
+    kh = k_half(1979.0, 3350.0, fp8=True)
     top = 1358 / depth_eff(16384, kh)
     for k, tflops in ((512, 590), (1536, 990), (2048, 1025), (7168, 1304), (16384, 1358)):
         assert top * depth_eff(k, kh) == pytest.approx(tflops, rel=0.05), k
-    assert k_half(2 * 1979.0, 3350.0) == pytest.approx(2 * kh)
+    assert k_half(2 * 1979.0, 3350.0, fp8=True) == pytest.approx(2 * kh)
+    table = json.loads((ROOT / "data" / "measured" / "gpu-compute-h100.json").read_text())["kernels"]
+    kh = k_half(989.0, 3350.0, fp8=False)
+    depth = {"attn_qkv.dX": 1280, "attn_out.fwd": 1024, "expert_down.fwd": 3584, "expert_up.dX": 7168}
+    top = table["expert_up.fwd"]["tflops"] / depth_eff(8192, kh)
+    for name, k in depth.items():
+        assert top * depth_eff(k, kh) == pytest.approx(table[name]["tflops"], rel=0.08), name
     from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.training.run_shape import RunModel
     from monta.perfmodel.training.run_step import Layout, price_run
 
     c = get_cluster("h100").with_nodes(1, 8)
-    s = Layout(gpus=8, ep=8, seq=4096, global_batch_tokens=8 * 4096 * 4)
     coarse = RunModel(layers=4, hidden=4096, ffn=4096, experts=64, topk=2, heads=32, head_dim=128, vocab=1000)
     fine = RunModel(layers=4, hidden=4096, ffn=1024, experts=256, topk=8, heads=32, head_dim=128, vocab=1000)
     assert coarse.model_flops_per_token(4096) == pytest.approx(fine.model_flops_per_token(4096), rel=0.01)
-    assert price_run(fine, s, c)["compute_us"] > 1.05 * price_run(coarse, s, c)["compute_us"]
+    slower = {}
+    for precision in ("bf16", "fp8"):
+        s = Layout(gpus=8, ep=8, seq=4096, global_batch_tokens=8 * 4096 * 4, precision=precision)
+        slower[precision] = price_run(fine, s, c)["compute_us"] / price_run(coarse, s, c)["compute_us"]
+    assert 1.0 < slower["bf16"] < slower["fp8"] and slower["fp8"] > 1.05

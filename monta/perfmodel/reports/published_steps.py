@@ -225,7 +225,7 @@ def _fit(points: list[tuple[float, ...]]) -> tuple[float, float]:
     points (T_measured, T_blind, C, L, f): a scales the compute, b adds time per layer pass (us). Least absolute
     deviations (a linear programme), not least squares: the other sources' rows include software stages 2x
     apart (the GB200 guide's baseline and final figure, early GPT-OSS recipes), and a squared fit lets them
-    pull every row (least squares gave 20% calibrated, this 16%). With fewer than MIN_FIT_ROWS points only a
+    pull every row (least squares gave 19% calibrated, this 16%). With fewer than MIN_FIT_ROWS points only a
     is fitted (the median ratio). (A third term scaling the exposed exchange was tried: the same median, a
     wider spread.)"""
     import numpy as np

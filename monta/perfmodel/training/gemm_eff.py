@@ -1,28 +1,33 @@
 """How much of a GEMM's large-size efficiency a GEMM of reduction depth K reaches, for the run step model
 (``run_step``): the cluster files' ``gemm_eff`` is a large GEMM's; fine-grained experts (Qwen3's 768 or 1536
-FFN dims, DeepSeek's 2048) and small hidden sizes run shallower GEMMs that reach less.
+FFN dims, DeepSeek's 2048) and small hidden sizes run shallower GEMMs that reach less, most of all in FP8.
 
-Every output tile of a GEMM pays a fixed cost (filling the pipeline, writing the tile) at memory rate while
-its K loop runs at tensor rate, so a GEMM of depth K runs at ``K / (K + K_half)`` of its asymptote, with
-``K_half`` proportional to the tensor rate over the HBM bandwidth. Source: DeepGEMM's published FP8 GEMM
-table on an H800 (https://github.com/deepseek-ai/DeepGEMM README, normal GEMMs at M = 4096: K = 512, 1536,
-2048, 7168, 16384 at 590, 990, 1025, 1304, 1358 TFLOP/s) fits ``E K / (K + K_half)`` with K_half = 720 at
-1,979 TFLOP/s FP8 over 3.35 TB/s (E = 1,423; each point within 5%; the table's N = 2112 row, limited by its
-narrow N, left out). Model assumptions: the same law for BF16 and for Blackwell, K_half scaled by rate / HBM;
-the cluster's ``gemm_eff`` taken as the asymptote.
+Every output tile of a GEMM pays a fixed cost (filling the pipeline, writing the tile; with block-scaled FP8 the
+scales too) while its K loop runs at tensor rate, so a GEMM of depth K runs at ``K / (K + K_half)`` of its
+asymptote. Two measurements fix K_half, one per precision:
+
+- FP8: DeepGEMM's published FP8 GEMM table on an H800 (https://github.com/deepseek-ai/DeepGEMM README, normal
+  GEMMs at M = 4096: K = 512, 1536, 2048, 7168, 16384 at 590, 990, 1025, 1304, 1358 TFLOP/s) fits
+  ``E K / (K + K_half)`` with K_half = 720 (each point within 5%; its N = 2112 row, limited by its narrow N,
+  left out).
+- BF16: the project's own H100 table (``data/measured/gpu-compute-h100.json``, cuBLAS: K = 1024 to 8192 at
+  662-801 TFLOP/s, docs/results/gpu-compute-h100.md) fits K_half = 86 (+-61): BF16 GEMMs lose little with depth.
+
+Model assumptions: K_half scales with the tensor rate over HBM bandwidth from the GPU it was measured on (the
+fixed cost is paid at memory rate); the cluster's ``gemm_eff`` is the asymptote.
 """
 
 from __future__ import annotations
 
-# (K_half, dense tensor TFLOP/s, HBM GB/s) of the fit above: H800 (H100 silicon) FP8.
-K_HALF_REF = 720.0
-REF_TFLOPS_PER_GBPS = 1979.0 / 3350.0
+# precision -> (K_half, the dense tensor TFLOP/s over HBM GB/s of the GPU it was measured on)
+K_HALF = {"fp8": (720.0, 1979.0 / 3350.0), "bf16": (86.0, 989.0 / 3350.0)}
 
 
-def k_half(tflops: float, hbm_GBps: float) -> float:
+def k_half(tflops: float, hbm_GBps: float, fp8: bool) -> float:
     """The depth at which a GEMM reaches half its asymptote on a GPU of ``tflops`` (this precision's dense
     peak) and ``hbm_GBps``."""
-    return K_HALF_REF * (tflops / hbm_GBps) / REF_TFLOPS_PER_GBPS
+    ref, rate_over_hbm = K_HALF["fp8" if fp8 else "bf16"]
+    return ref * (tflops / hbm_GBps) / rate_over_hbm
 
 
 def depth_eff(k: float, kh: float) -> float:

@@ -23,16 +23,17 @@ from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import optimizer_us
-from monta.perfmodel.training.gemm_eff import ffn_slowdown, k_half, proj_slowdown
+from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
 from monta.perfmodel.training.run_shape import RunModel
 
 # Hopper and Blackwell tensor cores run dense FP8 at twice their dense BF16 rate (H100 SXM 1,979 vs 989;
 # B200 4,500 vs 2,250: NVIDIA's data sheets, clusters/*.yaml sources).
 FP8_OVER_BF16 = 2.0
-# FP8 GEMMs reach less of their peak than BF16 ones: Megatron's MXFP8 grouped GEMM runs 2,672 TFLOP/s on a
-# GB200 (K=7168, N=2048; docs/discussions/deepseek-v3-gb200-optimization in NVIDIA/Megatron-LM) = 53% of its
-# 5,000 FP8 peak, against the 60% the cluster files assume for BF16: 0.53 / 0.6.
-FP8_GEMM_EFF_RATIO = 0.53 / 0.6
+# FP8 GEMMs against BF16 ones at the same depth: Megatron's MXFP8 grouped GEMM runs 2,672 TFLOP/s on a GB200
+# (K=7168, N=2048; docs/discussions/deepseek-v3-gb200-optimization in NVIDIA/Megatron-LM) = 53% of the 5,000
+# FP8 peak that page counts; the depth law (``gemm_eff``) puts that GEMM at depth_eff(7168) of its asymptote,
+# so FP8's asymptote is 0.53 / depth_eff against the 60% the cluster files assume for BF16's (0.98).
+FP8_GEMM_EFF_RATIO = 0.53 / depth_eff(7168, k_half(5000.0, 7700.0, fp8=True)) / 0.6
 # Host (kernel-launch) floor per layer and micro-batch, forward + backward, when kernels are launched from
 # Python: HOST_OPS_LAYER ops for attention, norms, router and permutation (the same guide counts 72 router
 # kernels, 31 fused, 17 with DeepEP's fused preprocessing) plus HOST_OPS_EXPERT per local expert (quantise,
@@ -191,7 +192,7 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     per_gpu = tokens / s.tp
     # each GEMM at the efficiency its depth allows (gemm_eff); an expert's weight gradient sees the tokens
     # routed to it from the whole EP group, a TP-split FFN's down projection a 1/tp-deep reduction
-    kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps)
+    kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps, s.fp8)
     per_expert = max(1.0, s.ep * per_gpu * m.topk / m.experts)
     gemm = (
         p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh)
@@ -245,7 +246,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         skew = rank_load(s.ep, nodes, m.experts, m.topk, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
     moe_l = _layer_us(m, s, cluster, tokens, True, skew)
     dense_l = _layer_us(m, s, cluster, tokens, False, 1.0)
-    head_kh = k_half(cluster.peak_tflops, cluster.hbm_GBps)  # the head runs in BF16
+    head_kh = k_half(cluster.peak_tflops, cluster.hbm_GBps, fp8=False)  # the head runs in BF16
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
     ) * proj_slowdown(m.hidden, tokens, head_kh)
