@@ -40,10 +40,17 @@ def test_the_score_the_docs_report(priced):
     recs, prs = priced
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
-    assert s["forced_blind"]["median"] == pytest.approx(0.28, abs=0.01)
-    assert s["forced_calibrated"]["median"] == pytest.approx(0.19, abs=0.01)
-    assert s["pairs"] == 20 and s["pairs_direction_right"] == 18
-    assert s["pair_ratio_error"]["median"] == pytest.approx(0.16, abs=0.01)
+    # bounds a step back from the score at this commit (docs/results/published-steps.md): a regression fails
+    assert s["forced_blind"]["median"] <= 0.285
+    assert s["forced_calibrated"]["median"] <= 0.17
+    assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
+    assert s["pair_ratio_error"]["median"] <= 0.165
+    # the rows no term was chosen with in view, scored apart: a pair is seen when either of its rows is
+    forced = [r for r in recs if r["predicted_blind"] is not None and r["routing"] == "forced"]
+    assert s["unseen_forced_blind"]["n"] == sum(not r["seen_by"] for r in forced) < len(forced)
+    assert s["unseen_forced_blind"]["median"] <= 0.30
+    assert s["unseen_pairs"] == sum(not p["seen"] for p in prs) < s["pairs"]
+    assert all(p["seen"] for p in prs if p["pair"] == "S10 -> S11")
     # forced-balance and real-routing rows are scored apart
     assert s["real_blind"]["n"] == 4 and s["forced_blind"]["n"] + s["real_blind"]["n"] <= s["priced_blind"]
 
@@ -77,6 +84,7 @@ def test_the_raw_shared_columns_are_priced_the_same_way(tmp_path, capsys):
     assert "not a step figure" in rows["S45"]["reason"]
     assert "model shape not stated" in rows["S56"]["reason"]
     assert rows["S16"]["routing"] == "real"  # from the notes: the raw table has no routing column
+    assert rows["S10"]["seen_by"] == ""  # no seen_by column: every row counts as unseen
     assert "A/B pair" in capsys.readouterr().out
 
 
@@ -157,6 +165,10 @@ def test_calibration_fits_compute_and_a_time_per_layer_pass():
     assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
     fa, fb = PS._fit(pts[:2])
     assert fb == 0.0 and fa > 1.0
+    # one row of another software stage, measured 2x slower, does not move a least-absolute-deviations fit
+    tm, tb, c, n, f = pts[0]
+    fa, fb = PS._fit([*pts, (2 * tm, tb, c, n, f)])
+    assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
 
 
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():
@@ -170,3 +182,35 @@ def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_mod
     steps = st["steps"]
     ref = 1 - steps["monta"].total_us / steps["deepspeed"].total_us
     assert 1 - t["monta"] / t["deepspeed"] == pytest.approx(ref, abs=0.01)
+
+
+def test_a_shallower_gemm_reaches_less_of_its_peak_as_measured():
+    """The depth law reproduces DeepGEMM's H800 FP8 table (M = 4096) within 5% and the project's own H100 BF16
+    table within 8%; a fine-grained FFN of the same FLOPs (4x the experts at a quarter of the width) prices
+    slower in the step model, in FP8 more than in BF16."""
+    from monta.perfmodel.training.gemm_eff import depth_eff, k_half
+
+    kh = k_half(1979.0, 3350.0, fp8=True)
+    top = 1358 / depth_eff(16384, kh)
+    for k, tflops in ((512, 590), (1536, 990), (2048, 1025), (7168, 1304), (16384, 1358)):
+        assert top * depth_eff(k, kh) == pytest.approx(tflops, rel=0.05), k
+    assert k_half(2 * 1979.0, 3350.0, fp8=True) == pytest.approx(2 * kh)
+    table = json.loads((ROOT / "data" / "measured" / "gpu-compute-h100.json").read_text())["kernels"]
+    kh = k_half(989.0, 3350.0, fp8=False)
+    depth = {"attn_qkv.dX": 1280, "attn_out.fwd": 1024, "expert_down.fwd": 3584, "expert_up.dX": 7168}
+    top = table["expert_up.fwd"]["tflops"] / depth_eff(8192, kh)
+    for name, k in depth.items():
+        assert top * depth_eff(k, kh) == pytest.approx(table[name]["tflops"], rel=0.08), name
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import Layout, price_run
+
+    c = get_cluster("h100").with_nodes(1, 8)
+    coarse = RunModel(layers=4, hidden=4096, ffn=4096, experts=64, topk=2, heads=32, head_dim=128, vocab=1000)
+    fine = RunModel(layers=4, hidden=4096, ffn=1024, experts=256, topk=8, heads=32, head_dim=128, vocab=1000)
+    assert coarse.model_flops_per_token(4096) == pytest.approx(fine.model_flops_per_token(4096), rel=0.01)
+    slower = {}
+    for precision in ("bf16", "fp8"):
+        s = Layout(gpus=8, ep=8, seq=4096, global_batch_tokens=8 * 4096 * 4, precision=precision)
+        slower[precision] = price_run(fine, s, c)["compute_us"] / price_run(coarse, s, c)["compute_us"]
+    assert 1.0 < slower["bf16"] < slower["fp8"] and slower["fp8"] > 1.05

@@ -30,7 +30,10 @@ def headline(s: dict) -> str:
         f"{_band(s['forced_blind'])}, calibrated (leave one source out) {_band(s['forced_calibrated'])}; "
         f"real-routing rows: blind {_band(s['real_blind'])}, calibrated {_band(s['real_calibrated'])}. "
         f"A/B pairs: {s['pairs_direction_right']} of {s['pairs']} in the measured direction, ratio error "
-        f"{_band(s['pair_ratio_error'])} (calibrated: {_band(s['pair_ratio_error_calibrated'])})."
+        f"{_band(s['pair_ratio_error'])} (calibrated: {_band(s['pair_ratio_error_calibrated'])}). Rows no term was "
+        f"chosen with in view (`seen_by` empty): forced-balance blind {_band(s['unseen_forced_blind'])}, calibrated "
+        f"{_band(s['unseen_forced_calibrated'])}; pairs {s['unseen_pairs_direction_right']} of {s['unseen_pairs']} "
+        f"in direction, ratio error {_band(s['unseen_pair_ratio_error'])}."
     )
 
 

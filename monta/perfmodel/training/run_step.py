@@ -23,22 +23,27 @@ from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import optimizer_us
+from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
 from monta.perfmodel.training.run_shape import RunModel
 
 # Hopper and Blackwell tensor cores run dense FP8 at twice their dense BF16 rate (H100 SXM 1,979 vs 989;
 # B200 4,500 vs 2,250: NVIDIA's data sheets, clusters/*.yaml sources).
 FP8_OVER_BF16 = 2.0
-# FP8 GEMMs reach less of their peak than BF16 ones: Megatron's MXFP8 grouped GEMM runs 2,672 TFLOP/s on a
-# GB200 (K=7168, N=2048; docs/discussions/deepseek-v3-gb200-optimization in NVIDIA/Megatron-LM) = 53% of its
-# 5,000 FP8 peak, against the 60% the cluster files assume for BF16: 0.53 / 0.6.
-FP8_GEMM_EFF_RATIO = 0.53 / 0.6
+# FP8 GEMMs against BF16 ones at the same depth: Megatron's MXFP8 grouped GEMM runs 2,672 TFLOP/s on a GB200
+# (K=7168, N=2048; docs/discussions/deepseek-v3-gb200-optimization in NVIDIA/Megatron-LM) = 53% of the 5,000
+# FP8 peak that page counts; the depth law (``gemm_eff``) puts that GEMM at depth_eff(7168) of its asymptote,
+# so FP8's asymptote is 0.53 / depth_eff against the 60% the cluster files assume for BF16's (0.98).
+FP8_GEMM_EFF_RATIO = 0.53 / depth_eff(7168, k_half(5000.0, 7700.0, fp8=True)) / 0.6
 # Host (kernel-launch) floor per layer and micro-batch, forward + backward, when kernels are launched from
 # Python: HOST_OPS_LAYER ops for attention, norms, router and permutation (the same guide counts 72 router
 # kernels, 31 fused, 17 with DeepEP's fused preprocessing) plus HOST_OPS_EXPERT per local expert (quantise,
 # GEMMs; twice with FP8), forward, and twice that in the backward, at HOST_US_PER_OP each ("a few
 # microseconds" of host time even for an op without a kernel, the guide says; ~10 us for an op through
-# Transformer Engine's Python layer). Model assumptions: the per-op time was chosen with the Qwen3-30B rows'
-# micro-batch contrast in view (MBS 1 vs 8 on Blackwell: ~3x tokens/s), so the blind model is not blind to it.
+# Transformer Engine's Python layer; 5-25 us of CPU work per eager PyTorch op before its kernel runs in
+# https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, which brackets it and does
+# not pin it). Model assumptions: the per-op time was chosen with the Qwen3-30B rows' micro-batch contrast in
+# view (MBS 1 vs 8 on Blackwell: ~3x tokens/s): those rows say so in steps.csv's ``seen_by`` and are scored
+# apart from the unseen ones.
 # The GPU waits when its own work per layer is shorter. CUDA graphs of part of the layer halve the floor,
 # of the whole step remove it.
 HOST_OPS_LAYER = 130
@@ -184,13 +189,22 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     p = m.layer_flops(s.seq, moe)
     gemm_rate = cluster.peak_tflops * cluster.gemm_eff * (FP8_OVER_BF16 * FP8_GEMM_EFF_RATIO if s.fp8 else 1.0) * 1e6
     attn_rate = cluster.peak_tflops * cluster.attn_eff * 1e6
-    expert = p["experts"] * skew
-    gemm = p["attn_proj"] + expert + p["shared"] + p["dense"] + p["router"]
     per_gpu = tokens / s.tp
+    # each GEMM at the efficiency its depth allows (gemm_eff); an expert's weight gradient sees the tokens
+    # routed to it from the whole EP group, a TP-split FFN's down projection a 1/tp-deep reduction
+    kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps, s.fp8)
+    per_expert = max(1.0, s.ep * per_gpu * m.topk / m.experts)
+    gemm = (
+        p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh)
+        + p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh)
+        + p["shared"] * ffn_slowdown(m.hidden, m.shared_ffn // s.tp, tokens, kh)
+        + p["dense"] * ffn_slowdown(m.hidden, m.dense_ffn // s.tp, tokens, kh)
+        + p["router"]
+    )
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
     t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
-    t_rc = _recompute_frac(s, m, p, moe) * per_gpu / gemm_rate
+    t_rc = _recompute_frac(s, m, p, moe) * proj_slowdown(m.hidden, tokens, kh) * per_gpu / gemm_rate
     if s.recompute.lower().startswith("full"):
         t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
     return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}
@@ -232,9 +246,10 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         skew = rank_load(s.ep, nodes, m.experts, m.topk, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
     moe_l = _layer_us(m, s, cluster, tokens, True, skew)
     dense_l = _layer_us(m, s, cluster, tokens, False, 1.0)
+    head_kh = k_half(cluster.peak_tflops, cluster.hbm_GBps, fp8=False)  # the head runs in BF16
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
-    )
+    ) * proj_slowdown(m.hidden, tokens, head_kh)
     host = host_floor_us(m, s)
     if s.variant:
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
