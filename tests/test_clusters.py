@@ -239,7 +239,7 @@ def test_the_files_hold_the_old_literal_presets_numbers():
 @pytest.fixture
 def conversion_only(tmp_path, monkeypatch):
     """The shipped files without what came after the conversion from the literals: the ``nccl`` block (the
-    AllReduce algorithms beyond the ring, collectives.allreduce) and NCCL's protocol model (nccl_tuning, issue 43),
+    AllReduce algorithms beyond the ring, collectives.allreduce) and NCCL's protocol model (nccl_tuning),
     so the conversion itself stays checked."""
     for f in CF.clusters_dir().glob("*.yaml"):
         doc = yaml.safe_load(f.read_text())

@@ -35,7 +35,7 @@ def test_every_row_gets_a_record_and_every_null_or_far_off_prediction_a_reason(r
 
 
 def test_the_model_against_the_healthy_nccl_tests_rows(recs):
-    """Issue 43's bars: median blind error <= 15% over the healthy nccl-tests rows, seen and unseen alike;
+    """The bars: median blind error <= 15% over the healthy nccl-tests rows, seen and unseen alike;
     calibrated <= 10% leaving the row out and leaving its source out."""
     s = P.summary(recs)
     assert s["rows"] >= 120 and s["sources"] >= 35
@@ -59,9 +59,9 @@ def _rewrite(rows, path, drop=(), rename=lambda r, i: r):
 
 
 def test_a_file_the_project_never_saw_is_priced_the_same_way(recs, tmp_path):
-    """Nothing is keyed to row ids or sources, nor to the columns issue 43 added (``seen``): the same rows without
-    them, under new ids and consistently renamed sources, reversed, price identically (blind, calibrated leaving the
-    row out and leaving the source out)."""
+    """Nothing is keyed to row ids or sources, nor to the column the seen/unseen scoring added (``seen``): the same
+    rows without it, under new ids and consistently renamed sources, reversed, price identically (blind, calibrated
+    leaving the row out and leaving the source out)."""
     rows = list(csv.DictReader(DATA.open()))
     assert "seen" in rows[0]
     names = {s: f"src{k}" for k, s in enumerate(sorted({r["source"] for r in rows}))}
