@@ -225,8 +225,8 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
     size = row.num("size_bytes")
     if size is not None and size < 64 * 2**20 and err > 0:
         return (
-            "below 64 MiB the time is latency- and protocol-bound: the model's latencies are the cluster file's "
-            "preset figures, not fitted (calibrate on this cluster's logs)"
+            "below 64 MiB NCCL's latencies set much of the time: the model's are NCCL's own tuner constants (made for "
+            "InfiniBand), and a fabric or setup that posts more slowly shows here (calibrate on this cluster's logs)"
         )
     if "nvls" in low or "sharp" in low:
         return "NVLS / SHARP reduces in the switch: its busbw is not a wire rate (where the model has no NVLS: a ring)"
@@ -236,7 +236,7 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
     if kind == "moe-normal":
         return "a MoE kernel's bottleneck bandwidth: the kernel's own efficiency is not in the model"
     if size is not None and size < 2**20:
-        return "below 1 MiB: latency-bound, and the model's latencies are preset figures, not fitted"
+        return "below 1 MiB: latency-bound; the model has NCCL's tuner latencies, not this cluster's own"
     if size is None:
         return "a plateau figure without its size: priced at 8 GiB"
     if cluster is not None and cluster.nodes > 1 and row.text("collective").lower() == "all_reduce_perf":
