@@ -58,7 +58,9 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 MAX_CHANNELS = 32  # MAXCHANNELS of the common builds
 # enqueue.cc: a p2p transfer runs LL when a peer's bytes fit NCCL_P2P_LL_THRESHOLD (16 KiB) per channel.
 P2P_LL_THRESHOLD = 16384
-P2P_CHANNELS_PER_PEER = 2  # NCCL's default p2p channels per peer (NCCL_NCHANNELS_PER_NET_PEER)
+# paths.cc ncclTopoGetNchannels: a peer across the network gets 2 p2p channels by default (more with several local
+# NICs, fewer when many peers must fit one round); taken as 2.
+P2P_CHANNELS_PER_PEER = 2
 # The per-peer cost of a grouped send/recv across nodes: the proxy posts one send and one receive per peer, each a
 # network post (NET_OVERHEAD_US), one after another on the rank's proxy thread. Sends inside the node go by NVLink
 # on their own channels and overlap.
