@@ -28,8 +28,10 @@ def test_the_cluster_files_name_their_generation_and_the_emulator_none():
 
 
 def test_latencies_are_nccls_formulas():
-    # ring AllGather, 16 ranks on 2 nodes, LL: base 6.6 + 14 intra steps x max(0.6 x 1.8, 1 us post) + 1 x 2.7 (NET)
-    assert T.latency_us("ring", "LL", "allgather", 16, 2, "ampere", MiB, 16) == pytest.approx(6.6 + 14 * 1.08 + 2.7)
+    # ring AllGather, 16 ranks on 2 nodes, LL: base 6.6 + 14 intra steps x max(0.6, 1 us post) + 1 x 2.7 (NET)
+    assert T.latency_us("ring", "LL", "allgather", 16, 2, "ampere", MiB, 16) == pytest.approx(6.6 + 14 * 1.0 + 2.7)
+    # one rank per node: the network step is the tree's (5.0 with LL), "fully exposed"
+    assert T.latency_us("ring", "LL", "allgather", 4, 4, "ampere", MiB, 16) == pytest.approx(6.6 + 3 * 5.0)
     # Simple: the network post counts 3 x 1 us per intra step; AllReduce: 2 (n-1) steps, x 1.4 plateau on Ampere
     assert T.latency_us("ring", "Simple", "allreduce", 16, 2, "ampere", MiB, 16) == pytest.approx(
         (8.4 + 28 * 3.4 + 2 * 14.0) * 1.4

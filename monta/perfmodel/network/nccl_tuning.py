@@ -35,7 +35,8 @@ HW_LAT = {
     ("net", "nvlstree"): (0.0, 0.0, 20.9),
 }
 # tuning.cc getNetOverhead(): the host's cost of posting one network operation (x86 Intel 1 us, AMD 2 us; Intel
-# taken: the cluster files name no CPU). A ring step across nodes costs at least this, x3 with Simple.
+# taken: the cluster files name no CPU). A ring step across nodes costs at least this, x3 with Simple. (NCCL 2.8's
+# x1.8 on LL's NVLink steps across nodes is gone from the current tuner.)
 NET_OVERHEAD_US = 1.0
 # tuning.cc llMaxBws (GB/s): one node by GPU generation; across nodes by CPU vendor (Intel: 2 nodes, more).
 LL_MAX_BW_ONE_NODE = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0}
@@ -118,9 +119,9 @@ def latency_us(algo: str, proto: str, op: str, n: int, m: int, arch: str, nbytes
     i = PROTOCOLS.index(proto)
     ppn = n // m
     a = "tree" if algo == "tree" else algo
-    intra = HW_LAT[("nvlink", a)][i] * (1.8 if m > 1 and proto == "LL" else 1.0)
+    intra = HW_LAT[("nvlink", a)][i]
     # "With ppn=1 latencies are fully exposed, use the Tree network latency"
-    inter = HW_LAT[("net", "tree" if ppn == 1 and algo == "ring" else a)][i]
+    inter = HW_LAT[("net", "tree" if ppn == 1 and algo in ("ring", "tree") else a)][i]
     lat = BASE_LAT[algo][i]
     if algo == "ring":
         nsteps = 2 * (n - 1) if op == "allreduce" else n - 1
@@ -165,4 +166,4 @@ def busbw_share(algo: str, proto: str, op: str, busbw: float, m: int, arch: str,
 def tree_correction(proto: str, nbytes: float) -> float:
     i = _log2i(int(nbytes) >> 6)
     row = TREE_CORRECTION[PROTOCOLS.index(proto)]
-    return row[i] if 0 <= i < len(row) else 1.0
+    return row[i] if 0 <= i < 23 else 1.0  # ncclTopoGetAlgoTime applies it to AllReduce trees below index 23
