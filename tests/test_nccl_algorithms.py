@@ -20,7 +20,7 @@ def _busbw(c, S, g):
 
 
 def test_the_two_node_tree_halves_the_network_bytes_and_nothing_else():
-    a100 = get_cluster("a100", 2)  # 8 x HDR: network-bound on 2 nodes
+    a100 = replace(get_cluster("a100", 2), nccl_arch="")  # the link model alone: 8 x HDR, network-bound on 2 nodes
     ring = replace(a100, allreduce_algorithms=("ring",))
     full = GroupShape(16, 8, 8)
     t_ring, t_tree = C.allreduce(GiB, full, ring), C.allreduce(GiB, full, a100)
@@ -32,10 +32,26 @@ def test_the_two_node_tree_halves_the_network_bytes_and_nothing_else():
     assert nics < _busbw(a100, GiB, full) <= 2 * nics
     # One rank per node (a DP group): the tree sends what the ring sends; more than 2 nodes: rings only
     assert C.allreduce(GiB, GroupShape(2, 1, 8), a100) == C.allreduce(GiB, GroupShape(2, 1, 8), ring)
-    four = get_cluster("a100", 4)
+    four = replace(get_cluster("a100", 4), nccl_arch="")
     assert C.allreduce(GiB, GroupShape(32, 8, 8), four) == C.allreduce(
         GiB, GroupShape(32, 8, 8), replace(four, allreduce_algorithms=("ring",))
     )
+
+
+def test_what_the_two_node_tree_gains_under_ncclcaps_depends_on_the_nics():
+    """With NCCL's model (nccl_tuning): the tree's bus bandwidth is capped per graph channel (perChMaxTreeBw, one
+    channel per NIC below 25 GB/s), so its 2x network saving shows where the NICs are slow for their count and
+    vanishes where they are many: a DGX A100's 8 HDR NICs run the ring at 1 GiB (NVIDIA states 192 GB/s, claims C09),
+    4 x 100 Gb/s NICs run the tree, between the NICs' rate and twice it."""
+    full = GroupShape(16, 8, 8)
+    dgx = get_cluster("a100", 2)
+    nics = dgx.nics_per_node * dgx.inter.bandwidth_GBps
+    ring_only = replace(dgx, allreduce_algorithms=("ring",))
+    assert _busbw(dgx, GiB, full) == pytest.approx(_busbw(ring_only, GiB, full)) == pytest.approx(nics, rel=0.03)
+    few = replace(dgx, nics_per_node=4, inter=replace(dgx.inter, bandwidth_GBps=11.75))  # 4 x 100 Gb/s at 94%
+    slow = 4 * 11.75
+    assert slow * 1.3 < _busbw(few, GiB, full) < 2 * slow
+    assert _busbw(replace(few, allreduce_algorithms=("ring",)), GiB, full) == pytest.approx(slow, rel=0.03)
 
 
 def test_nvlink_sharp_on_one_nvswitch3_node():
@@ -48,7 +64,7 @@ def test_nvlink_sharp_on_one_nvswitch3_node():
 
 
 def test_measured_curves_and_emulator_profiles_keep_the_ring():
-    a100 = get_cluster("a100", 2)
+    a100 = get_cluster("a100", 2)  # a measured AllReduce curve is end to end: no NCCL terms on top of it either
     g = GroupShape(16, 8, 8)
     fitted = replace(a100, collective_links=a100.collective_links + ((("allreduce", "inter"), Link(5.0, 0.0)),))
     half = C.reducescatter(GiB, g, fitted, ("allreduce", "reducescatter", "allgather"))

@@ -25,7 +25,10 @@ BASE_COLUMNS = [
     "id", "source_url", "gpu", "nodes", "gpus_per_node", "nic_per_node", "nic_gbps", "nvlink", "collective",
     "size_bytes", "time_us", "algbw_GBps", "busbw_GBps", "dtype", "notes",
 ]  # fmt: skip
-COLUMNS = BASE_COLUMNS + ["source", "health", "metric"]
+COLUMNS = BASE_COLUMNS + ["source", "health", "metric", "seen"]
+# The model terms a row may have shaped (``seen``; docs/results/published-measurements.md names them next to each term)
+SEEN_TERMS = {"tree", "nvls", "tree-cap", "curve-under-latency", "peer-post"}
+CLAIM_ROLES = {"test", "input", "construction", "seen", "advice"}
 HEALTH = {"healthy", "misconfigured", "degraded", "suspect", "approximate", "unknown"}
 METRICS = {"busbw_GBps", "algbw_GBps", "time_us", "bottleneck_GBps"}
 NUMERIC = ["nodes", "gpus_per_node", "nic_per_node", "nic_gbps", "size_bytes", "time_us", "algbw_GBps", "busbw_GBps"]
@@ -69,6 +72,7 @@ def test_every_row_is_complete_and_well_formed(table):
         # the named measurement is present (bottleneck bandwidth is kept in busbw_GBps)
         column = "busbw_GBps" if row["metric"] == "bottleneck_GBps" else row["metric"]
         assert row[column].strip(), where
+        assert set(filter(None, row["seen"].split(";"))) <= SEEN_TERMS, where
 
 
 def test_ids_unique_and_numbers_positive(table):
@@ -126,10 +130,11 @@ def test_readme_source_table_matches_the_rows(table):
 
 def test_claims_parse_with_sources_and_json():
     header, claims = read(CLAIMS)
-    assert header == ["id", "source_url", "claim", "kind", "params", "expected"]
+    assert header == ["id", "source_url", "claim", "kind", "params", "expected", "role", "role_note"]
     assert len({c["id"] for c in claims}) == len(claims) > 0
     for c in claims:
         assert c["source_url"].startswith("https://"), c["id"]
         assert c["claim"].strip() and c["kind"].strip(), c["id"]
         assert isinstance(json.loads(c["params"]), dict), c["id"]
         assert isinstance(json.loads(c["expected"]), dict) and json.loads(c["expected"]), c["id"]
+        assert c["role"] in CLAIM_ROLES and c["role_note"].strip(), c["id"]

@@ -30,6 +30,7 @@ TOP = {
 NCCL = {
     "allreduce": ("strlist", False),
     "nvls_algbw_GBps": ("pos", False),
+    "protocols": ("any", False),  # false: no NCCL protocol model (a file of fitted, end-to-end curves)
     "note": ("str", False),
 }
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "nvls")

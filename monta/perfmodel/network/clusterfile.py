@@ -38,6 +38,7 @@ import yaml
 from monta.atomic import write_atomic
 from monta.perfmodel.network import cluster_schema as schema
 from monta.perfmodel.network.links import CURVES, LINK_CLASSES, Cluster, Link
+from monta.perfmodel.network.nccl_tuning import arch_of
 
 SCHEMA = "monta.cluster/1"
 ENV_DIR = "MONTA_CLUSTERS_DIR"
@@ -198,6 +199,8 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
             ck.fail("nccl.allreduce", f"unknown algorithm {a!r} (choose from {', '.join(schema.ALLREDUCE_ALGORITHMS)})")
     if "nvls" in algos and "nvls_algbw_GBps" not in nccl:
         ck.fail("nccl.nvls_algbw_GBps", "nvls needs its algorithm bandwidth per GPU (GB/s)")
+    if not isinstance(nccl.get("protocols", True), bool):
+        ck.fail("nccl.protocols", f"expected true or false, got {schema.show(nccl['protocols'])}")
     sources = top.get("sources") or {}
     for k, v in sources.items():
         if not isinstance(v, str) or not v.strip():
@@ -224,6 +227,7 @@ def from_doc(doc: Any, path: str | os.PathLike = "<document>") -> ClusterFile:
         source=f"{desc} [{_display(path)}{note}]",
         allreduce_algorithms=algos,
         nvls_algbw_GBps=float(nccl.get("nvls_algbw_GBps", 0.0)),
+        nccl_arch=arch_of(gpu.get("model", "")) if nccl.get("protocols", True) else "",
     )
     return ClusterFile(cluster, doc, Path(path), unsourced)
 
@@ -354,6 +358,8 @@ def to_doc(
         doc["nccl"] = {"allreduce": list(cluster.allreduce_algorithms)}
         if cluster.nvls_algbw_GBps:
             doc["nccl"]["nvls_algbw_GBps"] = cluster.nvls_algbw_GBps
+    if not cluster.nccl_arch and arch_of(doc["gpu"].get("model", "")):  # fitted end to end: keep it so
+        doc.setdefault("nccl", {})["protocols"] = False
     src = {}
     bsrc = bdoc.get("sources") or {}
     for p in _number_paths(doc):

@@ -97,11 +97,23 @@ def _intra_us(
     return t * cluster.nodes if cluster.intra_machine_shared else t
 
 
+def _nccl(cluster: Cluster, op: str = "") -> bool:
+    """NCCL's protocols price this cluster's collectives (a real cluster's file; ``nccl_collectives``). Never on the
+    emulator (``host_cores``: gloo over TCP on shared cores, priced as calibrated), nor for an AllReduce or
+    ReduceScatter with its own curve (only a calibration gives one: measured end to end, NCCL inside)."""
+    measured = op in ("allreduce", "reducescatter") and any(o == op for (o, _), _ in cluster.collective_links)
+    return bool(cluster.nccl_arch) and not cluster.host_cores and not measured
+
+
 def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = False) -> CollTime:
     """AllToAll where each rank sends S bytes in total (S/n to every member, itself included)."""
     n, p, c = g.size, g.ranks_per_node, g.concurrent_per_node
     if n == 1 or S <= 0:
         return ZERO
+    if _nccl(cluster):
+        from monta.perfmodel.network import nccl_collectives as N
+
+        return N.alltoall(S, g, cluster, alltoall(S, g, N.bare(cluster), hierarchical), hierarchical)
     local = S * (p - 1) / n
     remote = S * (n - p) / n
     if not hierarchical or g.nodes == 1 or p == 1:
@@ -109,10 +121,13 @@ def alltoall(S: float, g: GroupShape, cluster: Cluster, hierarchical: bool = Fal
         tn = _inter_us(cluster, remote * c, S, "alltoall")
         return CollTime(max(ti, tn), ti, tn, local, remote)
     # 2D (Tutel-style): regroup inside the node first so each rank sends one p-times larger
-    # message per remote node; the same NIC bytes, better efficiency, plus an extra NVLink phase.
+    # message per remote node; the same NIC bytes plus an extra NVLink phase. The larger messages pay off
+    # as routed.py prices them: on the emulator (gloo's serial sends, host_cores) the inter phase's
+    # efficiency is a flat AllToAll's with that message size (S x p); on a real cluster both phases key it
+    # to the rank's buffer and the fewer messages save their per-peer cost (nccl_collectives.alltoall).
     shuffle = S * (p - 1) / p
     ti = _intra_us(cluster, shuffle, S, "alltoall", c)
-    tn = _inter_us(cluster, remote * c, S * p, "alltoall")
+    tn = _inter_us(cluster, remote * c, S * p if cluster.host_cores else S, "alltoall")
     return CollTime(ti + tn, ti, tn, shuffle, remote)
 
 
@@ -130,6 +145,11 @@ def allgather(in_bytes: float, g: GroupShape, cluster: Cluster, _ops: tuple[str,
     n, p, c = g.size, g.ranks_per_node, g.concurrent_per_node
     if n == 1 or in_bytes <= 0:
         return ZERO
+    if _ops[0] != "allreduce" and _nccl(cluster, _ops[0]):  # AllReduce prices its own ring (below)
+        from monta.perfmodel.network import nccl_collectives as N
+
+        # NCCL's count: AllGather's output, ReduceScatter's input (in_bytes = its output)
+        return N.ring(_ops[0], n * in_bytes, g, cluster, lambda cl: allgather(in_bytes, g, cl, _ops))
     sent = (n - 1) * in_bytes
     size = n * in_bytes  # nccl-tests size of an AllGather is the output
     m = g.nodes
@@ -158,10 +178,15 @@ def allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
     ReduceScatter) is the measured one, whatever algorithm ran, so no other is tried."""
     if g.size == 1 or S <= 0:
         return ZERO
+    measured = any(op in ("allreduce", "reducescatter") for (op, _), _ in cluster.collective_links)
+    if _nccl(cluster) and not measured:  # a measured ReduceScatter curve is what the ring rides (below)
+        from monta.perfmodel.network.nccl_allreduce import allreduce as nccl_allreduce
+
+        return nccl_allreduce(S, g, cluster)
     half = reducescatter(S, g, cluster, ("allreduce", "reducescatter", "allgather"))
     best = half + half
-    if any(op in ("allreduce", "reducescatter") for (op, _), _ in cluster.collective_links):
-        return best  # measured curves describe what this cluster's library ran; other algorithms' are unknown
+    if measured:
+        return best  # measured curves describe what this cluster's library ran, end to end; other algorithms' unknown
     for algo in cluster.allreduce_algorithms:
         t = _ALLREDUCE.get(algo, lambda *_: None)(S, g, cluster)
         if t is not None and t.time_us < best.time_us:
@@ -178,7 +203,7 @@ def _nvls_us(S: float, g: GroupShape, cluster: Cluster) -> float | None:
     return link.latency_us + S / (cluster.nvls_algbw_GBps * 1e3 * link.eff(S))
 
 
-def _tree(S: float, g: GroupShape, cluster: Cluster) -> CollTime | None:
+def _tree(S: float, g: GroupShape, cluster: Cluster, nvls: bool | None = None) -> CollTime | None:
     """NCCL's double binary tree across nodes, a chain (or NVLS) inside each node. Its bandwidth gain is on
     2 nodes: each node sends S over its NICs instead of the ring's 2 S (n-1)/n ("2x less traffic on the
     network than on the intra-node connections", NCCL's maintainers, data/published/claims.csv C14); on
@@ -191,8 +216,10 @@ def _tree(S: float, g: GroupShape, cluster: Cluster) -> CollTime | None:
     # Inside the node the reduce climbs the chain and the broadcast comes down it: a rank sends S up and S
     # down, 2 S through its NVLink port, as much as the ring's 2 S (n-1)/n (the tree gains on the network only).
     chain = _intra_us(cluster, 2 * S, S, "allgather", c) if p > 1 else 0.0
-    nvls = _nvls_us(S, g, cluster) if "nvls" in cluster.allreduce_algorithms else None
-    ti = min(chain, nvls) if nvls is not None else chain
+    if nvls is None:
+        nvls = "nvls" in cluster.allreduce_algorithms
+    nvls_us = _nvls_us(S, g, cluster) if nvls else None
+    ti = min(chain, nvls_us) if nvls_us is not None else chain
     return CollTime(max(ti, tn), ti, tn, 2 * S if p > 1 else 0.0, S / p)
 
 

@@ -131,6 +131,10 @@ class Cluster:
     # An emulator profile (gloo) runs rings only; a cluster file states what its NCCL runs.
     allreduce_algorithms: tuple[str, ...] = ("ring",)
     nvls_algbw_GBps: float = 0.0
+    # The GPU generation whose NCCL constants price this cluster's collectives (volta / ampere / hopper:
+    # monta.perfmodel.network.nccl_tuning): its protocols, latencies, channels and algorithm choice. Set by a
+    # cluster file from its gpu.model; "" (an emulator profile: gloo over TCP; a fitted curve) keeps the link model.
+    nccl_arch: str = ""
     # Emulator: every rank of every node runs on this many shared CPU cores (0 = each device has
     # its own host, as on real GPU nodes). Then the exchange timelines add the machine's CPU as a
     # resource that overlapping operations share (monta.perfmodel.network.fluid).

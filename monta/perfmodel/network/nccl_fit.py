@@ -172,7 +172,9 @@ def calibrate(base: Cluster, data, nodes: int | None = None) -> Calibration:
         raise ValueError(
             f"the multi-node measurements have {sorted(gpn)} GPUs per node: calibrate one node type at a time"
         )
-    cluster = base.with_nodes(nodes or max(p.nodes for p in points), gpn.pop())
+    # The fit inverts the link model's own formulas, end to end: NCCL's protocol model (nccl_tuning) stays out of
+    # it, and the fitted cluster is priced as fitted (its curves hold what NCCL did at each measured size).
+    cluster = replace(base, nccl_arch="").with_nodes(nodes or max(p.nodes for p in points), gpn.pop())
     fits = []
     for cls in ("intra", "inter"):
         for op in MODEL_OPS:

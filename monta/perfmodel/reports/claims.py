@@ -260,6 +260,12 @@ CHECKS = {
 }
 
 
+# A claim's ``role`` column (data/published/README.md): "test" (the model derives the figure from other inputs: it
+# counts), "input" (the figure is, or is derived from, a number the model takes as given), "construction" (true by how
+# the model is built), "seen" (it shaped a model term), "advice" (not a figure). A file without the column: all tests.
+ROLES = ("test", "input", "construction", "seen", "advice")
+
+
 def check_claims(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
@@ -269,6 +275,8 @@ def check_claims(path: str | Path) -> list[dict[str, Any]]:
         for r in csv.DictReader(f):
             kind = r["kind"].strip()
             rec = {"id": r["id"], "kind": kind, "source_url": r["source_url"], "verdict": None, "checks": []}
+            # What agreeing means (ROLES): only a "test" claim checks something the model was not given.
+            rec["role"], rec["role_note"] = (r.get("role") or "test").strip(), (r.get("role_note") or "").strip()
             if kind in NOT_MODELLED:
                 rec["verdict"], rec["why"] = "not modelled", NOT_MODELLED[kind]
             elif kind not in CHECKS:

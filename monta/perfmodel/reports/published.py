@@ -22,9 +22,7 @@ derived from the row itself (its health, notes, hardware columns, size), never f
 from __future__ import annotations
 
 import csv
-import math
 import re
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -216,50 +214,6 @@ def predict_row(row: Row, cluster: Cluster) -> tuple[float | None, str | None]:
     return C.busbw_GBps(op, S, t, n), None
 
 
-def _hardware_key(row: Row, cluster: Cluster) -> tuple:
-    """Rows that calibrate each other: the same node type (GPU file, GPUs, NICs and their rate) and node count.
-    The node count matters: a 2-node AllReduce runs NCCL's tree, whose network gain a fitted curve absorbs."""
-    return (
-        row.text("cluster") or gpu_file(row.text("gpu")),
-        cluster.gpus_per_node,
-        cluster.nics_per_node if cluster.nodes > 1 else 0,
-        round(cluster.inter.bandwidth_GBps, 3) if cluster.nodes > 1 else 0,
-        cluster.nodes,
-    )
-
-
-# Rows a calibration may learn from: what their sources call healthy, or healthy but read off approximately.
-CALIBRATE_FROM = ("healthy", "approximate")
-
-
-def _fit_point(row: Row, cluster: Cluster):
-    """A row as a point of ``monta calibrate``'s fit, or None (not an nccl-tests row with a size and a time or
-    bandwidth)."""
-    from monta.perfmodel.network.nccl_fit import Point
-
-    S = row.num("size_bytes")
-    m = row.metric()
-    if kernel_kind(row.text("collective")) != "nccl" or S is None or m is None:
-        return None
-    col, v = m
-    kw = {"time_us": v} if col == "time_us" else {"time_us": S / (v * 1e3)} if col == "algbw_GBps" else {}
-    return Point.of(
-        row.text("collective").strip().lower(),
-        cluster.nodes,
-        cluster.gpus_per_node,
-        S,
-        busbw_GBps=v if col == "busbw_GBps" else None,
-        source=row.id,
-        **kw,
-    )
-
-
-def calibrated_cluster(cluster: Cluster, points: list) -> Cluster:
-    from monta.perfmodel.network.nccl_fit import fit_cluster
-
-    return fit_cluster(cluster, points)
-
-
 def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float) -> str:
     """Why a row's blind prediction is off by more than EXPLAIN_ABOVE, from what the row says."""
     notes = row.text("notes")
@@ -271,8 +225,8 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
     size = row.num("size_bytes")
     if size is not None and size < 64 * 2**20 and err > 0:
         return (
-            "below 64 MiB the time is latency- and protocol-bound: the model's latencies are the cluster file's "
-            "preset figures, not fitted (calibrate on this cluster's logs)"
+            "below 64 MiB NCCL's latencies set much of the time: the model's are NCCL's own tuner constants (made for "
+            "InfiniBand), and a fabric or setup that posts more slowly shows here (calibrate on this cluster's logs)"
         )
     if "nvls" in low or "sharp" in low:
         return "NVLS / SHARP reduces in the switch: its busbw is not a wire rate (where the model has no NVLS: a ring)"
@@ -282,7 +236,7 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
     if kind == "moe-normal":
         return "a MoE kernel's bottleneck bandwidth: the kernel's own efficiency is not in the model"
     if size is not None and size < 2**20:
-        return "below 1 MiB: latency-bound, and the model's latencies are preset figures, not fitted"
+        return "below 1 MiB: latency-bound; the model has NCCL's tuner latencies, not this cluster's own"
     if size is None:
         return "a plateau figure without its size: priced at 8 GiB"
     if cluster is not None and cluster.nodes > 1 and row.text("collective").lower() == "all_reduce_perf":
@@ -295,12 +249,12 @@ def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float
 
 
 def price(rows: list[Row]) -> list[dict[str, Any]]:
-    """One record per row: measured, blind and calibrated predictions, errors, reasons."""
+    """One record per row: measured, blind and calibrated predictions (leave one row out, leave its source out),
+    errors, reasons, and the row's ``seen`` mark when the file has one (it changes no prediction)."""
+    from monta.perfmodel.reports.published_calibration import Calibrations
+
     built = [(r, *blind_cluster(r)) for r in rows]
-    points: dict[tuple, list[tuple[str, dict]]] = {}
-    for r, c, _ in built:
-        if c is not None and r.health in CALIBRATE_FROM and (p := _fit_point(r, c)) is not None:
-            points.setdefault(_hardware_key(r, c), []).append((r.id, p))
+    cal = Calibrations(built)
     out = []
     for r, c, why in built:
         m = r.metric()
@@ -309,66 +263,44 @@ def price(rows: list[Row]) -> list[dict[str, Any]]:
             "source": r.source,
             "collective": r.text("collective"),
             "health": r.health,
+            "seen": r.text("seen"),
             "metric": m[0] if m else None,
             "measured": m[1] if m else None,
             "size_bytes": r.num("size_bytes"),
+            "nodes": c.nodes if c is not None else r.int("nodes"),
             "cluster": c.name if c is not None else None,
             "predicted_blind": None,
             "predicted_calibrated": None,
+            "predicted_calibrated_loso": None,
             "error_blind": None,
             "error_calibrated": None,
+            "error_calibrated_loso": None,
             "reason": why,
         }
         if c is not None:
             blind, why = predict_row(r, c)
             rec["predicted_blind"], rec["reason"] = blind, why
-            others = [p for i, p in points.get(_hardware_key(r, c), []) if i != r.id]
-            if blind is not None and others:
-                try:
-                    rec["predicted_calibrated"] = predict_row(r, calibrated_cluster(c, others))[0]
-                except ValueError as e:  # too few points of a collective/link to fit
-                    rec["reason_calibrated"] = str(e)
-            elif blind is not None:
-                rec["reason_calibrated"] = "no other healthy nccl-tests row of this hardware and node count"
+            if blind is not None:
+                rec.update(cal.predict(r, c))
         if rec["measured"] and rec["predicted_blind"] is not None:
             rec["error_blind"] = (rec["predicted_blind"] - rec["measured"]) / rec["measured"]
             if abs(rec["error_blind"]) > EXPLAIN_ABOVE:
                 rec["reason"] = explain(r, c, rec["measured"], rec["predicted_blind"])
-        if rec["measured"] and rec["predicted_calibrated"] is not None:
-            rec["error_calibrated"] = (rec["predicted_calibrated"] - rec["measured"]) / rec["measured"]
+        for k in ("", "_loso"):
+            if rec["measured"] and rec[f"predicted_calibrated{k}"] is not None:
+                rec[f"error_calibrated{k}"] = (rec[f"predicted_calibrated{k}"] - rec["measured"]) / rec["measured"]
         out.append(rec)
     return out
 
 
-def healthy_nccl(rec: dict) -> bool:
-    """The rows the headline errors are taken over: nccl-tests, healthy, priced."""
-    return rec["collective"].strip().lower() in NCCL_TESTS and rec["health"] == "healthy"
-
-
 def summary(recs: list[dict]) -> dict[str, Any]:
-    def med(xs):
-        xs = [abs(x) for x in xs if x is not None and not math.isnan(x)]
-        return statistics.median(xs) if xs else None
+    """The scores (``published_scores``): blind and calibrated, seen and unseen rows, small multi-node rows."""
+    from monta.perfmodel.reports.published_scores import summary as _summary
 
-    sel = [r for r in recs if healthy_nccl(r)]
-    by_source: dict[str, list[dict]] = {}
-    for r in recs:
-        by_source.setdefault(r["source"], []).append(r)
-    return {
-        "rows": len(recs),
-        "sources": len(by_source),
-        "priced_blind": sum(r["predicted_blind"] is not None for r in recs),
-        "priced_calibrated": sum(r["predicted_calibrated"] is not None for r in recs),
-        "healthy_nccl_rows": len(sel),
-        "median_blind_error": med(r["error_blind"] for r in sel),
-        "median_calibrated_error": med(r["error_calibrated"] for r in sel),
-        "median_blind_error_all": med(r["error_blind"] for r in recs),
-        "per_source": {
-            s: {
-                "rows": len(rs),
-                "median_blind_error": med(r["error_blind"] for r in rs),
-                "median_calibrated_error": med(r["error_calibrated"] for r in rs),
-            }
-            for s, rs in by_source.items()
-        },
-    }
+    return _summary(recs)
+
+
+def healthy_nccl(rec: dict) -> bool:
+    from monta.perfmodel.reports.published_scores import healthy_nccl as _healthy
+
+    return _healthy(rec)

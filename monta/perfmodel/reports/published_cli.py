@@ -39,13 +39,15 @@ def table(recs: list[dict]) -> str:
             _pct(r["error_blind"]),
             _num(r["predicted_calibrated"]),
             _pct(r["error_calibrated"]),
+            _pct(r.get("error_calibrated_loso")),
             r["health"],
+            r.get("seen") or "",
             r["reason"] or "",
         ]
         for r in recs
     ]
     head = ["id", "source", "collective", "cluster", "size", "metric", "measured", "blind", "err", "calibrated",
-            "err", "health", "reason"]  # fmt: skip
+            "err", "err (LOSO)", "health", "seen", "reason"]  # fmt: skip
     return tabulate(rows, head, tablefmt="github", disable_numparse=True)
 
 
@@ -53,12 +55,30 @@ def source_table(summ: dict) -> str:
     from tabulate import tabulate
 
     rows = [
-        [s, v["rows"], _abs_pct(v["median_blind_error"]), _abs_pct(v["median_calibrated_error"])]
+        [s, v["rows"], _abs_pct(v["median_blind_error"]), _abs_pct(v["median_calibrated_error"]),
+         _abs_pct(v["median_calibrated_loso_error"])]
         for s, v in sorted(summ["per_source"].items())
-    ]
-    return tabulate(
-        rows, ["source", "rows", "median abs. blind error", "median abs. calibrated error"], tablefmt="github"
-    )
+    ]  # fmt: skip
+    head = ["source", "rows", "median abs. blind error", "calibrated (leave row out)", "calibrated (leave source out)"]
+    return tabulate(rows, head, tablefmt="github")
+
+
+def population_table(summ: dict) -> str:
+    """The scores per population (published_scores): rows, priced, median absolute error of each prediction."""
+    from tabulate import tabulate
+
+    rows = [
+        [name, v["rows"], v["priced_blind"], _abs1(v["median_blind_error"]), v["priced_calibrated"],
+         _abs1(v["median_calibrated_error"]), v["priced_calibrated_loso"], _abs1(v["median_calibrated_loso_error"])]
+        for name, v in summ["populations"].items()
+    ]  # fmt: skip
+    head = ["population", "rows", "priced blind", "median abs. error, blind", "priced (row out)",
+            "calibrated (row out)", "priced (source out)", "calibrated (source out)"]  # fmt: skip
+    return tabulate(rows, head, tablefmt="github", disable_numparse=True)
+
+
+def _abs1(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
 
 
 def headline(summ: dict, recs: list[dict]) -> str:
@@ -68,10 +88,13 @@ def headline(summ: dict, recs: list[dict]) -> str:
     def pct(x):
         return "-" if x is None else f"{x * 100:.1f}%"
 
+    unseen = summ["populations"]["healthy, unseen"]
     return (
         f"{summ['rows']} rows from {summ['sources']} sources; priced blind {summ['priced_blind']}, calibrated "
         f"{summ['priced_calibrated']}. Healthy nccl-tests rows: {summ['healthy_nccl_rows']}, median abs. error blind "
-        f"{pct(summ['median_blind_error'])}, calibrated {pct(summ['median_calibrated_error'])}. "
+        f"{pct(summ['median_blind_error'])} ({pct(unseen['median_blind_error'])} on the {unseen['priced_blind']} "
+        f"unseen ones), calibrated {pct(summ['median_calibrated_error'])} leaving the row out, "
+        f"{pct(summ['median_calibrated_loso_error'])} leaving its source out. "
         f"{len(big)} rows above {EXPLAIN_ABOVE:.0%} blind error and {len(unpriced)} unpriced, each with its reason."
     )
 
@@ -111,9 +134,22 @@ def _cmd(args) -> int:
 def claims_table(claims: list[dict]) -> str:
     from tabulate import tabulate
 
-    rows = [[c["id"], c["kind"], c["verdict"], "; ".join(x["model"] for x in c["checks"]) or c.get("why", "")]
+    rows = [[c["id"], c["kind"], c.get("role", "test"), c["verdict"],
+             "; ".join(x["model"] for x in c["checks"]) or c.get("why", "")]
             for c in claims]  # fmt: skip
-    return tabulate(rows, ["claim", "kind", "model", "what the model says"], tablefmt="github")
+    return tabulate(rows, ["claim", "kind", "role", "model", "what the model says"], tablefmt="github")
+
+
+def claims_line(claims: list[dict]) -> str:
+    """Claims count only where they test the model (role "test"); the rest are listed by role."""
+    tests = [c for c in claims if c.get("role", "test") == "test"]
+    agree = sum(c["verdict"] == "agrees" for c in tests)
+    rest: dict[str, list[str]] = {}
+    for c in claims:
+        if c.get("role", "test") != "test":
+            rest.setdefault(c["role"], []).append(c["id"])
+    listed = "; ".join(f"{role}: {', '.join(ids)}" for role, ids in rest.items())
+    return f"Claims that test the model: {len(tests)}, agreeing {agree}. Not counted ({listed or 'none'})."
 
 
 def markdown(data: str, recs: list[dict], summ: dict, claims: list[dict]) -> str:
@@ -124,11 +160,13 @@ def markdown(data: str, recs: list[dict], summ: dict, claims: list[dict]) -> str
         "",
         headline(summ, recs),
         "",
+        population_table(summ),
+        "",
         source_table(summ),
         "",
     ]
     if claims:
-        parts += [claims_table(claims), ""]
+        parts += [claims_line(claims), "", claims_table(claims), ""]
     parts += [table(recs), ""]
     return "\n".join(parts)
 
