@@ -120,6 +120,7 @@ def register(registry) -> None:
         routing_inter_bytes=_model("shard_per_node_routing_bytes"),
         about="DeepEP-style node-deduplicated dispatch: a token crosses to each node once, forwarded inside "
         "the node to its experts' ranks; the combine reduces inside the node before crossing back",
+        stands_for=("deepep", "hybridep"),  # published runs' dispatchers that send a token once per node
     )
     registry.add_schedule(
         "lina",

@@ -79,7 +79,9 @@ class Exchange:
     1). ``full_buffer``: a buffer exchange whose every TP rank passes its full buffer (no drop to its
     capacity slice, no gather over TP: DeepSpeed before 0.14.5). ``splits_tokens``: it splits a rank's
     tokens over the TP group (the token count must divide by TP; checked before any rank starts).
-    ``origin``: the plugin that registered it (``monta``: the core)."""
+    ``origin``: the plugin that registered it (``monta``: the core). ``stands_for``: the published MoE
+    dispatchers (a training run's ``dispatcher`` column, e.g. DeepEP's) whose token traffic this exchange
+    reproduces, so the step model prices such a run with it."""
 
     name: str
     run_pass: Callable[..., Any] | None = None
@@ -94,6 +96,7 @@ class Exchange:
     routing_inter_bytes: Callable[[RoutingBytes], tuple[str, int]] | None = None
     about: str = ""
     origin: str = "monta"
+    stands_for: tuple[str, ...] = ()
 
 
 def make_exchange(name: str, origin: str, **kw: Any) -> Exchange:

@@ -107,9 +107,13 @@ def _emulate_cli(argv: list[str]) -> int:
 def test_bad_topology_flags_give_a_clear_error():
     with pytest.raises(ValueError) as info:
         _emulate_cli(["run", "--topology", "a900", "--", "true"])
+    from monta.emulate.topology import PRESETS
+
+    presets = ", ".join(p for p in PRESETS if p != "unshaped")  # every shipped cluster file, and its aliases
+    assert {"a800-4nic", "a800-8nic", "p4de", "h100"} <= set(PRESETS)
     assert str(info.value) == (
-        "--topology a900: unknown topology preset 'a900'; choose one of unshaped, a100, a800-4nic, a800-8nic, "
-        "h100, h800, ndm-a100-v4, p3dn, p4de, PRESET@GBPS (the NIC rate per node) or a cluster file PATH.yaml[@GBPS]"
+        f"--topology a900: unknown topology preset 'a900'; choose one of unshaped, {presets}, "
+        "PRESET@GBPS (the NIC rate per node) or a cluster file PATH.yaml[@GBPS]"
     )
     with pytest.raises(ValueError, match=r"^--topology a800-4nic-dilated: .*was removed: it shaped intra:inter 7.27"):
         _emulate_cli(["run", "--topology", "a800-4nic-dilated", "--", "true"])

@@ -1,9 +1,9 @@
 """Numbers the exchange refactor (issue 32) must not change, against the values stored before it
 (``tests/data/refactor_invariants.json``; its ``commit`` names the code they came from, written by
-``python tests/invariant_cases.py --write``): every variant's training-step losses and final parameters (bitwise, where
-this machine reproduces the stored deepspeed losses bitwise; otherwise the losses within test_step's
-cross-machine tolerance) and exchange bytes, the AllToAll bench's bytes, outputs and checks for every exchange, and
-the performance model's predictions (exchange times and bytes, byte formulas, step times) at fixed points."""
+``python tests/invariant_cases.py --write``): every variant's training-step losses and final parameters
+(within test_step's cross-machine tolerance: CPU kernels sum in other orders on other machines) and exchange
+bytes, the AllToAll bench's bytes, outputs and checks for every exchange, and the performance model's
+predictions (exchange times and bytes, byte formulas, step times) at fixed points."""
 
 from __future__ import annotations
 
@@ -45,18 +45,19 @@ def step_runs(dist_world):
 
 
 def test_every_variant_trains_to_the_same_losses_and_bytes(step_runs):
+    """Bytes exactly; losses and final parameters within REF_RTOL. Not bitwise, not even where this machine
+    reproduces deepspeed's stored losses bitwise: on one machine of this project's kind, 2dh's parameters
+    differed from the stored ones in the 10th digit (its intra-node hop's kernels summed in another order)
+    while deepspeed's matched to the bit (seen at 187d22a and later, on the machine of 2026-11-28)."""
     want = STORED["step"]
     assert set(step_runs) == set(want)
-    bitwise = step_runs["deepspeed"]["losses"] == want["deepspeed"]["losses"]
     for v, w in want.items():
         got = step_runs[v]
         assert (got["inter_bytes"], got["intra_bytes"]) == (w["inter_bytes"], w["intra_bytes"]), v
-        if bitwise:
-            assert (got["losses"], got["params"]) == (w["losses"], w["params"]), v
-        else:
-            assert [float.fromhex(x) for x in got["losses"]] == pytest.approx(
-                [float.fromhex(x) for x in w["losses"]], rel=REF_RTOL
-            ), v
+        for part in ("losses", "params"):
+            assert [float.fromhex(x) for x in got[part]] == pytest.approx(
+                [float.fromhex(x) for x in w[part]], rel=REF_RTOL
+            ), (v, part)
 
 
 @pytest.mark.parametrize(("tp", "k"), [(1, 1), (2, 2), (4, 4)])

@@ -20,7 +20,7 @@ def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):
 
 def parse_variants(spec: str) -> list[str]:
     """A comma list of exchanges, ``all`` for every registered one (``monta.variants.exchanges``: the
-    core's legacy, deepspeed, monta and the routed 2dh, allgather, node-dedup, plus plugins')."""
+    core's legacy, deepspeed and monta, the baselines' routed exchanges, and plugins')."""
     from monta.variants import exchanges
 
     known = list(exchanges())

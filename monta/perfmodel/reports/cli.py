@@ -109,7 +109,7 @@ def _register_alltoall(sub) -> None:
     pa.add_argument(
         "--variants",
         default="legacy,deepspeed,monta",
-        help="comma list of exchanges: legacy, deepspeed, monta, 2dh, allgather, node-dedup (plugins' too), or all",
+        help="comma list of exchanges (`monta variants` lists every registered one, plugins' too), or all",
     )
     pa.add_argument("--chunks", default="1,2,4,auto", help="monta chunk counts; 'auto' = the model's choice")
     add_out_arguments(pa, "JSONL records of the predictions", append=True)
@@ -391,5 +391,5 @@ def _accuracy_on_cluster(args, measured: list[dict]) -> int:
     points, checks = evaluate(measured, cluster)
     print(f"# predicted on cluster {cluster.name} ({cluster.source or args.cluster}) vs {', '.join(args.measured)}")
     print(report(points, checks))
-    _write(args.out, _alltoall_accuracy_records(points, args.cluster, {"cluster": cluster.to_dict()}))
+    _write(args, _alltoall_accuracy_records(points, args.cluster, {"cluster": cluster.to_dict()}))
     return 0

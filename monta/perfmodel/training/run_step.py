@@ -133,23 +133,32 @@ def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float
     return 4 * ex.total_us  # dispatch + combine, forward and backward
 
 
+def _published_exchange(dispatcher: str | None) -> str | None:
+    """The registered exchange that stands for a published run's dispatcher (``Exchange.stands_for``), or None
+    (the run's AllToAll is priced as stock deepspeed's)."""
+    from monta.variants import exchanges
+
+    return next((name for name, e in exchanges().items() if dispatcher and dispatcher in e.stands_for), None)
+
+
 def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:
     """One MoE layer's token exchange of one micro-batch, forward and backward (dispatch + combine each):
-    ``tokens`` per rank, each sent to top-k experts; DeepEP/HybridEP send a token once per node (the
-    ``node-dedup`` exchange) and dispatch in FP8 with an FP8 recipe."""
+    ``tokens`` per rank, each sent to top-k experts; DeepEP/HybridEP send a token once per node (the registered
+    exchange that stands for their dispatcher, ``_published_exchange``) and dispatch in FP8 with an FP8 recipe."""
     if s.ep == 1:
         return 0.0
     gpn = cluster.gpus_per_node
     ep = GroupShape.strided(s.ep, 1, gpn)
     tp1 = GroupShape(1, 1, gpn)
-    dedup = s.dispatcher in ("deepep", "hybridep")
+    routed = _published_exchange(s.dispatcher)
+    dedup = routed is not None
     disp_bytes = 1 if (dedup and s.fp8) else 2
     wide = s.dispatcher == "deepep" and ep.nodes == 1 and s.ep > 8  # DeepEP past its 8-GPU NVLink design
     total = 0.0
     for elem, cap in zip((disp_bytes, 2), DEEPEP_WIDE_NVLINK_GBPS):  # dispatch, then combine in BF16
         S = tokens * m.topk * m.hidden * elem
         if dedup:
-            ex = exchange_shapes("node-dedup", S, ep, tp1, cluster, 1, m.topk, m.experts, m.hidden * elem)
+            ex = exchange_shapes(routed, S, ep, tp1, cluster, 1, m.topk, m.experts, m.hidden * elem)
         else:
             ex = exchange_shapes("deepspeed", S, ep, tp1, cluster, 1)
         total += max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us
