@@ -19,9 +19,12 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 ENV = "TORCH_EXTENSIONS_DIR"
-# A lock younger than this may belong to a process that is between creating the file and holding it
-# in our /proc scan; a build itself holds its fd open the whole time, so age alone never removes one.
-MIN_STALE_AGE_S = 30.0
+# A lock younger than this may have been created while our /proc scan ran (its holder scanned before it
+# opened the file); a scan takes well under a second. A build holds its fd open the whole time, so age alone
+# never removes one. (It was 30 s: a pipeline killed mid-load and rerun at once started its ranks within
+# 30 s of the kill, the orphaned lock was kept, and every rank of the next step waited on it until the
+# stall limit ended the run: tests/test_pipeline.py's crash test saw it.)
+MIN_STALE_AGE_S = 5.0
 
 
 def default_dir() -> Path | None:
@@ -120,7 +123,12 @@ def _mtime(path: Path) -> float:
 def clear_stale_locks(env: MutableMapping[str, str] | None = None) -> list[str]:
     """Remove the stale locks of ``env``'s build folder; one line per lock removed, for the caller to print."""
     notes = []
-    for lock in stale_locks(build_root(env)):
+    root = build_root(env)
+    # an orphan younger than the age limit (a run killed a moment ago): wait until it is old enough to judge
+    young = [time.time() - _mtime(p) for p in stale_locks(root, min_age_s=0.0)]
+    if young and min(young) < MIN_STALE_AGE_S:
+        time.sleep(MIN_STALE_AGE_S - min(young))
+    for lock in stale_locks(root):
         try:
             age = time.time() - _mtime(lock)
             lock.unlink()
