@@ -39,18 +39,33 @@ def add_out_arguments(p: argparse.ArgumentParser, what: str, *, append: bool) ->
         mode.add_argument("--append", action="store_true", help="add to --out if it exists")
 
 
-def check_out(args: argparse.Namespace, key: str = "out") -> Path | None:
+def check_outs(args: argparse.Namespace, *keys: str) -> list[Path | None]:
+    """check_out for a command that writes several files (``--out``, ``--md``...): --force replaces any of
+    them that exists, and needs at least one of them."""
+    paths = [check_out(args, key, alone=False) for key in keys]
+    if getattr(args, "force", False) and all(p is None for p in paths):
+        from monta.validate import UsageError
+
+        names = " or ".join("--" + k.replace("_", "-") for k in keys)
+        raise UsageError(f"--force needs {names} FILE (the file to replace)")
+    return paths
+
+
+def check_out(args: argparse.Namespace, key: str = "out", alone: bool = True) -> Path | None:
     """``--out`` as a file this run may write: writable (monta.validate.out_path) and, when it exists
-    already, replaced only with --force or added to only with --append (never silently overwritten)."""
+    already, replaced only with --force or added to only with --append (never silently overwritten).
+    ``alone``: the command writes no other file, so --force without this one is a mistake."""
     from monta.validate import UsageError, out_path
 
-    append, force = bool(getattr(args, "append", False)), bool(getattr(args, "force", False))
+    # --append adds records to --out; a table (--md) is never appended to
+    append = bool(getattr(args, "append", False)) and key == "out"
+    force = bool(getattr(args, "force", False))
     flag = "--" + key.replace("_", "-")
     path = out_path(getattr(args, key), key=key, append=append)
     if path is not None and path.exists() and not (force or append):
         also = " or --append to add to it" if hasattr(args, "append") else ""
         raise UsageError(f"{flag} {path}: exists already; add --force to replace it{also}, or give a new file")
-    if force and path is None:
+    if force and path is None and alone:
         raise UsageError(f"--force needs {flag} FILE (the file to replace)")
     return path
 

@@ -73,6 +73,28 @@ def snakemake_processes(proc: Path = Path("/proc")) -> list[SnakemakeProcess]:
     return found
 
 
+# Snakemake runs that take no lock: their wrapper leaves any lock alone (a dry run beside a live run is fine)
+_NO_LOCK = ("-n", "--dry-run", "--dryrun", "--report", "--lint", "--unlock", "--nolock", "--summary", "-D")
+# The arguments that name the workflow (and so its lock): the unlock gets these and no others (not --report,
+# whose branch Snakemake takes before --unlock's, nor targets)
+_WORKFLOW = ("-s", "--snakefile", "-d", "--directory", "--profile", "--configfile", "--configfiles", "--config", "-C")
+
+
+def takes_lock(args: list[str]) -> bool:
+    return not any(a in _NO_LOCK or a.startswith(("--list", "--report=")) for a in args)
+
+
+def workflow_args(args: list[str]) -> list[str]:
+    """The arguments of ``args`` that name the workflow, each with its values (up to the next option)."""
+    out, keep = [], False
+    for a in args:
+        if a.startswith("-"):
+            keep = a.split("=", 1)[0] in _WORKFLOW
+        if keep:
+            out.append(a)
+    return out
+
+
 def has_lock(directory: Path) -> bool:
     locks = directory / ".snakemake" / "locks"
     return locks.is_dir() and any(locks.iterdir())
@@ -82,7 +104,7 @@ def clear_stale_lock(args: list[str], cwd: Path) -> str | None:
     """Clear the working directory's lock when no live Snakemake holds it. Returns the one-line note to
     print, or None when there was no lock. Raises RuntimeError (one line) when a live process holds it."""
     directory = working_directory(args, cwd)
-    if not has_lock(directory):
+    if not takes_lock(args) or not has_lock(directory):
         return None
     live = [p for p in snakemake_processes() if p.directory == directory]
     if live:
@@ -92,8 +114,8 @@ def clear_stale_lock(args: list[str], cwd: Path) -> str | None:
             f"{directory} is locked by a running Snakemake (pid {p.pid}: {cmd}); wait for it to finish or stop it "
             f"(kill {p.pid}), then run again"
         )
-    # Snakemake's own unlock, with the run's own arguments (same Snakefile, directory and config)
-    unlock = subprocess.run([SNAKEMAKE, *args, "--unlock"], cwd=cwd, capture_output=True, text=True)
+    # Snakemake's own unlock, with the run's workflow (same Snakefile, directory, profile and config)
+    unlock = subprocess.run([SNAKEMAKE, *workflow_args(args), "--unlock"], cwd=cwd, capture_output=True, text=True)
     if unlock.returncode != 0 or has_lock(directory):
         tail = (unlock.stderr or unlock.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"could not clear the stale lock in {directory}/.snakemake/locks: {tail[0]}")

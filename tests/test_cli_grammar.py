@@ -136,6 +136,18 @@ def test_regress_out_is_refused_too(tmp_path, capsys):
     assert table.read_text().startswith("regress:")
 
 
+def test_force_replaces_whichever_of_several_outputs_a_command_was_given(tmp_path, capsys):
+    """predict published writes --out and --md: --force goes with either; alone it names both."""
+    md, out = tmp_path / "p.md", tmp_path / "r.jsonl"
+    for flags in (["--md", str(md)], ["--out", str(out)]):
+        assert main(["predict", "published", *flags]) == 0
+        assert main(["predict", "published", *flags]) == 2
+        assert main(["predict", "published", *flags, "--force"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "published", "--force"]) == 2
+    assert capsys.readouterr().err.strip() == "monta: error: --force needs --out or --md FILE (the file to replace)"
+
+
 def test_old_spellings_work_with_one_warning(capsys):
     args = _sub("predict skew").parse_args(["--cf", "1.25", "--size", "2M"])
     assert (args.capacity_factor, args.sizes) == (1.25, "2M")

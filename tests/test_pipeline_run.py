@@ -53,6 +53,27 @@ def test_snakemake_processes_are_told_from_others():
     assert is_sm([]) is None
 
 
+BUILD = ["results/build/env.json", "--cores", "1", "--configfile", "config/test.yaml"]  # one short local job
+
+
+def test_runs_that_take_no_lock_and_the_arguments_that_name_the_workflow():
+    assert pipeline_run.takes_lock(["--cores", "2", "--profile", "profiles/local"])
+    for dry in (["-n"], ["--dry-run"], ["--report", "r.html"], ["--report=r.html"], ["--lint"], ["--list-rules"]):
+        assert not pipeline_run.takes_lock(["--cores", "1", *dry]), dry
+    args = ["--cores", "2", "--profile", "profiles/local", "--report", "results/report.html", "--configfile", "a.yaml"]
+    args += ["b.yaml", "-d", "run1", "--config", "x=1", "y=2", "--keep-going"]
+    assert pipeline_run.workflow_args(args) == [
+        "--profile", "profiles/local", "--configfile", "a.yaml", "b.yaml", "-d", "run1", "--config", "x=1", "y=2"
+    ]  # fmt: skip
+
+
+def test_a_dry_run_or_a_report_leaves_a_lock_alone(work):
+    locks = _lock(work)
+    proc = _wrapper(work, "-n", "--configfile", "config/test.yaml")
+    assert proc.returncode == 0 and "stale" not in proc.stderr, proc.stderr[-2000:]
+    assert (locks / "0.output.lock").exists()  # Snakemake's dry run does not look at locks, nor do we
+
+
 def test_no_lock_runs_snakemake_as_it_is(work):
     proc = _wrapper(work, "-n", "--configfile", "config/test.yaml")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -66,12 +87,12 @@ def test_a_stale_lock_is_cleared_with_one_line_and_the_run_goes_on(work):
     before = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=240)
     assert before.returncode != 0 and "LockException" in before.stdout + before.stderr, before.stderr[-2000:]
     assert not (work / "results" / "build" / "env.json").exists()
-    proc = _wrapper(work, "-n", "--configfile", "config/test.yaml")
+    proc = _wrapper(work, *BUILD)
     assert proc.returncode == 0, proc.stderr[-2000:]
     notes = [line for line in proc.stderr.splitlines() if "stale Snakemake lock" in line]
     assert notes == [f"note: {notes[0][6:]}"] and str(work) in notes[0]
     assert not locks.exists() or not any(locks.iterdir())
-    assert "This was a dry-run" in proc.stdout + proc.stderr
+    assert (work / "results" / "build" / "env.json").exists()  # the run went on
 
 
 def test_a_lock_a_live_snakemake_holds_is_left_alone(work):
@@ -83,7 +104,7 @@ def test_a_lock_a_live_snakemake_holds_is_left_alone(work):
         while not any(p.pid == live.pid for p in pipeline_run.snakemake_processes()):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        proc = _wrapper(work, "-n")
+        proc = _wrapper(work, *BUILD)
     finally:
         live.kill()
         live.wait()
@@ -99,7 +120,7 @@ def test_a_live_snakemake_elsewhere_does_not_hold_this_directory(work, tmp_path_
     other = tmp_path_factory.mktemp("elsewhere")
     live = subprocess.Popen(["bash", "-c", "exec -a snakemake sleep 60"], cwd=other)
     try:
-        proc = _wrapper(work, "-n", "--configfile", "config/test.yaml")
+        proc = _wrapper(work, *BUILD)
     finally:
         live.kill()
         live.wait()

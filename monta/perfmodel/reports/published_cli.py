@@ -102,12 +102,12 @@ def headline(summ: dict, recs: list[dict]) -> str:
 def _cmd(args) -> int:
     import json
 
-    from monta.cli_args import check_out
+    from monta.cli_args import check_outs
     from monta.perfmodel.reports.claims import check_claims
     from monta.perfmodel.reports.out_files import write_jsonl, write_text
     from monta.perfmodel.reports.published_steps import is_step_table
 
-    check_out(args), check_out(args, "md")  # neither replaces a file unless --force says so
+    check_outs(args, "out", "md")  # neither replaces a file unless --force says so
     if Path(args.data).is_file() and is_step_table(args.data):  # a table of training steps, not collectives
         from monta.perfmodel.reports.published_steps_cli import run
 
