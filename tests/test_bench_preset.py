@@ -93,3 +93,17 @@ def test_a_config_without_the_sections_is_one_line(tmp_path):
         assert str(e).startswith(f"--preset pipeline: cannot read the pipeline's settings from {bad}")
     else:
         raise AssertionError("no error")
+
+
+def test_off_the_emulator_the_preset_leaves_the_network_clock_and_chunk_floor_alone():
+    """Under torchrun/srun (--launcher env) the network is the cluster's: the records must not claim the
+    emulated A800, and the emulator's chunk floor and clock stay off; the sweep's sizes and chunks still apply."""
+    bare = parse("--launcher", "env", "--backend", "gloo")
+    args = parse("--preset", "pipeline", "--launcher", "env", "--backend", "gloo")
+    pipeline_preset.preset(args, "alltoall")
+    for dest in ("topology", "inter_gbps", "intra_gbps", "min_chunk", "dilation"):
+        assert getattr(args, dest) == getattr(bare, dest), dest
+    emulated = parse("--preset", "pipeline")
+    pipeline_preset.preset(emulated, "alltoall")
+    assert args.sizes == emulated.sizes != bare.sizes and args.chunks == emulated.chunks
+    assert emulated.topology != bare.topology and emulated.min_chunk != bare.min_chunk

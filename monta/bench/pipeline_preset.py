@@ -17,6 +17,7 @@ from typing import Any
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
 PRESETS = ("pipeline",)
 _NETWORK = ("topology", "inter_gbps", "intra_gbps", "latency_us")
+_EMULATOR_ONLY = (*_NETWORK, "tcp_cc", "min_chunk", "dilation")
 
 
 def _read(path: Path) -> tuple[dict, dict]:
@@ -109,8 +110,13 @@ def settings_for(bench: str) -> dict[str, Any]:
 
 
 def apply(args: argparse.Namespace, defaults: dict[str, Any], bench: str = "alltoall") -> None:
-    """The preset's values for every setting the user left at its default (flags given win)."""
+    """The preset's values for every setting the user left at its default (flags given win). The emulator's
+    own settings (its network, clock and chunk floor) only where the ranks run on the emulator: under
+    torchrun or srun the network is the cluster's, and a record must not claim a shaped one."""
+    emulated = getattr(args, "launcher", "emulate") == "emulate"
     for dest, value in settings_for(bench).items():
+        if not emulated and dest in _EMULATOR_ONLY:
+            continue
         if getattr(args, dest, None) == defaults.get(dest):
             setattr(args, dest, value)
 
