@@ -224,8 +224,10 @@ def test_a_verdict_names_what_the_difference_means():
     eight = {"value": 8.0, "unit": "x"}
     bound = {"value": 6.9, "why": "TP / (r + 1/k)"}
     assert verdict(7.5, eight, bound) == ("reproduced", "within 10% of 8x")
-    assert verdict(10.0, eight, bound) == ("exceeded", "+25% over 8x")
+    assert verdict(10.0, eight) == ("exceeded", "+25% over 8x")  # no ceiling stated
     assert verdict(6.5, eight, bound) == ("bound below the claim", "at most 6.90x here: TP / (r + 1/k)")
+    # past the ceiling physics sets, even near the claim: a testbed bug until shown otherwise
+    assert verdict(7.8, eight, bound) == ("above its bound", "7.80x over the bound 6.90x: check the testbed")
     assert verdict(6.5, eight) == ("not reproduced", "6.50x is 19% under 8x")  # no ceiling stated: a shortfall
     assert verdict(0.05, {"value": 0.13, "unit": "fraction"}) == ("not reproduced", "5.0% is 62% under 13%")
 
@@ -582,8 +584,11 @@ def test_the_claims_table_gives_paper_emulated_predicted_and_a_verdict_with_its_
     rows = claims.claims_table(_headline_records(), paper)
     assert rows[0] == "| claim | paper | emulated | predicted | verdict |"
     assert len(rows) == 2 + sum("short" in c for c in paper["claims"])  # one row per claim with a short line
-    # 346 ms vs legacy's 3066 ms at TP8: 8.86x, over 8x by more than 10%; the A800 prediction 2.57x
-    assert "| AllToAll 8x vs DeepSpeed under TP8 | 8x | 8.86x | 2.57x | **exceeded** (+11% over 8x) |" in rows
+    # 346 ms vs legacy's 3066 ms at TP8: 8.86x, past paper.yaml's ceiling for this cluster (and TP = 8) by more
+    # than 10%: a testbed bug until shown otherwise, not "exceeded"; the A800 prediction 2.57x
+    assert "| AllToAll 8x vs DeepSpeed under TP8 | 8x | 8.86x | 2.57x | **above its bound** (8.86x over the bound" in (
+        "\n".join(rows)
+    )
     # step: monta 16 ms vs legacy 25 ms = 36% reduction, the claim 13%
     assert (
         "| 13% step-time improvement (ours vs legacy) | 13% | 36.0% | no data | **exceeded** (+177% over 13%) |" in rows
@@ -845,7 +850,9 @@ def test_the_report_opens_with_the_claims_then_provenance_and_holds_no_machine_p
     # the title, then the claims table first, then the provenance line
     assert lines[:4] == ["# monta results", "", "## Did it reproduce?", ""]
     assert lines[4] == "| claim | paper | emulated | predicted | verdict |"
-    assert "| AllToAll 8x vs DeepSpeed under TP8 | 8x | 8.86x | 2.57x | **exceeded** (+11% over 8x) |" in lines
+    assert "| AllToAll 8x vs DeepSpeed under TP8 | 8x | 8.86x | 2.57x | **above its bound** (8.86x over the bound" in (
+        "\n".join(lines)
+    )
     first_other = next(i for i, line in enumerate(lines[4:], 4) if not line.startswith("|"))
     assert lines[first_other + 1].startswith("**Provenance**: commit ")
     assert re.findall(MACHINE_PATH, text) == [], [line for line in lines if re.search(MACHINE_PATH, line)]
