@@ -237,3 +237,13 @@ def test_a_fit_that_sets_no_link_writes_nothing(tmp_path, capsys):
     assert main(["calibrate", "--nccl-tests", str(log), "--cluster", "h100", "--out", str(out)]) == 2
     assert "nothing was fitted: no link of h100 sets the logs' times" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("base", ["h100", str(ROOT / "clusters" / "h100.yaml")])
+def test_the_calibrated_cluster_is_named_after_its_base(tmp_path, base):
+    truth, _ = _truth()
+    log = tmp_path / "2node-alltoall.log"
+    log.write_text(_log_text(truth, "alltoall", 2, 8))
+    out = tmp_path / "f.yaml"
+    assert main(["calibrate", "--nccl-tests", str(log), "--cluster", base, "--out", str(out)]) == 0
+    assert get_cluster(str(out)).name == "h100-calibrated"  # a file's name without its .yaml

@@ -237,8 +237,7 @@ def write_cluster(path: Path, cluster, cal, rfit, logs, base_file, record_paths=
     what = [f"{len(logs)} nccl-tests runs: {', '.join(str(x.source) for x in logs)}"] if logs else []
     what += [f"exchange records: {', '.join(str(p) for p in record_paths)}"] if rfit else []
     note = f"fitted by monta calibrate ({'; '.join(what)})"
-    name = f"{base_file or 'unknown'}-calibrated"
-    cluster = replace(cluster, name=name.rsplit("/", 1)[-1].removesuffix(".yaml"))
+    cluster = replace(cluster, name=f"{Path(base_file or 'unknown').stem}-calibrated")  # clusters/h100.yaml -> h100
     described = f"{base_file} with links fitted" if base_file else "a cluster known only by its records"
     if not base_file:  # no base file: the node's other figures are the model's defaults, and say so
         unmeasured = "not measured: the model's default (only the links were fitted, from the records)"
