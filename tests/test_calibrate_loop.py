@@ -247,3 +247,10 @@ def test_the_calibrated_cluster_is_named_after_its_base(tmp_path, base):
     out = tmp_path / "f.yaml"
     assert main(["calibrate", "--nccl-tests", str(log), "--cluster", base, "--out", str(out)]) == 0
     assert get_cluster(str(out)).name == "h100-calibrated"  # a file's name without its .yaml
+
+
+@pytest.mark.parametrize("spec", ["emulator:prof.json", "prof.json"])
+def test_predict_accuracy_refuses_a_link_profile_as_a_cluster(tmp_path, capsys, spec):
+    """A cluster prices at one rate: emulated records at a dilated clock would be off by the dilation."""
+    assert main(["predict", "accuracy", "--measured", str(MYSTERY), "--cluster", spec]) == 2
+    assert "a link profile prices emulated records at their clock: use --profile prof.json" in capsys.readouterr().err
