@@ -127,6 +127,18 @@ def test_a_row_without_a_layout_or_gpu_file_says_why():
     assert PS.blind(row())["predicted_blind"] > 0
 
 
+def test_the_unit_column_converts_the_value_or_says_why():
+    row = {r["id"]: r for r in csv.DictReader(DATA.open())}["S10"]  # 19.7 s per step
+    in_s = PS.blind(Row(row))
+    in_ms = PS.blind(Row({**row, "value": "19700", "unit": "ms"}))
+    assert in_ms["measured"] == pytest.approx(19.7) and in_ms["error_blind"] == pytest.approx(in_s["error_blind"])
+    bad = PS.blind(Row({**row, "unit": "min"}))
+    assert bad["predicted_blind"] is None and "unit 'min' of step_time_s is not one of s, ms" in bad["reason"]
+    mfu = {**row, "metric": "mfu", "unit": "%", "value": "30"}
+    pct, frac = PS.blind(Row(mfu)), PS.blind(Row({**mfu, "value": "0.3", "unit": "fraction"}))
+    assert frac["measured"] == pytest.approx(30.0) and frac["error_blind"] == pytest.approx(pct["error_blind"])
+
+
 def test_a_collectives_file_still_goes_to_the_collective_pricing(tmp_path):
     assert not PS.is_step_table(ROOT / "data" / "published" / "collectives.csv")
     assert PS.is_step_table(DATA) and PS.is_step_table(RAW)
