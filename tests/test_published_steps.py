@@ -183,6 +183,14 @@ def test_calibration_fits_compute_and_a_time_per_layer_pass():
     assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
 
 
+def test_a_fit_on_few_rows_keeps_its_compute_factor_non_negative():
+    """Below MIN_FIT_ROWS only the compute factor is fitted; steps measured shorter than the blind step's
+    non-compute part (here 2 s of 10 s, 1 s of it compute) must not fit a negative compute time."""
+    pts = [(2.0, 10.0, 1.0, 10.0, 1.0)] * (PS.MIN_FIT_ROWS - 1)
+    assert PS._fit(pts) == (0.0, 0.0)
+    assert PS._fit([(12.0, 10.0, 4.0, 10.0, 1.0)]) == (1.5, 0.0)  # a slower compute still scales up
+
+
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():
     """The run model, given a monta.variants exchange on DeepSpeed's layout, prices the paper's 2x70B step: its
     monta-vs-deepspeed improvement is within one point of predict_step's, monta beats deepspeed beats legacy."""

@@ -250,7 +250,9 @@ def _fit(points: list[tuple[float, ...]]) -> tuple[float, float]:
     from scipy.optimize import linprog
 
     if len(points) < MIN_FIT_ROWS:
-        return statistics.median(1 + (tm - tb) / (c * f) for tm, tb, c, _, f in points), 0.0
+        # a >= 0 as in the two-term fit: a measured step shorter than the blind step's non-compute part
+        # (exchange, bubble) would otherwise fit a negative compute time
+        return max(0.0, statistics.median(1 + (tm - tb) / (c * f) for tm, tb, c, _, f in points)), 0.0
     x = np.array([[c * f / tm, n * f / tm] for tm, tb, c, n, f in points])
     y = np.array([1 - (tb - c * f) / tm for tm, tb, c, n, f in points])
     k = len(y)  # variables: a, b, then u_i >= |x_i . (a, b) - y_i|
