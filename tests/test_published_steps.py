@@ -191,6 +191,23 @@ def test_a_fit_on_few_rows_keeps_its_compute_factor_non_negative():
     assert PS._fit([(12.0, 10.0, 4.0, 10.0, 1.0)]) == (1.5, 0.0)  # a slower compute still scales up
 
 
+def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
+    """A model too small to cover the host floor: each dense layer adds the per-layer floor (attention, norms),
+    not the MoE layer's, whose 64 local experts add 3 ops each."""
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import HOST_OPS_LAYER, HOST_US_PER_OP, Layout, price_run
+
+    c = get_cluster("h100").with_nodes(1, 1)
+    shape = dict(hidden=256, ffn=256, experts=64, topk=2, heads=4, head_dim=64, vocab=1000, dense_ffn=1024)
+    s = Layout(gpus=1, seq=256, global_batch_tokens=256 * 4)
+    moe_only = price_run(RunModel(layers=2, **shape), s, c)
+    with_dense = price_run(RunModel(layers=4, dense_layers=2, **shape), s, c)
+    per_dense_layer = (with_dense["host_floor_us"] - moe_only["host_floor_us"]) / (2 * s.num_micro)
+    # the floor less the dense layer's own few microseconds of GPU work
+    assert 0.98 * 3 * HOST_OPS_LAYER * HOST_US_PER_OP < per_dense_layer < 3 * HOST_OPS_LAYER * HOST_US_PER_OP
+
+
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():
     """The run model, given a monta.variants exchange on DeepSpeed's layout, prices the paper's 2x70B step: its
     monta-vs-deepspeed improvement is within one point of predict_step's, monta beats deepspeed beats legacy."""
