@@ -39,10 +39,19 @@ def test_dry_run_commands_are_the_benchs_flags():
     assert exchanges == {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}
 
 
+def test_eight_ranks_make_two_nodes_of_four():
+    proc = _run("--ranks", "8", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    gloo = [c.split() for c in proc.stdout.splitlines() if "--backend gloo" in c]
+    assert gloo and all(c[c.index("--gpus-per-node") + 1] == "4" and c[c.index("--tp") + 1] == "2" for c in gloo)
+
+
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["--ranks", "3", "--dry-run"], "--ranks 3"),
+        (["--ranks", "3", "--dry-run"], "--ranks 3: give a multiple of 4"),
+        (["--ranks", "2", "--dry-run"], "--ranks 2: give a multiple of 4"),  # TP 2 on nodes of 1 rank
+        (["--ranks", "6", "--dry-run"], "--ranks 6: give a multiple of 4"),  # nodes of 3 ranks: TP 2 divides none
         (["--only", "bogus", "--dry-run"], "unknown case 'bogus'"),
         ([], "--out DIR is needed"),
         (["--out", "OUT"], "no CUDA device here"),
