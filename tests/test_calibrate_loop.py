@@ -210,3 +210,47 @@ def test_measured_records_need_a_base_cluster(tmp_path, capsys):
     assert main(["calibrate", "--records", str(p)]) == 2
     assert "pass --cluster" in capsys.readouterr().err
     assert main(["calibrate", "--records", str(p), "--cluster", "a800"]) == 0
+
+
+def test_logs_of_only_unpriced_collectives_say_so_and_write_nothing(tmp_path, capsys):
+    truth, _ = _truth()
+    bcast = tmp_path / "2node-broadcast.log"
+    bcast.write_text(_log_text(truth, "broadcast", 2, 8))
+    out = tmp_path / "f.yaml"
+    assert main(["calibrate", "--nccl-tests", str(bcast), "--cluster", "h100", "--out", str(out)]) == 2
+    assert "the logs hold 10 broadcast rows: give nccl-tests logs of all_reduce" in capsys.readouterr().err
+    assert not out.exists()
+    # Without --cluster: the same line, not "the records name no GPU" (no records were given).
+    assert main(["calibrate", "--nccl-tests", str(bcast)]) == 2
+    assert "the logs hold 10 broadcast rows" in capsys.readouterr().err
+
+
+def test_a_fit_that_sets_no_link_writes_nothing(tmp_path, capsys):
+    """Times far below what the base's intra links take alone: the inter link sets none of them, nothing is
+    fitted, and the base must not be written out labelled as calibrated."""
+    truth, _ = _truth()
+    sizes = SIZES[3:]
+    times = [F.predict_us(truth, "alltoall", 2, 8, s) * 0.05 for s in sizes]
+    log = tmp_path / "2node-alltoall.log"
+    log.write_text(_log_text(truth, "alltoall", 2, 8, times=times, sizes=sizes))
+    out = tmp_path / "f.yaml"
+    assert main(["calibrate", "--nccl-tests", str(log), "--cluster", "h100", "--out", str(out)]) == 2
+    assert "nothing was fitted: no link of h100 sets the logs' times" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("base", ["h100", str(ROOT / "clusters" / "h100.yaml")])
+def test_the_calibrated_cluster_is_named_after_its_base(tmp_path, base):
+    truth, _ = _truth()
+    log = tmp_path / "2node-alltoall.log"
+    log.write_text(_log_text(truth, "alltoall", 2, 8))
+    out = tmp_path / "f.yaml"
+    assert main(["calibrate", "--nccl-tests", str(log), "--cluster", base, "--out", str(out)]) == 0
+    assert get_cluster(str(out)).name == "h100-calibrated"  # a file's name without its .yaml
+
+
+@pytest.mark.parametrize("spec", ["emulator:prof.json", "prof.json"])
+def test_predict_accuracy_refuses_a_link_profile_as_a_cluster(tmp_path, capsys, spec):
+    """A cluster prices at one rate: emulated records at a dilated clock would be off by the dilation."""
+    assert main(["predict", "accuracy", "--measured", str(MYSTERY), "--cluster", spec]) == 2
+    assert "a link profile prices emulated records at their clock: use --profile prof.json" in capsys.readouterr().err

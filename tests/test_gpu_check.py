@@ -5,6 +5,7 @@ checked and the machine named in gpu-check.json (the NCCL case says why it did n
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOL = [sys.executable, str(ROOT / "tools" / "gpu_check.py")]
 
 
-def _run(*args, timeout=600):
-    return subprocess.run([*TOOL, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def _run(*args, timeout=600, env=None):
+    return subprocess.run([*TOOL, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_dry_run_commands_are_the_benchs_flags():
@@ -38,18 +39,30 @@ def test_dry_run_commands_are_the_benchs_flags():
     assert exchanges == {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}
 
 
+def test_eight_ranks_make_two_nodes_of_four():
+    proc = _run("--ranks", "8", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    gloo = [c.split() for c in proc.stdout.splitlines() if "--backend gloo" in c]
+    assert gloo and all(c[c.index("--gpus-per-node") + 1] == "4" and c[c.index("--tp") + 1] == "2" for c in gloo)
+
+
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["--ranks", "3", "--dry-run"], "--ranks 3"),
+        (["--ranks", "3", "--dry-run"], "--ranks 3: give a multiple of 4"),
+        (["--ranks", "2", "--dry-run"], "--ranks 2: give a multiple of 4"),  # TP 2 on nodes of 1 rank
+        (["--ranks", "6", "--dry-run"], "--ranks 6: give a multiple of 4"),  # nodes of 3 ranks: TP 2 divides none
         (["--only", "bogus", "--dry-run"], "unknown case 'bogus'"),
         ([], "--out DIR is needed"),
-        (["--out", "x"], "no CUDA device here"),
+        (["--out", "OUT"], "no CUDA device here"),
     ],
 )
-def test_refusals_are_one_line(args, said):
-    proc = _run(*args)
+def test_refusals_are_one_line(args, said, tmp_path):
+    # No GPU seen even on a machine with one (else the last case runs every case for real), and --out in tmp.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = _run(*(str(tmp_path / "out") if a == "OUT" else a for a in args), env=env)
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "gpu-check.json").exists()
 
 
 def test_a_gloo_case_runs_on_cpu_and_names_the_machine(tmp_path):

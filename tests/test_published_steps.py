@@ -127,6 +127,18 @@ def test_a_row_without_a_layout_or_gpu_file_says_why():
     assert PS.blind(row())["predicted_blind"] > 0
 
 
+def test_the_unit_column_converts_the_value_or_says_why():
+    row = {r["id"]: r for r in csv.DictReader(DATA.open())}["S10"]  # 19.7 s per step
+    in_s = PS.blind(Row(row))
+    in_ms = PS.blind(Row({**row, "value": "19700", "unit": "ms"}))
+    assert in_ms["measured"] == pytest.approx(19.7) and in_ms["error_blind"] == pytest.approx(in_s["error_blind"])
+    bad = PS.blind(Row({**row, "unit": "min"}))
+    assert bad["predicted_blind"] is None and "unit 'min' of step_time_s is not one of s, ms" in bad["reason"]
+    mfu = {**row, "metric": "mfu", "unit": "%", "value": "30"}
+    pct, frac = PS.blind(Row(mfu)), PS.blind(Row({**mfu, "value": "0.3", "unit": "fraction"}))
+    assert frac["measured"] == pytest.approx(30.0) and frac["error_blind"] == pytest.approx(pct["error_blind"])
+
+
 def test_a_collectives_file_still_goes_to_the_collective_pricing(tmp_path):
     assert not PS.is_step_table(ROOT / "data" / "published" / "collectives.csv")
     assert PS.is_step_table(DATA) and PS.is_step_table(RAW)
@@ -169,6 +181,31 @@ def test_calibration_fits_compute_and_a_time_per_layer_pass():
     tm, tb, c, n, f = pts[0]
     fa, fb = PS._fit([*pts, (2 * tm, tb, c, n, f)])
     assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
+
+
+def test_a_fit_on_few_rows_keeps_its_compute_factor_non_negative():
+    """Below MIN_FIT_ROWS only the compute factor is fitted; steps measured shorter than the blind step's
+    non-compute part (here 2 s of 10 s, 1 s of it compute) must not fit a negative compute time."""
+    pts = [(2.0, 10.0, 1.0, 10.0, 1.0)] * (PS.MIN_FIT_ROWS - 1)
+    assert PS._fit(pts) == (0.0, 0.0)
+    assert PS._fit([(12.0, 10.0, 4.0, 10.0, 1.0)]) == (1.5, 0.0)  # a slower compute still scales up
+
+
+def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
+    """A model too small to cover the host floor: each dense layer adds the per-layer floor (attention, norms),
+    not the MoE layer's, whose 64 local experts add 3 ops each."""
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import HOST_OPS_LAYER, HOST_US_PER_OP, Layout, price_run
+
+    c = get_cluster("h100").with_nodes(1, 1)
+    shape = dict(hidden=256, ffn=256, experts=64, topk=2, heads=4, head_dim=64, vocab=1000, dense_ffn=1024)
+    s = Layout(gpus=1, seq=256, global_batch_tokens=256 * 4)
+    moe_only = price_run(RunModel(layers=2, **shape), s, c)
+    with_dense = price_run(RunModel(layers=4, dense_layers=2, **shape), s, c)
+    per_dense_layer = (with_dense["host_floor_us"] - moe_only["host_floor_us"]) / (2 * s.num_micro)
+    # the floor less the dense layer's own few microseconds of GPU work
+    assert 0.98 * 3 * HOST_OPS_LAYER * HOST_US_PER_OP < per_dense_layer < 3 * HOST_OPS_LAYER * HOST_US_PER_OP
 
 
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():

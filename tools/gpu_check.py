@@ -111,14 +111,16 @@ def run_case(name: str, cmd: list[str], out: Path, timeout: float) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="directory for gpu-check.json, each case's records and log")
-    ap.add_argument("--ranks", type=int, default=4, help="ranks sharing the GPU in the gloo cases (even, >= 2)")
+    ap.add_argument(
+        "--ranks", type=int, default=4, help="ranks sharing the GPU in the gloo cases (a multiple of 4: TP 2 per node)"
+    )
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the gloo cases on CPU tensors")
     ap.add_argument("--only", default="", help="comma list of cases to run (default: all): " + ", ".join(cases(4)))
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
-    if args.ranks < 2 or args.ranks % 2:
-        ap.error(f"--ranks {args.ranks}: give an even count >= 2 (two 'nodes' of ranks/2)")
+    if args.ranks < 4 or args.ranks % 4:  # two "nodes" of ranks/2, each split in TP groups of 2
+        ap.error(f"--ranks {args.ranks}: give a multiple of 4 (two 'nodes' of ranks/2 ranks, TP 2 within each)")
     chosen = [c for c in args.only.split(",") if c] or list(cases(args.ranks))
     unknown = set(chosen) - set(cases(args.ranks))
     if unknown:

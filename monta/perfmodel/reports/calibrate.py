@@ -65,6 +65,11 @@ def _cmd(args) -> int:
     if not args.logs and not args.records:
         raise ValueError("nothing to calibrate from: give --nccl-tests LOG... and/or --records FILE.jsonl...")
     logs, unpriced = _read_logs(args)
+    if args.logs and not logs:  # said here: else the base falls back to "the records name no GPU", or fits nothing
+        seen = ", ".join(f"{n} {c} rows" for c, n in sorted(unpriced.items())) or "no rows"
+        raise ValueError(
+            f"the logs hold {seen}: give nccl-tests logs of all_reduce, all_gather, reduce_scatter or alltoall"
+        )
     records = _read_records(args.records)
     base, base_file = _base(args.cluster, logs, records)
     cal = nccl_fit.calibrate(base, logs) if logs else None
@@ -79,6 +84,11 @@ def _cmd(args) -> int:
     if failed:
         print("\n".join(failed) + ("\nnothing written" if out else ""))
         return 1
+    if out is not None and not fitted_keys(cal, rfit):
+        raise ValueError(
+            f"nothing was fitted: no link of {base.name} sets the logs' times (faster than its other links) and "
+            f"no --records were given; give logs or records of the cluster itself ({out} not written)"
+        )
     if out is not None:
         write_cluster(out, final, cal, rfit, logs, base_file, args.records, overwrite=args.force)
         print(f"wrote {out}")
@@ -209,6 +219,13 @@ def calibration_notes(cal, rfit, logs, record_paths) -> dict:
     return notes
 
 
+def fitted_keys(cal, rfit) -> list[str]:
+    """The cluster-file keys the log fit and the records fit set (empty: the base unchanged)."""
+    fitted = sorted({f"collectives.{f.op}.{f.cls}" for f in (cal.fits if cal else []) if f.link is not None})
+    scaled = {"nvlink.bandwidth_GBps": "intra", "nic.bandwidth_GBps": "inter"}
+    return fitted + [k for k, cls in scaled.items() if rfit is not None and rfit.scales.get(cls) is not None]
+
+
 def write_cluster(path: Path, cluster, cal, rfit, logs, base_file, record_paths=(), overwrite: bool = False) -> Path:
     """The calibrated cluster as a cluster file (``clusterfile.dump``: atomic, read back before it replaces
     anything): the base's node type, every fitted link, and the calibration notes."""
@@ -216,14 +233,11 @@ def write_cluster(path: Path, cluster, cal, rfit, logs, base_file, record_paths=
 
     from monta.perfmodel.network.clusterfile import dump
 
-    fitted = sorted({f"collectives.{f.op}.{f.cls}" for f in (cal.fits if cal else []) if f.link is not None})
+    fitted = fitted_keys(cal, rfit)
     what = [f"{len(logs)} nccl-tests runs: {', '.join(str(x.source) for x in logs)}"] if logs else []
     what += [f"exchange records: {', '.join(str(p) for p in record_paths)}"] if rfit else []
     note = f"fitted by monta calibrate ({'; '.join(what)})"
-    scaled = {"nvlink.bandwidth_GBps": "intra", "nic.bandwidth_GBps": "inter"}
-    fitted += [k for k, cls in scaled.items() if rfit is not None and rfit.scales.get(cls) is not None]
-    name = f"{base_file or 'unknown'}-calibrated"
-    cluster = replace(cluster, name=name.rsplit("/", 1)[-1].removesuffix(".yaml"))
+    cluster = replace(cluster, name=f"{Path(base_file or 'unknown').stem}-calibrated")  # clusters/h100.yaml -> h100
     described = f"{base_file} with links fitted" if base_file else "a cluster known only by its records"
     if not base_file:  # no base file: the node's other figures are the model's defaults, and say so
         unmeasured = "not measured: the model's default (only the links were fitted, from the records)"

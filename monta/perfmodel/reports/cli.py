@@ -387,6 +387,11 @@ def _accuracy_on_cluster(args, measured: list[dict]) -> int:
 
     if args.step_profile:
         raise ValueError("--step-profile goes with --profile (the emulated step's clock), not --cluster")
+    if args.cluster.startswith("emulator:") or args.cluster.endswith(".json"):  # a Cluster has no clock to follow
+        path = args.cluster.removeprefix("emulator:")
+        raise ValueError(
+            f"--cluster {args.cluster}: a link profile prices emulated records at their clock: use --profile {path}"
+        )
     cluster = get_cluster(args.cluster)
     points, checks = evaluate(measured, cluster)
     print(f"# predicted on cluster {cluster.name} ({cluster.source or args.cluster}) vs {', '.join(args.measured)}")

@@ -31,13 +31,20 @@ STEP_GPU_FILES: tuple[tuple[str, str], ...] = (
     (r"\bB300\b", "b300"),
     (r"\bB200\b", "b200"),
 )
-# (metric, unit) as the raw table writes them -> the canonical metric.
+# The raw table's metric names -> the canonical metric; then per canonical metric the units it may be written in
+# -> the factor to the canonical unit (s, tok/s/GPU, TFLOPS/GPU, %). An empty unit cell is the canonical unit.
 METRICS = {
     "step_time_s": "step_time_s",
     "step_time": "step_time_s",
     "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
     "tflops_per_gpu": "tflops_per_gpu",
     "mfu": "mfu",
+}
+UNITS = {
+    "step_time_s": {"": 1.0, "s": 1.0, "ms": 1e-3},
+    "tokens_per_s_per_gpu": {"": 1.0, "tok/s/gpu": 1.0, "tokens/s/gpu": 1.0},
+    "tflops_per_gpu": {"": 1.0, "tflops/gpu": 1.0, "tflops": 1.0},
+    "mfu": {"": 1.0, "%": 1.0, "fraction": 100.0},
 }
 SETTINGS = ("gpu", "precision", "routing", "dispatcher", "a2a_overlap", "recompute", "cuda_graphs", "gpus")
 SAME = ("model", "layers", "hidden", "ffn_hidden", "experts", "topk", "seq_len", "global_batch_tokens",
@@ -74,8 +81,16 @@ def step_gpu_file(gpu: str) -> str | None:
     return gpu_file(gpu)
 
 
-def metric_of(row: Row) -> tuple[str | None, float | None]:
-    return METRICS.get(row.text("metric").lower()), row.num("value")
+def metric_of(row: Row) -> tuple[str | None, float | None, str | None]:
+    """(canonical metric, value in its canonical unit, None), or (metric, None, why) for a unit not known."""
+    metric, value, unit = METRICS.get(row.text("metric").lower()), row.num("value"), row.text("unit")
+    if metric is None or value is None:
+        return metric, value, None
+    factor = UNITS[metric].get(unit.lower())
+    if factor is None:
+        known = ", ".join(u for u in UNITS[metric] if u)
+        return metric, None, f"unit {unit!r} of {row.text('metric')} is not one of {known}: convert the value"
+    return metric, value * factor, None
 
 
 def row_cluster(row: Row, gpus: int):
@@ -161,12 +176,15 @@ def blind(row: Row) -> dict[str, Any]:
     from monta.perfmodel.training.run_shape import run_model
     from monta.perfmodel.training.run_step import price_run
 
-    metric, value = metric_of(row)
+    metric, value, unit_why = metric_of(row)
     rec: dict[str, Any] = {"id": row.id, "source": row.source, "metric": metric or row.text("metric"),
                            "measured": value, "routing": "", "gpu": row.text("gpu"), "cluster": None,
                            "predicted_blind": None, "predicted_calibrated": None, "error_blind": None,
                            "error_calibrated": None, "assumed": [], "terms": {}, "reason": None,
                            "seen_by": row.text("seen_by")}  # fmt: skip
+    if unit_why:
+        rec["reason"] = unit_why
+        return rec
     if metric is None or value is None:
         rec["reason"] = (
             f"metric {row.text('metric') or '(none)'!r} is not a step figure (step time, tokens/s/GPU, TFLOPS/GPU, MFU)"
@@ -232,7 +250,9 @@ def _fit(points: list[tuple[float, ...]]) -> tuple[float, float]:
     from scipy.optimize import linprog
 
     if len(points) < MIN_FIT_ROWS:
-        return statistics.median(1 + (tm - tb) / (c * f) for tm, tb, c, _, f in points), 0.0
+        # a >= 0 as in the two-term fit: a measured step shorter than the blind step's non-compute part
+        # (exchange, bubble) would otherwise fit a negative compute time
+        return max(0.0, statistics.median(1 + (tm - tb) / (c * f) for tm, tb, c, _, f in points)), 0.0
     x = np.array([[c * f / tm, n * f / tm] for tm, tb, c, n, f in points])
     y = np.array([1 - (tb - c * f) / tm for tm, tb, c, n, f in points])
     k = len(y)  # variables: a, b, then u_i >= |x_i . (a, b) - y_i|

@@ -238,9 +238,10 @@ def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) ->
     return max(0.0, t - window_us), t, opt
 
 
-def host_floor_us(m: RunModel, s: Layout) -> float:
-    """The host's time per MoE layer and micro-batch, forward + backward (see :data:`HOST_US_PER_OP`)."""
-    local = max(1, m.experts // s.ep)
+def host_floor_us(m: RunModel, s: Layout, moe: bool = True) -> float:
+    """The host's time per layer and micro-batch, forward + backward (see :data:`HOST_US_PER_OP`): a dense
+    layer's without the MoE layer's per-expert ops."""
+    local = max(1, m.experts // s.ep) if moe else 0
     ops = HOST_OPS_LAYER + local * HOST_OPS_EXPERT * (2 if s.fp8 else 1)
     return 3 * ops * HOST_US_PER_OP * HOST_GRAPHED.get(s.cuda_graphs, 1.0)
 
@@ -259,7 +260,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
     ) * proj_slowdown(m.hidden, tokens, head_kh)
-    host = host_floor_us(m, s)
+    host, host_dense = host_floor_us(m, s), host_floor_us(m, s, moe=False)
     if s.variant:
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
     else:
@@ -273,16 +274,16 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     kv_us = C.p2p(kv, cp_link, cluster, gpn).time_us
     cp_us = max(0.0, 3 * (s.cp - 1) * kv_us - moe_l["attention"]) if s.cp > 1 else 0.0
 
-    def layer(terms: dict[str, float], exchange: float) -> tuple[float, float]:
+    def layer(terms: dict[str, float], exchange: float, floor: float) -> tuple[float, float]:
         gpu = sum(terms.values())
         hidden = min(exchange, gpu) if s.a2a_overlap else 0.0
-        return max(gpu + OVERLAP_CONTENTION * hidden, host) + exchange - hidden + tp_us + cp_us, gpu
+        return max(gpu + OVERLAP_CONTENTION * hidden, floor) + exchange - hidden + tp_us + cp_us, gpu
 
     per_stage = (m.moe_layers + m.mtp) / s.pp
     dense_per_stage = m.dense_layers / s.pp
-    t_moe, c_moe = layer(moe_l, a2a)
+    t_moe, c_moe = layer(moe_l, a2a, host)
     a2a_exposed = a2a - (min(a2a, c_moe) if s.a2a_overlap else 0.0)
-    t_dense, c_dense = layer(dense_l, 0.0)
+    t_dense, c_dense = layer(dense_l, 0.0, host_dense)
     t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us / s.pp
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
     stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
@@ -295,7 +296,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         "total_us": total,
         "compute_us": compute,
         "host_floor_us": s.num_micro
-        * (per_stage * max(0.0, host - c_moe) + dense_per_stage * max(0.0, host - c_dense)),
+        * (per_stage * max(0.0, host - c_moe) + dense_per_stage * max(0.0, host_dense - c_dense)),
         "exchange_us": s.num_micro * per_stage * a2a,
         "exchange_exposed_us": s.num_micro * per_stage * a2a_exposed,
         "tp_us": s.num_micro * (per_stage + dense_per_stage) * tp_us,
