@@ -27,11 +27,13 @@ that start smaller still (chunks growing 1.5x, or 1.8x from 1%) did not help: th
 AllGathers end before the next AllToAll lands. Not below 4 chunks: where the AllToAll is the longer
 half (TP4 on 2 x 4), the fill is hidden and the last chunk's AllGather is what nothing hides; a
 half-size first chunk makes the others larger, so that drain grows by 1/(k - 0.5) - 1/k of the
-AllGather: a sixth of it with 2 chunks. ``pipeline_bound`` states the bound of the split as cut: the
-half-size first chunk raises it only where r = AllGather / AllToAll > 1 + 1/k; at r < 1 the drain (the last,
-larger chunk's AllGather) binds and the split's bound is a little below the equal-chunk one. `monta regress` caught it (2 x 4, 16 MiB, 2 chunks: 426 and
+AllGather: a sixth of it with 2 chunks. `monta regress` caught it (2 x 4, 16 MiB, 2 chunks: 426 and
 417 ms against 392 ms equal, two `make reproduce` runs), while 4 chunks moved by -0.3% and +1.9% and
 8 chunks by 0.0-0.3%.
+
+The bound of the split as cut is ``pipeline_bound``: the half-size first chunk raises it only where
+r = AllGather / AllToAll > 1 + 1/k; at r < 1 the drain (the last, larger chunk's AllGather) binds, and the
+split's bound lies a little below the equal-chunk one.
 """
 
 from __future__ import annotations
