@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from monta.perfmodel.network import bucket
 from monta.perfmodel.network.links import LINK_CLASSES, Cluster, Link
 
 PROFILE_SCHEMA = "monta.linkprofile/1"
@@ -146,11 +145,9 @@ class LinkProfile:
             a2a_cpu_us=_fit_cpu(host, "alltoall.inter_all", int(topo.get("nodes", 2))),
             ag_cpu_us=_fit_cpu(host, "allgather.intra_all", int(topo.get("gpus_per_node", 4))),
         )
-        # The curves come from the calibration's measured times at its own rates (the NIC's bucket taken out
-        # of the AllToAll's); then the clock applies, and the bucket is priced back at this clock and shape.
+        # The curves come from the calibration's measured times at its own rates; then the clock applies.
         base = replace(base, collective_links=self._collective_links(base, topo))
-        slow = _slower(base, self.clock_factor)
-        return replace(slow, collective_links=_with_bucket(slow, bucket.free_bytes(topo.get("inter_gbps"))))
+        return _slower(base, self.clock_factor)
 
     def _collective_links(self, cl: Cluster, topo: dict) -> tuple:
         """Turn measured (size, time_us) collective points into efficiency curves.
@@ -174,8 +171,7 @@ class LinkProfile:
                 continue
             for name, points in (by_link or {}).items():
                 if name == "inter_all" and op == "alltoall" and points:
-                    free = bucket.free_bytes(float(topo.get("inter_gbps") or 0) * self.clock_factor)
-                    out.append(((op, "inter"), self._inter_all_link(cl, points, n_nodes_cal, gpn_cal, free)))
+                    out.append(((op, "inter"), self._inter_all_link(cl, points, n_nodes_cal, gpn_cal)))
                     continue
                 if name == "intra_all" and op == "allgather" and points:
                     out.append(((op, "intra"), self._intra_all_link(cl, points, n_nodes_cal, gpn_cal)))
@@ -213,19 +209,16 @@ class LinkProfile:
         return tuple(out)
 
     @staticmethod
-    def _inter_all_link(cl: Cluster, points, nodes_cal: int, gpn_cal: int, free: float = 0.0) -> Link:
+    def _inter_all_link(cl: Cluster, points, nodes_cal: int, gpn_cal: int) -> Link:
         """Inter-node AllToAll with every rank of a node in its own strided group at once (the
         exchange's pattern): the node's NIC carries gpn_cal x S x (nodes-1)/nodes bytes each way.
-        Many TCP flows through one shaped link reach less than one flow does (~0.7 here). ``free``: the
-        bytes the NIC's bucket passed unshaped in each call, taken out (``bucket.sustained``): the curve
-        is the link's own, and the bucket is priced per call at the clock a record runs on."""
+        Many TCP flows through one shaped link reach less than one flow does (~0.7 here)."""
         link = cl.inter
-        bw = link.bandwidth_GBps * cl.nics_per_node
-        busy = [(float(s), max(float(t) - link.latency_us, 0.05 * float(t))) for s, t in points]
         pts = []
-        for size, busy_us in bucket.sustained(busy, free, bw):
-            node_bytes = gpn_cal * size * (nodes_cal - 1) / nodes_cal
-            pts.append((size, node_bytes / (busy_us * bw * 1e3)))
+        for size, t_us in points:
+            node_bytes = gpn_cal * float(size) * (nodes_cal - 1) / nodes_cal
+            busy = max(float(t_us) - link.latency_us, 0.05 * float(t_us))
+            pts.append((float(size), node_bytes / (busy * link.bandwidth_GBps * cl.nics_per_node * 1e3)))
         # Not made monotone: with many flows the efficiency really falls at large sizes (losses in
         # the shaper's queue), and a chunk cut below such a size really does run faster.
         return Link(link.bandwidth_GBps, link.latency_us, tuple(pts))
@@ -262,18 +255,6 @@ def _slower(cl: Cluster, factor: float) -> Cluster:
         intra=slow(cl.intra),
         inter=slow(cl.inter),
         collective_links=tuple((key, slow(link)) for key, link in cl.collective_links),
-    )
-
-
-def _with_bucket(cl: Cluster, free: float) -> tuple:
-    """``cl``'s collective curves with the NIC's bucket credited to its inter-node AllToAll (the exchanges'
-    strided pattern: each of a node's ranks sends S x (nodes-1)/nodes off the node, all at once)."""
-    per_node = cl.gpus_per_node * (cl.nodes - 1) / cl.nodes
-    if free <= 0 or per_node <= 0:
-        return cl.collective_links
-    return tuple(
-        (key, bucket.credited(link, lambda s: per_node * s, free) if key == ("alltoall", "inter") else link)
-        for key, link in cl.collective_links
     )
 
 
@@ -332,12 +313,12 @@ def get_cluster(
         spec = os.environ.get("MONTA_CLUSTER", "a800")
     if isinstance(spec, Cluster):
         c = spec
-    elif isinstance(spec, LinkProfile):  # built at the shape asked: its bucket credit depends on it
-        return spec.cluster(nodes, gpus_per_node)
+    elif isinstance(spec, LinkProfile):
+        c = spec.cluster()
     else:
         s = os.fspath(spec)
         if s.startswith("emulator:") or s.endswith(".json"):
-            return LinkProfile.load(s.removeprefix("emulator:")).cluster(nodes, gpus_per_node)
+            c = LinkProfile.load(s.removeprefix("emulator:")).cluster()
         elif s == "emulator":
             raise ValueError(
                 "cluster 'emulator' needs a link profile: use emulator:PATH/TO/linkprofile.json "
