@@ -30,6 +30,10 @@ half-size first chunk makes the others larger, so that drain grows by 1/(k - 0.5
 AllGather: a sixth of it with 2 chunks. `monta regress` caught it (2 x 4, 16 MiB, 2 chunks: 426 and
 417 ms against 392 ms equal, two `make reproduce` runs), while 4 chunks moved by -0.3% and +1.9% and
 8 chunks by 0.0-0.3%.
+
+The bound of the split as cut is ``pipeline_bound``: the half-size first chunk raises it only where
+r = AllGather / AllToAll > 1 + 1/k; at r < 1 the drain (the last, larger chunk's AllGather) binds, and the
+split's bound lies a little below the equal-chunk one.
 """
 
 from __future__ import annotations
@@ -199,6 +203,43 @@ def monta_split(capacity: int, chunks: int) -> list[int]:
         i = max((j for j in range(chunks) if sizes[j] > 1), key=lambda j: (sizes[j] - exact[j], j))
         sizes[i] -= 1
     return sizes
+
+
+# -- the pipeline's bound ------------------------------------------------------------------------
+
+
+def pipeline_span(shares: list[float], r: float) -> float:
+    """How long the chunk pipeline of one exchange takes, in units of its whole inter-node AllToAll: chunk i's
+    AllToAll (``shares[i]`` of it) runs on the inter-node link after chunk i-1's, and its AllGather (r x that)
+    on the intra-node link after both its own AllToAll and chunk i-1's AllGather. Nothing else is priced (no
+    latency, no host work), so it is the least time any schedule of these chunk sizes can take. A two-machine
+    flow shop in a fixed order: the span is the longest path, max over j of (the AllToAlls of chunks 1..j)
+    + r x (the AllGathers of chunks j..k). With equal chunks that is max(1 + r/k, r + 1/k)."""
+    if not shares or any(not x > 0 for x in shares):
+        raise ValueError(f"chunk shares {shares!r}: give one positive share per chunk")
+    if not r >= 0:
+        raise ValueError(f"r={r!r}: the AllGather's time over the AllToAll's must be >= 0")
+    total = float(sum(shares))
+    w = [x / total for x in shares]
+    before, span = 0.0, 0.0
+    for j, x in enumerate(w):
+        before += x
+        span = max(span, before + r * sum(w[j:]))
+    return span
+
+
+def pipeline_bound(tp: int, r: float, chunks: int, capacity: int | None = None) -> float:
+    """The most MoNTA's exchange of ``chunks`` chunks can gain over legacy's (which sends TP x the inter-node
+    bytes and has no AllGather): TP / ``pipeline_span`` of MoNTA's own split, ``monta_split(capacity,
+    chunks)`` (``monta_weights(chunks)`` without a capacity). Equal chunks (below 4): TP / max(1 + r/k, r + 1/k).
+    With the half-size first chunk (4 chunks on; w = 1/(k - 1/2) the other chunks' share) the longest path is
+    the drain at r <= 1, TP / (1 + r w): the last chunk is larger than 1/k, so this lies BELOW the equal-chunk
+    bound; at 1 <= r <= 2 it is the first two chunks' AllToAlls then every AllGather but the first one's
+    (which ends before the second AllToAll), TP / (r + w (3 - r) / 2); from r = 2 on, TP / (r + w / 2). The
+    half-size first chunk raises the bound only where r > 1 + 1/k (it shortens the fill, and the fill binds
+    only where the AllGather is the longer half)."""
+    shares = monta_split(capacity, chunks) if capacity is not None else monta_weights(chunks)
+    return tp / pipeline_span([float(x) for x in shares], r)
 
 
 # -- capacity and buffer bytes -------------------------------------------------------------------

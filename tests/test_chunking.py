@@ -20,6 +20,8 @@ from monta.chunking import (
     monta_split,
     parse_chunks,
     parse_chunks_list,
+    pipeline_bound,
+    pipeline_span,
 )
 
 
@@ -90,6 +92,44 @@ def test_splits_keep_their_rules():
             assert max(e) - min(e) <= 1
     with pytest.raises(ValueError, match="between 1 and the capacity slice 4"):
         monta_split(4, 5)
+
+
+def _simulated_span(sizes: list[int], r: float) -> float:
+    """The chunk pipeline run event by event: each chunk's AllToAll on one link after the previous one's,
+    its AllGather (r x as long) on the other after its AllToAll and the previous AllGather; the span over
+    the whole AllToAll's time."""
+    total, a2a_done, ag_done = float(sum(sizes)), 0.0, 0.0
+    for x in sizes:
+        a2a_done += x / total
+        ag_done = max(ag_done, a2a_done) + r * x / total
+    return ag_done
+
+
+def test_the_pipeline_bound_is_that_of_the_split_monta_runs():
+    rng = random.Random(43)
+    for _ in range(300):  # any chunk sizes: the longest-path formula against the event-by-event pipeline
+        sizes = [rng.randint(1, 50) for _ in range(rng.randint(1, 12))]
+        r = rng.choice([0.0, 1.0, 2.0, 1 + 1 / len(sizes)]) if rng.random() < 0.2 else rng.uniform(0, 5)
+        assert pipeline_span(sizes, r) == pytest.approx(_simulated_span(sizes, r), rel=1e-12)
+    for cap, k, r in [(1024, 8, 0.3), (1024, 8, 1.03), (256, 4, 0.45), (4096, 16, 2.5), (1000, 3, 1.5)]:
+        assert pipeline_bound(8, r, k, cap) == pytest.approx(8 / _simulated_span(monta_split(cap, k), r), rel=1e-12)
+    for k in range(4, 17):  # the closed forms of the half-size first chunk
+        w = 1 / (k - 0.5)
+        for r in (0.0, 0.3, 0.99, 1.0, 1.5, 2.0, 3.7):
+            span = 1 + r * w if r <= 1 else r + w * (3 - r) / 2 if r <= 2 else r + w / 2
+            assert pipeline_bound(8, r, k) == pytest.approx(8 / span, rel=1e-12)
+    for k in (1, 2, 3):  # equal chunks below 4: the equal-chunk bound
+        for r in (0.3, 1.7):
+            assert pipeline_bound(8, r, k) == pytest.approx(8 / max(1 + r / k, r + 1 / k), rel=1e-12)
+    # p4de's ratio (r 0.30): 7.69 for MoNTA's 8 chunks, under the equal-chunk 7.71; it gains over equal
+    # chunks only from r = 1 + 1/k on (the 4-NIC A800's r 1.03 included: 6.89 against 6.93).
+    assert round(pipeline_bound(8, 0.30, 8), 2) == 7.69 < round(8 / (1 + 0.30 / 8), 2) == 7.71
+    assert pipeline_bound(8, 1.03, 8) < 8 / (1.03 + 1 / 8)
+    assert pipeline_bound(8, 1.126, 8) > 8 / (1.126 + 1 / 8) and pipeline_bound(8, 1.124, 8) < 8 / (1.124 + 1 / 8)
+    with pytest.raises(ValueError, match="one positive share per chunk"):
+        pipeline_span([1, 0], 0.5)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        pipeline_span([1, 1], -1.0)
 
 
 def test_capacity_is_deepspeeds():

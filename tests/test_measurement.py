@@ -118,3 +118,29 @@ def test_probe_summary_per_link_and_level():
     assert rows[("inter", 8)]["spread"] > 1.3 and rows[("inter", 8)]["min_gbps"] == pytest.approx(0.16)
     intra = rows[("intra", 4)]  # a node's loopback is one queue: both directions add up
     assert intra["n"] == 2 and intra["p50_gbps"] == pytest.approx(2.0) and intra["spread"] == pytest.approx(1.0)
+
+
+def test_the_footers_pipeline_bound_is_that_of_monta_split():
+    """The bench footer's bound is MoNTA's own split (half-size first chunk from 4 chunks on), read from a
+    stored sweep: at its ag/a2a under 1 it is below the equal-chunk TP / (1 + r/k)."""
+    import json
+    from pathlib import Path
+
+    from monta.bench.alltoall_table import summary_rows
+    from monta.chunking import monta_split, pipeline_bound
+
+    lines = (Path(__file__).resolve().parent.parent / "analysis/baselines/default-alltoall.jsonl").read_text()
+    records = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    first_run = [r for r in records if r["run_id"] == records[0]["run_id"]]
+    rows = summary_rows(first_run)
+    assert rows
+    below = []
+    for row in rows:
+        k, r, tp = row["best_chunks"], row["ag_over_a2a"], row["tp"]
+        cap = row["size_bytes"] // (2 * 1024 * 4) // tp  # E = 2, M = 1024, float32 in the stored sweep
+        assert row["pipeline_bound"] == pytest.approx(pipeline_bound(tp, r, k, cap))
+        drain = monta_split(cap, k)[-1] / cap  # the last chunk's share: what nothing hides at r < 1
+        assert r < 1 and row["pipeline_bound"] == pytest.approx(tp / (1 + r * drain))
+        assert (row["pipeline_bound"] < tp / (1 + r / k)) == (drain > 1 / k)
+        below.append(row["pipeline_bound"] < tp / (1 + r / k))
+    assert any(below)  # 4-16 MiB with 8 chunks: the last chunk holds more than 1/8 of the slice

@@ -15,6 +15,8 @@ from monta.bench.adaptive import row_label
 from monta.bench.alltoall_config import AlltoallConfig
 from monta.bench.alltoall_records import LINK_SHORTFALL, net_tuning
 from monta.bench.hostload import is_cpu_bound, verdict
+from monta.chunking import pipeline_bound
+from monta.dtypes import DTYPE_BYTES
 from monta.results import environment
 from monta.units import format_bytes, format_duration
 
@@ -142,6 +144,17 @@ def fmt_ci(point, ci) -> str:
     return f"{point:.3f} [{ci[0]:.3f},{ci[1]:.3f}]"
 
 
+def _capacity_slice(params: dict, chunks: int) -> int | None:
+    """The capacity slots one TP rank's chunks were cut from (C / TP of the [E, C, M] buffer), so the bound
+    is that of the exact split; None where the record does not say (the split's shares then)."""
+    try:
+        row = int(params["experts"]) * int(params["hidden"]) * DTYPE_BYTES[params["dtype"]]
+        cap = int(params["size_bytes"]) // row // int(params["tp"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return cap if cap >= chunks else None
+
+
 def summary_rows(records) -> list[dict[str, Any]]:
     """Per size: monta (best chunks) vs legacy and deepspeed as paired ratios with their CIs, the
     overlap efficiency with its CI, the byte bound, link delivery and the host CPU verdict."""
@@ -182,11 +195,11 @@ def summary_rows(records) -> list[dict[str, Any]]:
             lo = row["vs_legacy_ci"][0]
             row["above_bound"] = bool(lo == lo and lo > 1.05 * p["tp"])
         if ("a2a", 1) in vs and ("ag", 1) in vs:
-            # r = AllGather alone / AllToAll alone; k pipelined chunks gain at most TP / (r + 1/k) over
-            # legacy (TP / (1 + r/k) when r <= 1): the bound of the whole exchange, not only its bytes.
+            # r = AllGather alone / AllToAll alone; k pipelined chunks of MoNTA's split gain at most
+            # TP / pipeline_span over legacy: the bound of the whole exchange, not only its bytes.
             r = vs[("ag", 1)]["metrics"]["time_us"] / vs[("a2a", 1)]["metrics"]["time_us"]
             row["ag_over_a2a"] = r
-            row["pipeline_bound"] = p["tp"] / (r + 1 / best_c) if r >= 1 else p["tp"] / (1 + r / best_c)
+            row["pipeline_bound"] = pipeline_bound(p["tp"], r, best_c, _capacity_slice(p, best_c))
             if "vs_legacy" in row:  # how close the k-chunk pipeline came to its own bound
                 row["of_pipeline_bound"] = row["vs_legacy"] / row["pipeline_bound"]
         loads = [rec["metrics"].get("host_cpu") for rec in vs.values()]
