@@ -84,8 +84,10 @@ def _workdir(path: Path) -> Path:
     return path
 
 
-def _snakemake(conf: str, cwd: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SLURM_CONF": conf, "WANDB_MODE": "disabled", "DS_ACCELERATOR": "cpu"}
+def _snakemake(
+    conf: str, cwd: Path, *args: str, timeout: int = 1200, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SLURM_CONF": conf, "WANDB_MODE": "disabled", "DS_ACCELERATOR": "cpu", **(env or {})}
     # Poll the tiny local controller often (the profile's pace is for real clusters).
     return subprocess.run(
         [
@@ -224,11 +226,20 @@ def test_analysis_and_report_ran_on_the_slurm_records(pipeline):
 
 @slurm_test
 def test_failing_job_shows_its_slurm_log(slurm, tmp_path):
-    """A benchmark that fails inside its job (a model name the step does not know): Snakemake stops
-    non-zero, sacct says FAILED, and Snakemake prints the rule's log and then the job's SLURM log."""
+    """A benchmark that fails inside its job: Snakemake stops non-zero, sacct says FAILED, and Snakemake prints
+    the rule's log and then the job's SLURM log. The failure must be one no config check sees (a model name the
+    step does not know is refused before anything is submitted): the test plugin's toy-phases schedule raises
+    when MONTA_TOY_FAIL is set, and the job inherits the environment (sbatch --export=ALL)."""
     work = _workdir(tmp_path)
     proc = _snakemake(
-        slurm, work, "--config", 'step={"model": "no-such-model"}', "--", "results/step/local-2x2.jsonl", timeout=600
+        slurm,
+        work,
+        "--config",
+        'step={"variants": ["toy"]}',
+        "--",
+        "results/step/local-2x2.jsonl",
+        timeout=600,
+        env={"MONTA_TOY_FAIL": "1"},
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
@@ -236,7 +247,7 @@ def test_failing_job_shows_its_slurm_log(slurm, tmp_path):
     assert _sacct(slurm, [jobid], "State")[0]["State"] == "FAILED"
     assert Path(slurm_log).exists()  # failed jobs keep their SLURM log
     assert "Logfile results/logs/step/local-2x2.log:" in out
-    assert "invalid choice: 'no-such-model'" in out  # the rule's log: what the ranks said
+    assert "toy-phases fails on purpose" in out  # the rule's log: what the ranks said
     shown = out.split(f"Logfile {slurm_log}:", 1)
     assert len(shown) == 2, out[-4000:]
     # The SLURM log printed in full: the job's own Snakemake, the failed srun and its exit status.

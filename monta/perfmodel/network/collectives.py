@@ -180,9 +180,7 @@ def allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
         return ZERO
     measured = any(op in ("allreduce", "reducescatter") for (op, _), _ in cluster.collective_links)
     if _nccl(cluster) and not measured:  # a measured ReduceScatter curve is what the ring rides (below)
-        from monta.perfmodel.network.nccl_allreduce import allreduce as nccl_allreduce
-
-        return nccl_allreduce(S, g, cluster)
+        return _nccl_allreduce(S, g, cluster)
     half = reducescatter(S, g, cluster, ("allreduce", "reducescatter", "allgather"))
     best = half + half
     if measured:
@@ -192,6 +190,33 @@ def allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
         if t is not None and t.time_us < best.time_us:
             best = t
     return best
+
+
+def _nccl_allreduce(S: float, g: GroupShape, cluster: Cluster) -> CollTime:
+    """AllReduce as NCCL runs it on a real cluster: the algorithms the cluster's NCCL has (ring; tree across
+    nodes; NVLink SHARP inside an NVSwitch-3 node, NVLSTree across such nodes), each with the link model's
+    bandwidth, priced and chosen with NCCL's cost model (``nccl_collectives.priced``)."""
+    from monta.perfmodel.network import nccl_collectives as N
+
+    bare = N.bare(cluster)
+    n, m = g.size, g.nodes
+    half = reducescatter(S, g, bare, ("allreduce", "reducescatter", "allgather"))
+    ring = half + half
+    algos = {"ring": ring}
+    have = cluster.allreduce_algorithms
+    if m > 1 and "tree" in have:
+        # On 2 nodes the tree sends each node's bytes over the network once (_tree); on more it carries about the
+        # ring's bytes, so the ring's rate stands for it (nccl_collectives: its per-channel cap): the ring's time x
+        # n / (n - 1) (NCCL's tree busbw is algbw / 0.5, the ring's algbw x 2(n-1)/n).
+        tree = _tree(S, g, bare, nvls=False) if m == 2 else None
+        k = n / (n - 1)
+        as_tree = CollTime(ring.time_us * k, ring.intra_us * k, ring.inter_us * k, ring.intra_bytes, ring.inter_bytes)
+        algos["tree"] = tree if tree is not None else as_tree
+    if "nvls" in have and g.ranks_per_node > 1:
+        t = _nvls(S, g, bare) if m == 1 else (_tree(S, g, bare, nvls=True) if m == 2 else None)
+        if t is not None:
+            algos["nvls" if m == 1 else "nvlstree"] = t
+    return N.priced("allreduce", S, n, m, cluster, algos)[0]
 
 
 def _nvls_us(S: float, g: GroupShape, cluster: Cluster) -> float | None:

@@ -43,10 +43,8 @@ def ring(op: str, nbytes: float, g, cluster: Cluster, price_on):
 
 def _scaled(t, time_us: float):
     """``t`` (a bandwidth-only CollTime) stretched to ``time_us``, its link shares kept in proportion."""
-    from monta.perfmodel.network.collectives import CollTime
-
-    k = time_us / t.time_us if t.time_us > 0 else 1.0
-    return CollTime(time_us, t.intra_us * k, t.inter_us * k, t.intra_bytes, t.inter_bytes)
+    k = time_us / t.time_us if t.time_us > 0 else 1.0  # (replace: this module sits below collectives)
+    return replace(t, time_us=time_us, intra_us=t.intra_us * k, inter_us=t.inter_us * k)
 
 
 def _busbw(op: str, nbytes: float, t_us: float, n: int, algo: str) -> float:

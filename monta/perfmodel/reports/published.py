@@ -21,197 +21,22 @@ derived from the row itself (its health, notes, hardware columns, size), never f
 
 from __future__ import annotations
 
-import csv
-import re
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.links import Cluster
-
-EXPLAIN_ABOVE = 0.25  # a blind error above this must name its reason
-PLATEAU_BYTES = 8 * 2**30  # a row without a size is a plateau figure "for large messages": priced at 8 GiB
-
-# The nccl-tests binaries the model prices, and the model's name for each.
-NCCL_TESTS = {
-    "all_reduce_perf": "allreduce",
-    "all_gather_perf": "allgather",
-    "reduce_scatter_perf": "reducescatter",
-    "alltoall_perf": "alltoall",
-}
-
-# A GPU as sources name it -> the cluster file that holds its NVLink and compute. First match wins, so the
-# narrower names come first (H800 before H100, A800 before A100). A GPU missing here is priced only through a
-# ``cluster`` column.
-GPU_FILES: tuple[tuple[str, str], ...] = (
-    (r"\bH800\b", "h800"),
-    (r"\bH20\b", "h100"),  # NVLink4 at 900 GB/s bidirectional, as the H100 (its compute is not used here)
-    (r"\bH100\b|\bH200\b|\bGH200\b", "h100"),
-    (r"\bA800\b", "a800-4nic"),
-    (r"\bA100\b", "a100"),
-    (r"\bV100\b", "p3dn"),
+from monta.perfmodel.reports.published_rows import (  # noqa: F401  (re-exported: the command's interface)
+    EXPLAIN_ABOVE,
+    HEALTHY,
+    NCCL_TESTS,
+    NIC_LINE_RATE_FRACTION,
+    PLATEAU_BYTES,
+    Row,
+    blind_cluster,
+    gpu_file,
+    kernel_kind,
+    predict_row,
+    read_rows,
 )
-
-HEALTHY = ("healthy", "")
-
-
-@dataclass
-class Row:
-    """One published measurement, as read (strings stripped; numbers parsed, None when empty)."""
-
-    raw: dict[str, str]
-
-    def text(self, key: str) -> str:
-        return (self.raw.get(key) or "").strip()
-
-    def num(self, key: str) -> float | None:
-        s = self.text(key).lstrip("~=").replace(",", "")
-        if not s:
-            return None
-        try:
-            return float(s)
-        except ValueError:
-            return None
-
-    def int(self, key: str) -> int | None:
-        v = self.num(key)
-        return int(v) if v is not None and v == int(v) and v > 0 else None
-
-    @property
-    def id(self) -> str:
-        return self.text("id")
-
-    @property
-    def source(self) -> str:
-        return self.text("source") or self.text("source_url")
-
-    @property
-    def health(self) -> str:
-        h = self.text("health").lower()
-        if h:
-            return h
-        notes = self.text("notes").lower()
-        for word in ("misconfigured", "degraded", "suspect", "approximate"):
-            if word in notes:
-                return word
-        return "healthy" if "healthy" in notes else "unknown"
-
-    def metric(self) -> tuple[str, float] | None:
-        """(metric column, measured value): the ``metric`` column's choice, else busbw, algbw, time."""
-        named = self.text("metric")
-        order = ([named] if named else []) + ["busbw_GBps", "algbw_GBps", "time_us"]
-        for col in order:
-            col = "busbw_GBps" if col == "bottleneck_GBps" else col
-            v = self.num(col)
-            if v is not None and v > 0:
-                return col, v
-        return None
-
-
-def read_rows(path: str | Path) -> list[Row]:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"published data {p} not found (the project's table: data/published/collectives.csv)")
-    with p.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ("id", "collective") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{p}: column {missing[0]!r} is missing (columns as in data/published/README.md)")
-        rows = [Row(r) for r in reader]
-    ids = [r.id for r in rows]
-    dup = next((i for i in ids if ids.count(i) > 1), None)
-    if dup is not None:
-        raise ValueError(f"{p}: id {dup!r} appears twice; ids must be unique")
-    return rows
-
-
-def gpu_file(gpu: str) -> str | None:
-    for pattern, name in GPU_FILES:
-        if re.search(pattern, gpu, re.IGNORECASE):
-            return name
-    return None
-
-
-# A stated NIC at this fraction of its line rate: what NVIDIA's engineers say nccl-tests reaches (an NDR 400 Gb/s
-# NIC 46-48 GB/s of 50, an HDR 200 Gb/s one ~24 of 25: data/published/claims.csv C01, C03). Taken for every
-# stated NIC, whatever its kind: a fabric that reaches less (EFA) shows as the model's error, not a fitted rate.
-NIC_LINE_RATE_FRACTION = 0.94
-
-
-def blind_cluster(row: Row) -> tuple[Cluster | None, str | None]:
-    """The cluster a row's hardware columns describe, or (None, why not)."""
-    from monta.perfmodel.network.profile import get_cluster
-
-    nodes, gpn = row.int("nodes"), row.int("gpus_per_node")
-    named = row.text("cluster")
-    if named:
-        base = get_cluster(named)
-        return base.with_nodes(nodes or base.nodes, gpn or base.gpus_per_node), None
-    name = gpu_file(row.text("gpu"))
-    if name is None:
-        return None, f"no cluster file for GPU {row.text('gpu') or '(not stated)'!r}: add a `cluster` column"
-    if gpn is None:
-        return None, "GPUs per node not stated"
-    if nodes is None:
-        return None, "node count not stated"
-    base = get_cluster(name)
-    c = base.with_nodes(nodes, gpn)
-    if nodes > 1:
-        nics, gbps = row.int("nic_per_node"), row.num("nic_gbps")
-        if not nics or not gbps:
-            return None, "NICs per node or their rate not stated: the inter-node link cannot be built"
-        c = replace(c, nics_per_node=nics, inter=replace(c.inter, bandwidth_GBps=gbps / 8 * NIC_LINE_RATE_FRACTION))
-    return c, None
-
-
-def kernel_kind(collective: str) -> str | None:
-    """``nccl`` for an nccl-tests binary, ``moe-normal`` for a MoE library's bandwidth-bound dispatch/combine
-    kernel (DeepEP / UCCL-EP "normal"), ``moe-ll`` for their low-latency kernels, None otherwise."""
-    c = collective.strip().lower()
-    if c in NCCL_TESTS:
-        return "nccl"
-    if re.match(r"(deepep|uccl_ep)\w*_(dispatch|combine)", c):
-        return "moe-ll" if re.search(r"_ll|low_latency", c) else "moe-normal"
-    return None
-
-
-def predict_row(row: Row, cluster: Cluster) -> tuple[float | None, str | None]:
-    """The model's value of the row's metric on ``cluster``, or (None, why not)."""
-    m = row.metric()
-    if m is None:
-        return None, "no measurement in busbw_GBps, algbw_GBps or time_us"
-    col, _ = m
-    kind = kernel_kind(row.text("collective"))
-    if kind == "moe-ll":
-        return None, "low-latency MoE kernel: latency-bound, the model prices bandwidth-bound exchanges"
-    if kind == "moe-normal":
-        if col == "time_us":
-            return None, "MoE kernel time without its token count and hidden size: priced only as bandwidth"
-        # DeepEP's "bottleneck bandwidth" = bytes over the bottleneck link / kernel time: NVLink inside a
-        # node, the GPU's NIC share across nodes. The model's figure is that link's effective rate.
-        nvlink, nic_share = cluster.per_gpu_GBps
-        return (nvlink if cluster.nodes == 1 else nic_share), None
-    if kind is None:
-        return None, f"collective {row.text('collective')!r}: not an nccl-tests binary or a MoE dispatch kernel"
-    op = NCCL_TESTS[row.text("collective").strip().lower()]
-    S = row.num("size_bytes") or PLATEAU_BYTES
-    n = cluster.world_size
-    if n < 2:
-        return None, "a collective of one rank"
-    g = GroupShape(n, cluster.gpus_per_node, cluster.gpus_per_node)
-    t = {
-        "allreduce": lambda: C.allreduce(S, g, cluster),
-        "allgather": lambda: C.allgather(S / n, g, cluster),  # nccl-tests' size is the gathered output
-        "reducescatter": lambda: C.reducescatter(S, g, cluster),
-        "alltoall": lambda: C.alltoall(S, g, cluster),
-    }[op]().time_us
-    if col == "time_us":
-        return t, None
-    if col == "algbw_GBps":
-        return C.algbw_GBps(S, t), None
-    return C.busbw_GBps(op, S, t, n), None
 
 
 def explain(row: Row, cluster: Cluster | None, measured: float, predicted: float) -> str:

@@ -13,7 +13,7 @@ import math
 import statistics
 from typing import Any
 
-from monta.perfmodel.reports.published import NCCL_TESTS
+from monta.perfmodel.reports.published_rows import NCCL_TESTS
 
 SMALL = 64 * 2**20
 

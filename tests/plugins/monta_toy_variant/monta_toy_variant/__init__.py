@@ -25,8 +25,12 @@ class ToyPhases:
         self.calls = 0
 
     def __call__(self, moe, x):
+        import os
+
         from monta.model.transformer import stock_schedule
 
+        if os.environ.get("MONTA_TOY_FAIL"):  # TEST AID: a failure no config check can see, inside the run
+            raise RuntimeError("toy-phases fails on purpose (MONTA_TOY_FAIL is set)")
         self.calls += 1
         return stock_schedule(moe, x)
 
