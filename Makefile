@@ -18,7 +18,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Snakemake holds is cleared with Snakemake's own --unlock and a one-line note; a live one stops the target.
 SNAKEMAKE := $(PY) -m monta.pipeline_run
 
-.PHONY: setup doctor test-plugins test test-fast reproduce report pipeline-test exchange-map skew-map bench-alltoall bench-step lint clean slurm-up slurm-down test-slurm faults
+.PHONY: setup doctor test-plugins test test-fast reproduce report pipeline-test exchange-map skew-map bench-alltoall bench-step step-2x8 lint clean slurm-up slurm-down test-slurm faults
 
 setup: $(STAMP)
 
@@ -85,6 +85,11 @@ skew-map: setup
 # The pipeline's 2 x 8 sweep as it runs it (config/default.yaml: 8 and 16 MiB, 1-8 chunks of 2 MiB and up, adaptive).
 bench-alltoall: setup
 	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 8M:16M:2 --chunks 1,2,4,8 --min-chunk 2M --warmup 1 --adaptive --max-iters 40 --budget-s 20 --check
+
+# The paper's layout on the emulator: the step at 2 x 8 TP8 (16 ranks; the mini with 8 KV heads so TP8 divides
+# them) at half the 2 x 4 step's rates, the three exchanges; ~3 min; not in reproduce (docs/results/training-step.md).
+step-2x8: setup
+	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 8 --tp 8 --kv-heads 8 --launcher emulate --topology a800-4nic@0.0625 --micro-batch 32 --compute modeled --steps 2 --warmup 1 --variants deepspeed,legacy,monta --out results/step-2x8.jsonl $(if $(FORCE),--force)
 
 bench-step: setup
 	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 4 --launcher emulate --topology a800-4nic@0.125 --micro-batch 32 --compute modeled --steps 6 --warmup 2

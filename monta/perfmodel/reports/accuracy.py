@@ -62,21 +62,6 @@ def _param(rec: dict, key: str, where: str) -> Any:
         ) from None
 
 
-def _same_network(rec: dict, profile: LinkProfile) -> bool:
-    """A record measured at the link rates the profile was calibrated at (each where both say;
-    an unshaped intra-node link on one side and a shaped one on the other differ)."""
-    topo = profile.extra.get("topology") or {}
-    for key in ("inter_gbps", "intra_gbps"):
-        if key not in topo or key not in rec["params"]:
-            continue
-        want, got = topo[key], rec["params"][key]
-        if (want is None) != (got is None):
-            return False
-        if want is not None and abs(float(got) - float(want)) > 1e-9 * max(1.0, float(want)):
-            return False
-    return True
-
-
 # Two links slowed by one factor agree to this share (the emulator rounds the loopback's rate to 4 digits).
 _SAME_FACTOR = 1e-3
 
@@ -303,11 +288,15 @@ def evaluate_steps(records: list[dict], profile: LinkProfile) -> list[StepPoint]
     from monta.perfmodel.training.strategy import Strategy
 
     out = []
+    at: dict[float, LinkProfile] = {}  # the profile per clock, as for the AllToAll records
     for rec in records:
         p = rec.get("params") or {}
         if rec.get("kind") != "step" or rec.get("source") not in MEASURED_SOURCES or p.get("compute") != "modeled":
             continue
-        if not _same_network(rec, profile) or not _has_model(registry.get(p["variant"]).exchange):
+        # a step at a slower clock (the 2 x 8 step at half the 2 x 4's rates) is priced on the profile rescaled
+        # to it; another intra:inter ratio is left out
+        factor = clock_factor(rec, profile)
+        if factor is None or not _has_model(registry.get(p["variant"]).exchange):
             continue
         spec = (rec.get("config") or {}).get("spec") or {}
         topo = spec.get("topology") or {}
@@ -335,7 +324,7 @@ def evaluate_steps(records: list[dict], profile: LinkProfile) -> list[StepPoint]
         b = predict_step(
             cfg,
             s,
-            profile.cluster(nodes, gpn),
+            profile.cluster(nodes, gpn) if factor == 1.0 else _cluster_at(profile, at, factor, nodes, gpn),
             cfg.seq,
             dp * cfg.micro_batch,
             compute_scale=clock,
