@@ -10,28 +10,12 @@ from __future__ import annotations
 import argparse
 
 from monta.cli_args import HelpFormatter, add_out_arguments, add_shape_arguments, check_out  # noqa: F401  (the benchmarks import them here)
-
-# With no network flag, both benchmarks emulate the 4-NIC A800 (its NIC at the default emulated rate,
-# its loopback at the A800's per-GPU ratio): the cluster the paper measures. `--topology unshaped` asks
-# for no shaping at all.
-DEFAULT_TOPOLOGY = "a800-4nic"
-_SHAPING = ("topology", "inter_gbps", "intra_gbps", "latency_us")
+from monta.emulate.network_args import NETWORK_HELP, default_network, default_topology
 
 LAUNCHER_HELP = {
     "emulate": "start the ranks on the emulated cluster (network namespaces, shaped links)",
     "local": "start the ranks here on 127.0.0.1, unshaped",
     "env": "this process is one rank started by torchrun/srun (reads RANK, WORLD_SIZE, MASTER_ADDR...)",
-}
-
-
-NETWORK_HELP = {
-    "topology": f"the emulated network: a preset (`monta emulate presets`), PRESET@GBPS (its NIC at GBPS Gbit/s "
-    f"per node), a cluster file PATH.yaml[@GBPS], or unshaped; the flags below override it (default: "
-    f"{DEFAULT_TOPOLOGY} at its default rate when no network flag is given)",
-    "inter_gbps": "inter-node NIC rate per node and direction, Gbit/s (default: the --topology's)",
-    "intra_gbps": "intra-node (loopback) rate per node, Gbit/s (default: the --topology's)",
-    "latency_us": "added one-way inter-node latency, us (default: the --topology's, 0)",
-    "tcp_cc": "TCP congestion control inside the emulated nodes (default: reno; README's testbed notes)",
 }
 
 
@@ -76,11 +60,6 @@ def add_cluster_argument(p: argparse.ArgumentParser, default_text: str) -> None:
     )
 
 
-def default_network(args: argparse.Namespace) -> bool:
-    """Whether no shaping flag was given (the emulator then runs the default profile)."""
-    return all(getattr(args, k, None) is None for k in _SHAPING)
-
-
 def network(args: argparse.Namespace):
     """The emulated network of the flags: the default profile when no shaping flag was given. Ranks
     that are not emulated (torchrun/srun, local) run on whatever network they have: unshaped, unless
@@ -90,14 +69,6 @@ def network(args: argparse.Namespace):
     if default_network(args) and args.launcher == "emulate":
         return default_topology(args)
     return topology_from_args(args)
-
-
-def default_topology(args: argparse.Namespace):
-    """The emulated network with no network flag, in `monta bench` and `monta emulate` alike."""
-    from monta.emulate.topology import Topology
-
-    overrides = {"tcp_cc": args.tcp_cc} if getattr(args, "tcp_cc", None) else {}
-    return Topology.preset(DEFAULT_TOPOLOGY, **overrides)
 
 
 def network_line(bench: str, args: argparse.Namespace, description: str) -> str:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from monta.atomic import write_atomic
-from monta.bench.common_args import NETWORK_HELP, default_network, default_topology
 from monta.cli_args import add_shape_arguments, check_out
+from monta.emulate.network_args import NETWORK_HELP, default_network, default_topology
 from monta.emulate.topology import PRESETS, add_topology_args, topology_from_args
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
