@@ -97,9 +97,14 @@ def read_rows(path: str | Path) -> list[Row]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"published data {p} not found (the project's table: data/published/collectives.csv)")
+    return read_table(p, ("id", "collective"))
+
+
+def read_table(p: Path, required: tuple[str, ...]) -> list[Row]:
+    """The rows of a published CSV (collectives or training steps): each required column present, ids unique."""
     with p.open(newline="") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in ("id", "collective") if c not in (reader.fieldnames or [])]
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{p}: column {missing[0]!r} is missing (columns as in data/published/README.md)")
         rows = [Row(r) for r in reader]

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from monta.perfmodel.reports.published import NIC_LINE_RATE_FRACTION, Row, gpu_file
+from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, gpu_file, read_table
 
 EXPLAIN_ABOVE = 0.25
 STEP_GPU_FILES: tuple[tuple[str, str], ...] = (
@@ -60,18 +60,7 @@ def is_step_table(path: str | Path) -> bool:
 
 
 def read_step_rows(path: str | Path) -> list[Row]:
-    p = Path(path)
-    with p.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ("id", *STEP_COLUMNS) if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{p}: column {missing[0]!r} is missing (columns as in data/published/README.md)")
-        rows = [Row(r) for r in reader]
-    ids = [r.id for r in rows]
-    dup = next((i for i in ids if ids.count(i) > 1), None)
-    if dup is not None:
-        raise ValueError(f"{p}: id {dup!r} appears twice; ids must be unique")
-    return rows
+    return read_table(Path(path), ("id", *STEP_COLUMNS))
 
 
 def step_gpu_file(gpu: str) -> str | None:
