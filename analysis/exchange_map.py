@@ -18,9 +18,9 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from monta import variants as registry  # noqa: E402
+from monta.hardware.profile import LinkProfile  # noqa: E402
 from monta.parallel import ParallelLayout  # noqa: E402
 from monta.perfmodel.network.exchange import exchange_time  # noqa: E402
-from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
 from monta.perfmodel.network.routed import inter_bytes_formula  # noqa: E402
 from monta.perfmodel.reports.accuracy import clock_factor  # noqa: E402
 from monta.results import read_records  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from monta.perfmodel.network import clusterfile
+from monta.hardware import clusterfile
 
 _POINT = ("size_bytes", "variant", "chunks", "nodes", "gpus_per_node", "tp")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from monta.dtypes import DTYPE_BYTES  # noqa: E402
+from monta.hardware.profile import LinkProfile  # noqa: E402
 from monta.parallel import ParallelLayout  # noqa: E402
-from monta.perfmodel.network.profile import LinkProfile  # noqa: E402
 from monta.results import read_records  # noqa: E402
 from monta_analysis.exchange_map import TIE, exchange_colors, map_exchanges, record_cluster, tie  # noqa: E402
 

@@ -14,8 +14,8 @@ moves its 1/TP token shard (S / (k TP)). A node of E/N experts is touched by a t
 from __future__ import annotations
 
 from monta.exchanges import LayoutBytes, RoutingBytes
+from monta.hardware.links import Cluster
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import (
     COUNT_BYTES,  # noqa: F401  (the count exchanges' size, priced by counts())
     GATE_BYTES,

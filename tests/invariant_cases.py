@@ -140,10 +140,10 @@ def model_points() -> dict:
     from dataclasses import replace
 
     from monta import variants
+    from monta.hardware.profile import get_cluster
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
     from monta.perfmodel.network.exchange import exchange_time
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.network.routed import inter_bytes_formula, routed_exchange_time
     from monta.perfmodel.training.step import predict_step
     from monta.perfmodel.training.strategy import Strategy

@@ -733,7 +733,7 @@ def test_exchange_map_winner_pick_and_report():
 
 def test_exchange_map_prices_every_exchange_from_records(tmp_path):
     """From bench records and a profile: one point per exchange, each with the model's prediction."""
-    from monta.perfmodel.network.profile import LinkProfile
+    from monta.hardware.profile import LinkProfile
     from monta_analysis import exchange_map as em
 
     profile = LinkProfile.from_dict(

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from monta.cli import main
+from monta.hardware.links import Link
+from monta.hardware.profile import get_cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network import nccl_fit as F
-from monta.perfmodel.network.links import Link
-from monta.perfmodel.network.profile import get_cluster
 from monta.perfmodel.reports import ncclrows
 
 ROOT = Path(__file__).resolve().parents[1]

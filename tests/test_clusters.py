@@ -1,4 +1,4 @@
-"""Clusters as files (clusters/*.yaml, monta.perfmodel.network.clusterfile): every shipped file loads and
+"""Clusters as files (clusters/*.yaml, monta.hardware.clusterfile): every shipped file loads and
 sources every number; the old Python presets' numbers and predictions are unchanged; a malformed file is
 one error line through the CLI; a user's own file works end to end; the emulator's rho comes from the files."""
 
@@ -12,15 +12,15 @@ import pytest
 import yaml
 
 from monta.chunking import parse_chunks_list
-from monta.perfmodel.network import clusterfile as CF
+from monta.hardware import clusterfile as CF
+from monta.hardware.links import CURVES, Cluster, Link
+from monta.hardware.profile import get_cluster
 from monta.perfmodel.network.alltoall import make_layout, sweep
-from monta.perfmodel.network.links import CURVES, Cluster, Link
-from monta.perfmodel.network.profile import get_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
 
-# The Python literals of monta/perfmodel/network/links.py at commit 84ba819 (_a800, _a100, _hopper), the
+# The Python literals of monta/hardware/links.py at commit 84ba819 (_a800, _a100, _hopper), the
 # presets the files replace: (nvlink GB/s, nvlink us, nic GB/s, nic us, NICs per node, peak TFLOP/s,
 # copy GB/s, HBM GB/s). All had 8 GPUs per node, 80 GB, gemm_eff 0.6, attn_eff 0.45, the SimAI AllToAll
 # curves on both links and an intra-node AllGather link (same bandwidth, latency 0, SimAI's NVLink table).

@@ -11,9 +11,9 @@ import pytest
 
 from monta.bench import dilation
 from monta.emulate.topology import Topology
+from monta.hardware.profile import LinkProfile
 from monta.parallel import ParallelLayout
 from monta.perfmodel.network.exchange import exchange_time
-from monta.perfmodel.network.profile import LinkProfile
 from monta.perfmodel.reports.accuracy import clock_factor, evaluate
 from monta.results import make_record, read_records
 

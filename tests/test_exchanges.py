@@ -90,10 +90,10 @@ def test_the_model_prices_the_toy_by_its_own_steps():
     the buffer; its formula gives the bytes the model counts; the step model prices its variant."""
     from dataclasses import replace
 
+    from monta.hardware.profile import get_cluster
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
     from monta.perfmodel.network.exchange import exchange_time, modelled_as
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.network.routed import inter_bytes_formula, routed_exchange_time, routed_exchanges
     from monta.perfmodel.training.step import predict_step
     from monta.perfmodel.training.strategy import Strategy

@@ -51,8 +51,8 @@ def test_a_prediction_written_by_the_cli_is_readable_by_others_under_umask_022(t
 
 
 def test_cluster_files_profiles_and_tables_get_the_umask_mode(tmp_path, umask):
-    from monta.perfmodel.network import clusterfile
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware import clusterfile
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.reports.out_files import write_text
 
     want = 0o666 & ~umask

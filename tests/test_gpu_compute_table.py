@@ -26,8 +26,8 @@ def tool():
 
 
 def test_the_cpu_run_times_every_piece_and_prices_it_with_the_model(tool, tmp_path):
+    from monta.hardware.profile import get_cluster
     from monta.model.config import PRESETS
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.training.compute import forward_pieces_us
 
     assert tool.main(["--device", "cpu", "--scale", "64", "--reps", "1", "--rounds", "2", "--out", str(tmp_path)]) == 0

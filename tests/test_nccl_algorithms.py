@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from monta.hardware.links import Link
+from monta.hardware.profile import get_cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.links import Link
-from monta.perfmodel.network.profile import get_cluster
 
 GiB = 2**30
 
@@ -69,6 +69,6 @@ def test_measured_curves_and_emulator_profiles_keep_the_ring():
     fitted = replace(a100, collective_links=a100.collective_links + ((("allreduce", "inter"), Link(5.0, 0.0)),))
     half = C.reducescatter(GiB, g, fitted, ("allreduce", "reducescatter", "allgather"))
     assert C.allreduce(GiB, g, fitted) == half + half
-    from monta.perfmodel.network.links import Cluster
+    from monta.hardware.links import Cluster
 
     assert Cluster.allreduce_algorithms == ("ring",)  # what a link profile (gloo) builds

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from monta.cli import main
+from monta.hardware.links import Link
+from monta.hardware.profile import get_cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.network import nccltests as N
-from monta.perfmodel.network.links import Link
-from monta.perfmodel.network.profile import get_cluster
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "published" / "nccl-tests"
 MiB = 2**20

@@ -9,13 +9,14 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from monta.perfmodel.network import clusterfile as CF
+from monta.hardware import clusterfile as CF
+from monta.hardware.gpus import arch_of
+from monta.hardware.profile import get_cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network import nccl_collectives as N
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.network import nccl_tuning as T
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.profile import get_cluster
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 
@@ -24,7 +25,7 @@ def test_the_cluster_files_name_their_generation_and_the_emulator_none():
     assert [get_cluster(n).nccl_arch for n in ("a100", "a800", "h100", "h800", "p3dn")] == [
         "ampere", "ampere", "hopper", "hopper", "volta"
     ]  # fmt: skip
-    assert T.arch_of("Mystery GPU") == "" and T.arch_of("NVIDIA H20") == "hopper"
+    assert arch_of("Mystery GPU") == "" and arch_of("NVIDIA H20") == "hopper"
 
 
 def test_latencies_are_nccls_formulas():

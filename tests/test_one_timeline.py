@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from monta import variants
+from monta.hardware.profile import get_cluster
 from monta.parallel import ParallelLayout
 from monta.perfmodel.network import schedule
 from monta.perfmodel.network.collectives import CollTime
 from monta.perfmodel.network.exchange import exchange_shapes, exchange_time, layout_shapes
-from monta.perfmodel.network.profile import get_cluster
 from monta.perfmodel.network.routed import routed_exchange_time
 from monta.perfmodel.network.steps import ExchangeSteps, Step
 

@@ -12,14 +12,14 @@ from dataclasses import replace
 
 import pytest
 
+from monta.hardware.links import Cluster, Link
+from monta.hardware.profile import LinkProfile, get_cluster
 from monta.model.config import ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.chunks import choose_chunks
 from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_time
-from monta.perfmodel.network.links import Cluster, Link
-from monta.perfmodel.network.profile import LinkProfile, get_cluster
 from monta.perfmodel.reports.accuracy import evaluate, mape, report
 from monta.perfmodel.training.memory import RESERVE_GB, memory_per_rank
 from monta.perfmodel.training.planner import plan
@@ -594,9 +594,10 @@ def test_cli_commands(tmp_path, capsys):
 
 
 def test_import_is_torch_free():
-    mods = "network.profile, network.alltoall, training.planner, reports.cli, reports.paper, reports.accuracy"
+    mods = "hardware.profile, hardware.gpus, perfmodel.network.alltoall, perfmodel.training.planner"
+    mods += ", perfmodel.reports.cli, perfmodel.reports.paper, perfmodel.reports.accuracy"
     code = (
-        "import sys, monta.perfmodel, " + ", ".join(f"monta.perfmodel.{m}" for m in mods.split(", ")) + "; "
+        "import sys, monta.perfmodel, " + ", ".join(f"monta.{m}" for m in mods.split(", ")) + "; "
         "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -946,8 +947,8 @@ def test_node_dedup_sends_routing_data_in_the_rows_batch_and_a_lone_member_forwa
     """node-dedup's gates and routes ride in each hop's call (metered as metadata, priced in the call: one
     wait per hop); with one EP member per node (2 x 4 at TP 4) the forward hop and its count exchange
     are not there, and only hop 1's counts are metadata besides the riders."""
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network.exchange import layout_shapes
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.network.routed import routed_shapes, touch_probability
 
     S, k, E, row = 4 * MiB, 2, 16, 1024
@@ -1163,8 +1164,8 @@ def test_hierarchical_crossover_direction_holds_over_the_per_message_cost(monkey
 def test_nccl_posts_a_calls_sends_as_one_group():
     """On a real cluster the link latency is paid once per call plus a per-message cost; on the emulator
     once per message (gloo's serial sends)."""
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network import routed
-    from monta.perfmodel.network.profile import get_cluster
 
     real = get_cluster("a100", 2, 8)
     one = routed.call(real, 8, inter_msgs=1, inter_bytes=MiB, size=MiB)

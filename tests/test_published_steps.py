@@ -194,7 +194,7 @@ def test_a_fit_on_few_rows_keeps_its_compute_factor_non_negative():
 def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
     """A model too small to cover the host floor: each dense layer adds the per-layer floor (attention, norms),
     not the MoE layer's, whose 64 local experts add 3 ops each."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.training.run_shape import RunModel
     from monta.perfmodel.training.run_step import HOST_OPS_LAYER, HOST_US_PER_OP, Layout, price_run
 
@@ -238,7 +238,7 @@ def test_a_shallower_gemm_reaches_less_of_its_peak_as_measured():
     top = table["expert_up.fwd"]["tflops"] / depth_eff(8192, kh)
     for name, k in depth.items():
         assert top * depth_eff(k, kh) == pytest.approx(table[name]["tflops"], rel=0.08), name
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.training.run_shape import RunModel
     from monta.perfmodel.training.run_step import Layout, price_run
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from monta import variants as registry
-from monta.perfmodel.network.profile import LinkProfile
+from monta.hardware.profile import LinkProfile
 from monta.results import make_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,7 +204,7 @@ def test_the_skew_model_prices_the_most_loaded_link_where_ranks_share_one():
     """On the emulator a node's ranks share one NIC and one loopback, so a routing's worst link is a
     node's (its members' load summed), never above the worst rank's; on the A800 (a NIC per GPU) the
     link is the rank's, as before."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network.skew import SkewFactors, link_groups
     from monta.routing import make_routing
 

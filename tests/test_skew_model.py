@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
+from monta.hardware.profile import get_cluster
 from monta.perfmodel.network.alltoall import make_layout
 from monta.perfmodel.network.exchange import exchange_time
-from monta.perfmodel.network.profile import get_cluster
 from monta.perfmodel.network.skew import SkewFactors, skew_price, skew_table, split_specs
 from monta.routing import make_routing
 

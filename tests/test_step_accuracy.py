@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from monta.perfmodel.network.profile import LinkProfile
+from monta.hardware.profile import LinkProfile
 from monta.perfmodel.reports.accuracy import evaluate_steps
 from monta.results import read_records
 

@@ -198,8 +198,8 @@ def test_the_model_prices_a_plugin_exchange_as_it_declared(monkeypatch):
 def test_the_performance_model_predicts_the_compositions():
     """monta+lina and monta+lancet: MoNTA's exchange under the baselines' overlap; on the paper's
     setups the model has each beat both of its parts, and existing names predict as before."""
+    from monta.hardware.profile import get_cluster
     from monta.model.config import resolve_config
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.training.step import predict_step
     from monta.perfmodel.training.strategy import Strategy
 

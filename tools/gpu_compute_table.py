@@ -234,7 +234,7 @@ def time_contention(s, device, dtype, reps, rounds) -> dict:
 
 def model_estimates(cluster_name: str, scale: int) -> dict:
     """The model's forward time per piece (us) for one TP8 rank, and the same for the measured pieces."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
 
     cluster = get_cluster(cluster_name)
     m = PRESETS["moe-2x70b"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from monta.bench.step_args import MAX_CONTENTION, add_arguments, check_args
 from monta.bench.step_args import spec as _spec
-from monta.bench.step_compute import PEAK_BF16_TFLOPS, model_flops_per_rank, peak_tflops, run_chunks
+from monta.bench.step_compute import model_flops_per_rank, peak_tflops, run_chunks
 from monta.bench.step_launch import clock_of
 from monta.bench.step_launch import topology as _topology
 from monta.bench.step_records import BREAKDOWN, EXCHANGE_PHASES
@@ -26,7 +26,6 @@ __all__ = [
     "BREAKDOWN",
     "EXCHANGE_PHASES",
     "MAX_CONTENTION",
-    "PEAK_BF16_TFLOPS",
     "add_arguments",
     "check_args",
     "clock_of",

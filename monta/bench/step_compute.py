@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from monta.chunking import Auto, capacity_slice, dispatch_bytes, expert_capacity, parse_chunks
-
-# Dense bf16 peak per GPU (TFLOP/s, vendor datasheets, no sparsity) for MFU; --peak-tflops overrides.
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0}
+from monta.hardware.gpus import cluster_of_gpu
+from monta.hardware.profile import get_cluster
 
 
 def run_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
@@ -39,6 +38,9 @@ def model_flops_per_rank(cfg, layout) -> float:
 
 
 def peak_tflops(device_name: str, override: float | None) -> float | None:
+    """The device's dense 16-bit peak for MFU: ``--peak-tflops``, else its cluster file's ``gpu.peak_tflops``
+    (``monta.hardware.gpus``), else None (no MFU)."""
     if override:
         return override
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device_name.upper()), None)
+    cluster = cluster_of_gpu(device_name)
+    return get_cluster(cluster).peak_tflops if cluster else None

@@ -23,7 +23,7 @@ from typing import Any
 
 from monta.atomic import write_atomic
 from monta.emulate.topology import Topology
-from monta.perfmodel.network.profile import PROFILE_SCHEMA
+from monta.hardware.profile import PROFILE_SCHEMA
 
 _LATENCY_BYTES = 8
 

@@ -11,8 +11,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from monta.perfmodel.network import clusterfile
-from monta.perfmodel.network.links import Cluster
+from monta.hardware import clusterfile
+from monta.hardware.links import Cluster
 
 # An emulated profile is a real cluster (a cluster file, clusters/NAME.yaml, or a user's PATH.yaml) slowed
 # by one factor: every node's NIC is shaped to ``inter_gbps`` and its loopback to ``inter_gbps x rho``,

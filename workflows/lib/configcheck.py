@@ -189,7 +189,7 @@ def _check_clusters(cfg: Mapping[str, Any]) -> None:
     """predict.cluster and network.topology name a cluster (a file of clusters/) or a cluster file's path:
     a typo or a malformed file stops here, not in the first job that reads it."""
     _validate_module()  # puts the checkout on sys.path when Snakemake runs outside the environment
-    from monta.perfmodel.network import clusterfile
+    from monta.hardware import clusterfile
 
     named = []
     spec = cfg["predict"]["cluster"]

@@ -1,2 +1,2 @@
-"""The network: link costs, cluster presets and calibrated profiles, collectives, the fluid timeline,
-the token exchanges' timelines, chunk choice and the predicted AllToAll sweep."""
+"""The network: collectives, the fluid timeline, the token exchanges' timelines, chunk choice and the
+predicted AllToAll sweep (the links and clusters they price are ``monta.hardware``)."""

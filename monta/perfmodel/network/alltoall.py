@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from monta.chunking import parse_chunks
+from monta.hardware.links import Cluster
 from monta.perfmodel.network.collectives import algbw_GBps, busbw_GBps
 from monta.perfmodel.network.exchange import exchange_time, layout_shapes, takes_chunks
-from monta.perfmodel.network.links import Cluster
 
 
 def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):

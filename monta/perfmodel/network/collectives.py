@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monta.perfmodel.network.links import Cluster
+from monta.hardware.links import Cluster
 
 # Notation: S = bytes each rank sends in total (nccl-tests "size" for AllToAll), n = group size,
 # p = ranks of the group on each node it spans, m = n / p nodes spanned, c = ranks of one node

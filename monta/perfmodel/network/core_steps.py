@@ -12,8 +12,8 @@ AllGather(i) and copy(i) run. Combine and both backward passes have the same sha
 from __future__ import annotations
 
 from monta.chunking import monta_weights
+from monta.hardware.links import Cluster
 from monta.perfmodel.network.collectives import GroupShape, allgather, alltoall
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.steps import ExchangeSteps, Step
 
 

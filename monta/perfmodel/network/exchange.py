@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from monta.chunking import Auto, parse_chunks
+from monta.hardware.links import Cluster
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import routed_shapes
 from monta.perfmodel.network.schedule import schedule_steps
 from monta.perfmodel.network.steps import ExchangeSteps
@@ -103,7 +103,7 @@ def exchange_time(
     ``row_bytes`` (one token row's bytes, for the routing metadata): the routing, which only the
     exchanges priced by their own steps read (``monta.perfmodel.network.routed``).
     """
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
     if bytes_per_rank < 0:

@@ -6,8 +6,8 @@ exchange's steps (``schedule``) builds its fluid demands here."""
 
 from __future__ import annotations
 
+from monta.hardware.links import Cluster
 from monta.perfmodel.network.collectives import CollTime
-from monta.perfmodel.network.links import Cluster
 
 
 def per_rank_to_machine(cluster: Cluster) -> float:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from monta.hardware.links import Cluster
 from monta.perfmodel.network import nccl_tuning as T
-from monta.perfmodel.network.links import Cluster
 
 
 @lru_cache(maxsize=512)

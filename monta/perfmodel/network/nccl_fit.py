@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from monta.hardware.links import Cluster, Link
 from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.links import Cluster, Link
 from monta.perfmodel.network.nccltests import OPS, NcclTestsLog, canonical
 
 MODEL_OPS = tuple(OPS.values())  # allreduce, allgather, reducescatter, alltoall

@@ -68,16 +68,6 @@ P2P_CHANNELS_PER_PEER = 2
 PEER_POST_US = 2 * NET_OVERHEAD_US
 
 
-def arch_of(gpu_model: str) -> str:
-    """The NCCL generation of a GPU model name ('' when unknown: the plain link model)."""
-    m = gpu_model.upper()
-    if any(k in m for k in ("H100", "H200", "H800", "H20", "GH200")):
-        return "hopper"
-    if any(k in m for k in ("A100", "A800")):
-        return "ampere"
-    return "volta" if "V100" in m else ""
-
-
 def _node_index(m: int) -> int:
     return 0 if m == 1 else 1 if m == 2 else 2
 

@@ -44,9 +44,9 @@ from __future__ import annotations
 from functools import lru_cache
 from math import comb
 
+from monta.hardware.links import Cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import ZERO, CollTime, GroupShape
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.schedule import schedule_steps
 from monta.perfmodel.network.steps import Step  # the plugins' price hooks import it from here
 
@@ -270,7 +270,7 @@ def routed_exchange_time(
     row_bytes: float | None = None,
 ):
     """:func:`routed_shapes` on a ``monta.parallel.ParallelLayout`` (``cluster``: as ``exchange_time``)."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network.timeline import layout_shapes
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)

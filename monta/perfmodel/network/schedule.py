@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from monta.hardware.links import Cluster
 from monta.perfmodel.network import host_cpu
 from monta.perfmodel.network.fluid import FluidTimeline, Op
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.steps import COPY_ROLES, ExchangeSteps, Step
 from monta.perfmodel.network.timeline import Breakdown, Timeline
 

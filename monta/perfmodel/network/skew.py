@@ -209,9 +209,9 @@ def skew_price(
     whole buffer at capacity factor 1, 1/cf of it above; ``monta.bench.routes.tokens_per_rank``);
     without it, ``cf`` is the capacity factor a buffer exchange drops at and the routes fill the buffer."""
     from monta import variants
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network import routed
     from monta.perfmodel.network.exchange import exchange_time
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.network.timeline import layout_shapes
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)

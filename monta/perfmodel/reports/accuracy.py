@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from monta.chunking import is_auto
+from monta.hardware.links import Cluster
+from monta.hardware.profile import LinkProfile
 from monta.perfmodel.network.alltoall import make_layout
 from monta.perfmodel.network.chunks import choose_chunks
 from monta.perfmodel.network.exchange import exchange_time
-from monta.perfmodel.network.links import Cluster
-from monta.perfmodel.network.profile import LinkProfile
 from monta.units import format_bytes, format_duration
 from monta.variants import is_chunked
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from monta.hardware.gpus import cluster_of_gpu
+
 CLUSTER_SCHEMA = "monta.cluster/1"
 MiB = 2**20
-# GPU model strings in nccl-tests' "# Rank" lines -> the preset whose node type they belong to.
-_GPU_PRESETS = (("H100", "h100"), ("H800", "h800"), ("A800", "a800"), ("A100", "a100"))
 
 
 def register(subparsers) -> None:
@@ -124,7 +124,7 @@ def _read_records(paths: list[str]) -> list[dict]:
 
 def _base(spec: str | None, logs, records):
     """The base cluster and the cluster file it comes from (None for the emulator's unknown node)."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.reports.records_fit import emulator_base
 
     if spec is None and not logs:
@@ -142,8 +142,9 @@ def _base(spec: str | None, logs, records):
 
 def _preset_for(logs) -> str:
     gpus = {log.gpu for log in logs if log.gpu}
-    presets = {preset for gpu in gpus for key, preset in _GPU_PRESETS if key in gpu.upper()}
-    if len(presets) == 1 and all(any(k in g.upper() for k, _ in _GPU_PRESETS) for g in gpus):
+    # The GPU model strings of nccl-tests' "# Rank" lines -> the cluster file of their node type (one for all).
+    presets = {cluster_of_gpu(gpu) for gpu in gpus}
+    if len(presets) == 1 and None not in presets:
         return presets.pop()
     named = ", ".join(sorted(gpus)) or "no GPU"
     raise ValueError(f"the logs name {named}: pass --cluster PRESET (a100, a800, h100, h800) as the base")
@@ -231,7 +232,7 @@ def write_cluster(path: Path, cluster, cal, rfit, logs, base_file, record_paths=
     anything): the base's node type, every fitted link, and the calibration notes."""
     from dataclasses import replace
 
-    from monta.perfmodel.network.clusterfile import dump
+    from monta.hardware.clusterfile import dump
 
     fitted = fitted_keys(cal, rfit)
     what = [f"{len(logs)} nccl-tests runs: {', '.join(str(x.source) for x in logs)}"] if logs else []

@@ -175,8 +175,8 @@ def _plan_choices(args) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 def _cmd_plan(args) -> int:
+    from monta.hardware.profile import get_cluster
     from monta.model.config import resolve_config
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.training.planner import plan
 
     recompute, zero = _plan_choices(args)
@@ -277,8 +277,8 @@ def _cmd_paper(args) -> int:
 def _cmd_alltoall(args) -> int:
     from monta import validate as V
     from monta.chunking import Fixed, parse_chunks_list
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network.alltoall import make_layout, parse_variants, sweep
-    from monta.perfmodel.network.profile import get_cluster
     from monta.perfmodel.reports.sweep import format_table, records
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
@@ -311,7 +311,7 @@ def _cmd_alltoall(args) -> int:
 
 
 def _cmd_accuracy(args) -> int:
-    from monta.perfmodel.network.profile import LinkProfile
+    from monta.hardware.profile import LinkProfile
     from monta.perfmodel.reports.accuracy import evaluate, evaluate_steps, ranking_agrees, report, report_steps
     from monta.results import make_record, read_records
 
@@ -382,7 +382,7 @@ def _alltoall_accuracy_records(points, cluster: str, config: dict) -> list[dict]
 
 def _accuracy_on_cluster(args, measured: list[dict]) -> int:
     """``--cluster``: a real cluster's AllToAll records priced on a cluster (one rate: no clock to follow)."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.reports.accuracy import evaluate, report
 
     if args.step_profile:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from monta.hardware.profile import get_cluster
 from monta.model.config import resolve_config
 from monta.perfmodel.network.alltoall import make_layout, sweep
-from monta.perfmodel.network.profile import get_cluster
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.memory import GB, memory_per_rank
 from monta.perfmodel.training.step import predict_step

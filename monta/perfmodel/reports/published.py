@@ -8,8 +8,8 @@ which one when several are filled; ``size_bytes``). Nothing here is keyed to a r
 is the interface, so a file the project has never seen is priced the same way.
 
 - **blind**: the model on a cluster built from the row's hardware alone: the cluster file of its GPU
-  (:data:`GPU_FILES`; NVLink, compute), its nodes and GPUs per node, its NICs and their rate (each NIC at
-  :data:`NIC_LINE_RATE_FRACTION` of its line rate).
+  (:func:`gpu_file`, ``monta.hardware.gpus``; NVLink, compute), its nodes and GPUs per node, its NICs and
+  their rate (each NIC at :data:`NIC_LINE_RATE_FRACTION` of its line rate).
 - **calibrated**: the same cluster with its link curves fitted (``monta calibrate``'s fit,
   :mod:`monta.perfmodel.network.nccl_fit`) on the OTHER rows of the same hardware and node count (same GPU
   file, GPUs per node, NICs and rate; single-node rows fit NVLink, multi-node rows the NICs) that their
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monta.perfmodel.network.links import Cluster
+from monta.hardware.links import Cluster
 from monta.perfmodel.reports.published_rows import (  # noqa: F401  (re-exported: the command's interface)
     EXPLAIN_ABOVE,
     HEALTHY,

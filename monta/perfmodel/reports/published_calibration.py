@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monta.perfmodel.network.links import Cluster
+from monta.hardware.links import Cluster
 from monta.perfmodel.reports.published_rows import NCCL_TESTS, PLATEAU_BYTES, Row, gpu_file, kernel_kind, predict_row
 
 # Rows a calibration may learn from: what their sources call healthy, or healthy but read off approximately.

@@ -10,9 +10,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from monta.hardware.gpus import arch_of, cluster_of_gpu
+from monta.hardware.links import Cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.links import Cluster
 
 EXPLAIN_ABOVE = 0.25  # a blind error above this must name its reason
 PLATEAU_BYTES = 8 * 2**30  # a row without a size is a plateau figure "for large messages": priced at 8 GiB
@@ -24,18 +25,6 @@ NCCL_TESTS = {
     "reduce_scatter_perf": "reducescatter",
     "alltoall_perf": "alltoall",
 }
-
-# A GPU as sources name it -> the cluster file that holds its NVLink and compute. First match wins, so the
-# narrower names come first (H800 before H100, A800 before A100). A GPU missing here is priced only through a
-# ``cluster`` column.
-GPU_FILES: tuple[tuple[str, str], ...] = (
-    (r"\bH800\b", "h800"),
-    (r"\bH20\b", "h100"),  # NVLink4 at 900 GB/s bidirectional, as the H100 (its compute is not used here)
-    (r"\bH100\b|\bH200\b|\bGH200\b", "h100"),
-    (r"\bA800\b", "a800-4nic"),
-    (r"\bA100\b", "a100"),
-    (r"\bV100\b", "p3dn"),
-)
 
 HEALTHY = ("healthy", "")
 
@@ -116,10 +105,10 @@ def read_table(p: Path, required: tuple[str, ...]) -> list[Row]:
 
 
 def gpu_file(gpu: str) -> str | None:
-    for pattern, name in GPU_FILES:
-        if re.search(pattern, gpu, re.IGNORECASE):
-            return name
-    return None
+    """The cluster file that holds the row's GPU's NVLink (``monta.hardware.gpus``), where NCCL's constants for
+    its generation are known (Blackwell's are not: such a row is priced through a ``cluster`` column)."""
+    name = cluster_of_gpu(gpu, links_only=True)
+    return name if name and arch_of(gpu) else None
 
 
 # A stated NIC at this fraction of its line rate: what NVIDIA's engineers say nccl-tests reaches (an NDR 400 Gb/s
@@ -130,7 +119,7 @@ NIC_LINE_RATE_FRACTION = 0.94
 
 def blind_cluster(row: Row) -> tuple[Cluster | None, str | None]:
     """The cluster a row's hardware columns describe, or (None, why not)."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
 
     nodes, gpn = row.int("nodes"), row.int("gpus_per_node")
     named = row.text("cluster")

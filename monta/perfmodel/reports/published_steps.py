@@ -3,7 +3,7 @@ file with the columns of ``/work/shared/data/published-steps.csv``: added column
 is "not stated"). Nothing is keyed to a row id or a source: the command is the interface.
 
 - **blind**: :func:`monta.perfmodel.training.run_step.price_run` on the row's model, layout, precision,
-  routing and GPU, with the cluster file of its GPU (``GPU_FILES``; NVL72 racks as one NVLink domain) and the
+  routing and GPU, with the cluster file of its GPU (``monta.hardware.gpus``; NVL72 racks as one NVLink domain) and the
   NICs the row states.
 - **calibrated** (leave one source out): the blind step re-priced with a factor on its compute and a time per
   layer pass that the rows of the same GPU from OTHER sources with forced-balance routing fit (:func:`_fit`,
@@ -22,15 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, gpu_file, read_table
+from monta.hardware.gpus import cluster_of_gpu
+from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, read_table
 
 EXPLAIN_ABOVE = 0.25
-STEP_GPU_FILES: tuple[tuple[str, str], ...] = (
-    (r"\bGB300\b", "gb300"),
-    (r"\bGB200\b", "gb200"),
-    (r"\bB300\b", "b300"),
-    (r"\bB200\b", "b200"),
-)
 # The raw table's metric names -> the canonical metric; then per canonical metric the units it may be written in
 # -> the factor to the canonical unit (s, tok/s/GPU, TFLOPS/GPU, %). An empty unit cell is the canonical unit.
 METRICS = {
@@ -63,13 +58,6 @@ def read_step_rows(path: str | Path) -> list[Row]:
     return read_table(Path(path), ("id", *STEP_COLUMNS))
 
 
-def step_gpu_file(gpu: str) -> str | None:
-    for pattern, name in STEP_GPU_FILES:
-        if re.search(pattern, gpu, re.IGNORECASE):
-            return name
-    return gpu_file(gpu)
-
-
 def metric_of(row: Row) -> tuple[str | None, float | None, str | None]:
     """(canonical metric, value in its canonical unit, None), or (metric, None, why) for a unit not known."""
     metric, value, unit = METRICS.get(row.text("metric").lower()), row.num("value"), row.text("unit")
@@ -84,9 +72,9 @@ def metric_of(row: Row) -> tuple[str | None, float | None, str | None]:
 
 def row_cluster(row: Row, gpus: int):
     """The cluster of a row's GPU and NICs for ``gpus`` GPUs, or (None, why)."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
 
-    name = row.text("cluster") or step_gpu_file(row.text("gpu"))
+    name = row.text("cluster") or cluster_of_gpu(row.text("gpu"))
     if name is None:
         return None, f"no cluster file for GPU {row.text('gpu') or '(not stated)'!r}: add a `cluster` column"
     base = get_cluster(name)

@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, replace
 
 from monta.chunking import is_auto
+from monta.hardware.links import Cluster, Link
 from monta.perfmodel.network.alltoall import make_layout
 from monta.perfmodel.network.exchange import exchange_time
-from monta.perfmodel.network.links import Cluster, Link
 from monta.perfmodel.reports.accuracy import MEASURED_SOURCES, _has_model, _routing
 
 CLASSES = ("intra", "inter")

@@ -50,8 +50,8 @@ def _cmd(args) -> int:
     from monta import variants as registry
     from monta.cli_args import check_out
     from monta.dtypes import DTYPE_BYTES
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.network.alltoall import make_layout
-    from monta.perfmodel.network.profile import get_cluster
     from monta.units import format_bytes
 
     V.integer(args.nodes, "nodes", 1, V.MAX_NODES)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from monta.chunking import is_auto
-from monta.perfmodel.network.links import Cluster
+from monta.hardware.links import Cluster
 
 COLUMNS = ("size", "variant", "chunks", "time", "algbw(GB/s)", "busbw(GB/s)", "inter", "intra", "speedup")
 

@@ -13,10 +13,10 @@ from functools import cached_property
 from typing import Any
 
 from monta.chunking import expert_capacity
+from monta.hardware import clusterfile
+from monta.hardware.links import Cluster
 from monta.model.config import FULL_SIZE, ModelConfig, preset_of
 from monta.model.config import PRESETS as MODEL_PRESETS
-from monta.perfmodel.network import clusterfile
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import COMPUTE_PIECES, forward_pieces_us, optimizer_us, piece_flops
 from monta.perfmodel.training.memory import params_per_rank
 from monta.perfmodel.training.strategy import Strategy

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
-from monta.perfmodel.network.links import Cluster
 
 # FLOPs count a multiply-add as 2. T = tokens one rank processes (micro-batch x sequence / CP).
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from monta import variants as registry
 from monta.chunking import Auto, parse_chunks
+from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as, takes_chunks
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.routed import ROUTED
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops

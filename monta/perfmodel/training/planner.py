@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.memory import GB, MemoryBreakdown, memory_per_rank
 from monta.perfmodel.training.step import StepBreakdown, predict_step
 from monta.perfmodel.training.strategy import Strategy

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from monta.hardware.links import Cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_shapes
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
 from monta.perfmodel.training.run_shape import RunModel

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import GroupShape
-from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.memory import params_per_rank

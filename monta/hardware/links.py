@@ -2,8 +2,8 @@
 efficiency curves.
 
 A ``Cluster`` is a node type (links, NICs, compute, memory) times a node count. The real clusters are
-files, ``clusters/NAME.yaml`` (read by ``monta.perfmodel.network.clusterfile``); the emulator's is read
-from the link profile that ``monta emulate calibrate`` writes (``monta.perfmodel.network.profile``, which
+files, ``clusters/NAME.yaml`` (read by ``monta.hardware.clusterfile``); the emulator's is read
+from the link profile that ``monta emulate calibrate`` writes (``monta.hardware.profile``, which
 also holds ``get_cluster``: a cluster name or file, a profile or its path -> a ``Cluster``).
 """
 

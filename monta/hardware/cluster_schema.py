@@ -1,13 +1,13 @@
 """The cluster file's schema (``monta.cluster/1``, every field in ``clusters/README.md``): the kind of
 each field and the check of one parsed document against them, one line per problem naming the file
-and the dotted key. ``monta.perfmodel.network.clusterfile`` reads and writes the files with it."""
+and the dotted key. ``monta.hardware.clusterfile`` reads and writes the files with it."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from monta.perfmodel.network.links import CURVES
+from monta.hardware.links import CURVES
 
 # Field kinds: str, strlist, map, any, pos (number > 0), nonneg (number >= 0), frac (0 < x <= 1),
 # count (integer >= 1), curve (a name of links.CURVES or [[size_bytes, eff], ...]).

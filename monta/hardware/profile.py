@@ -1,7 +1,7 @@
 """Calibrated link profiles (schema ``monta.linkprofile/1``): what ``monta emulate calibrate`` measures
-and writes, read back as a ``Cluster`` of the cost model (``monta.perfmodel.network.links``); and
+and writes, read back as a ``Cluster`` of the cost model (``monta.hardware.links``); and
 ``get_cluster``, the one door to a ``Cluster`` (a cluster name or file, ``clusters/*.yaml``, read by
-``monta.perfmodel.network.clusterfile``; a profile or its path; or a Cluster). It lives here, above both,
+``monta.hardware.clusterfile``; a profile or its path; or a Cluster). It lives here, above both,
 because a profile is built from the cost model's ``Link`` and ``Cluster``.
 
 A profile's efficiency points are end to end (size / time / bandwidth, what calibrate measures); the
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from monta.atomic import write_atomic
-from monta.perfmodel.network.links import LINK_CLASSES, Cluster, Link
+from monta.hardware.links import LINK_CLASSES, Cluster, Link
 
 PROFILE_SCHEMA = "monta.linkprofile/1"
 
@@ -306,7 +306,7 @@ def get_cluster(
 
     ``None`` reads ``$MONTA_CLUSTER`` (same forms), defaulting to the A800 cluster (``a800``).
     """
-    from monta.perfmodel.network import clusterfile
+    from monta.hardware import clusterfile
 
     if spec is None:
         spec = os.environ.get("MONTA_CLUSTER", "a800")

@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 from monta.atomic import write_atomic
-from monta.perfmodel.network import cluster_schema as schema
-from monta.perfmodel.network.links import CURVES, LINK_CLASSES, Cluster, Link
-from monta.perfmodel.network.nccl_tuning import arch_of
+from monta.hardware import cluster_schema as schema
+from monta.hardware.gpus import arch_of
+from monta.hardware.links import CURVES, LINK_CLASSES, Cluster, Link
 
 SCHEMA = "monta.cluster/1"
 ENV_DIR = "MONTA_CLUSTERS_DIR"
@@ -69,7 +69,7 @@ def clusters_dir() -> Path:
         if not p.is_dir():
             raise ValueError(f"{ENV_DIR}={env}: not a directory (point it at a folder of cluster files, or unset it)")
         return p
-    pkg = Path(__file__).resolve().parents[2]
+    pkg = Path(__file__).resolve().parents[1]
     for cand in (pkg / "clusters", pkg.parent / "clusters"):
         if cand.is_dir():
             return cand
