@@ -42,7 +42,7 @@ def point_routing(rec: dict):
     """The routing the bench built for ``rec``'s point (``monta.bench.routes.point_routing``'s shape:
     T tokens on each of the EP members, ``tokens_per_rank`` of the [E, C, M] buffer's C and the capacity
     factor), rebuilt for the model."""
-    from monta.bench.routes import tokens_per_rank
+    from monta.routing.stats import tokens_per_rank
 
     p, c = rec["params"], rec["config"]
     experts, k, hidden = int(c["experts"]), int(c.get("topk") or 1), int(c["hidden"])

@@ -1,7 +1,9 @@
 """No import cycle among monta's and monta_baselines' modules (module- and function-level imports both
 count), and the arrows point downhill: the exchange (monta.comm), the MoE layer (monta.moe) and the model
 (monta.model) import nothing of the performance model (monta.perfmodel). ``Auto`` chunk counts reach them
-through a chooser the top of the stack injects; Lancet's partition count lives with the schedules."""
+through a chooser the top of the stack injects; Lancet's partition count lives with the schedules. The
+emulator imports neither the bench nor the performance model, the performance model not the bench, and the
+hardware (monta.hardware: links, cluster files, link profiles, GPU names) none of them."""
 
 from __future__ import annotations
 
@@ -15,7 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "import_cycles.py"
 
 
-FORBIDDEN = ("monta.comm:monta.perfmodel", "monta.moe:monta.perfmodel", "monta.model:monta.perfmodel")
+FORBIDDEN = (
+    "monta.comm:monta.perfmodel",
+    "monta.moe:monta.perfmodel",
+    "monta.model:monta.perfmodel",
+    # The emulator builds its topologies and profiles from monta.hardware, below the bench and the model.
+    "monta.emulate:monta.bench",
+    "monta.emulate:monta.perfmodel",
+    "monta.perfmodel:monta.bench",
+    # The hardware is the ground floor: it imports none of the rooms that read it.
+    *(f"monta.hardware:monta.{room}" for room in ("emulate", "bench", "perfmodel", "comm", "moe", "model")),
+)
 
 
 def test_no_import_cycle_and_the_runtime_never_imports_the_performance_model():

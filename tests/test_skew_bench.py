@@ -72,7 +72,7 @@ def test_every_exchange_under_every_workload_is_exact_and_drops_the_same_routes(
 def test_a_capacity_factor_above_one_is_exact_and_drops_only_past_the_buffer(dist_world):
     """--capacity-factor 1.25 at TP 2: W0 goes through the routing path with a partly empty buffer (nothing
     dropped), a skewed routing fills the room before it drops, and every exchange is exact."""
-    from monta.bench.routes import tokens_per_rank
+    from monta.routing.stats import tokens_per_rank
 
     specs = ("W0", "hotnode", "lognormal:maxvio=4")
     got = dist_world(8).run(skew_check_case, 2, specs, 1.25)[0]

@@ -75,7 +75,7 @@ def test_a_capacity_factor_puts_fewer_tokens_in_the_same_buffer():
     """cf 1.25 (``tokens_per_rank``): T = E C / (k cf) rounded down to whole balanced routes that split
     over TP; the buffer exchanges keep the buffer's price and drop nothing at W0; the token-level ones
     move the T k routes there are, not the buffer."""
-    from monta.bench.routes import tokens_per_rank
+    from monta.routing.stats import tokens_per_rank
 
     C = SIZE // (E * M * EL)  # 256
     assert tokens_per_rank(E, C, K) == T == 2048

@@ -351,7 +351,7 @@ def test_chunks_auto_follows_the_performance_model():
 def test_lancet_partitions_are_their_own_knob():
     """--lancet-partitions defaults to the performance model's PARTITIONS, apart from --chunks."""
     from monta.bench import step
-    from monta.perfmodel.training.step import PARTITIONS
+    from monta.variants import PARTITIONS
 
     assert step._spec(_args(chunks="2"))["lancet_partitions"] == PARTITIONS == 4
     spec = step._spec(_args(chunks="2", lancet_partitions=3))

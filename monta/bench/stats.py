@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-
-def percentile(xs: list[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100]."""
-    if not xs:
-        raise ValueError("percentile of no samples")
-    s = sorted(xs)
-    pos = (len(s) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+from monta.percentiles import percentile
 
 
 def summarize(samples_us: list[float]) -> dict[str, float]:

@@ -96,9 +96,10 @@ def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_m
     """One variant's metrics; ``deepspeed_ms``: deepspeed's per-step times (None without it), paired with
     ``v``'s step by step for the speedup and its bootstrap CI (``seed``: the variant's index)."""
     from monta.bench.hostload import is_cpu_bound
-    from monta.bench.stats import bootstrap, median_ratio, percentile
+    from monta.bench.stats import bootstrap, median_ratio
     from monta.bench.step_compute import model_flops_per_rank
     from monta.bench.step_router import router_metrics
+    from monta.percentiles import percentile
 
     n = len(per_rank[0][v]["step_s"])
     step_ms = slowest(per_rank, v)

@@ -13,9 +13,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from monta.perfmodel.training.step import PARTITIONS  # Lancet's batch partitions: the model's number by default
 from monta.progress import Eta, beat
-from monta.variants import LINA_CHUNK_BYTES
+from monta.variants import (
+    LINA_CHUNK_BYTES,
+    PARTITIONS,  # Lancet's batch partitions: the model's number by default
+)
 
 
 def init_from_env(timeout_s: float = 300.0, backend: str = "auto") -> None:

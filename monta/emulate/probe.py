@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from monta.bench.stats import percentile
+from monta.percentiles import percentile
 
 _CHUNK = 1 << 20
 _CONNECT_S = 30.0

@@ -37,6 +37,28 @@ def capacity(tokens: int, experts: int, k: int, cf: float) -> int:
     return int(math.ceil((tokens / experts) * (cf * k)))
 
 
+def tokens_per_rank(experts: int, capacity: int, k: int, cf: float = 1.0, tp: int = 1) -> int:
+    """T tokens per rank for a buffer of ``capacity`` C slots per expert at capacity factor ``cf``: the
+    buffer is DeepSpeed's capacity for them (C >= ceil(T k cf / E)). cf 1: T = E C / k, the buffer full at
+    W0. cf > 1 (GShard and Switch train at 1.25): fewer tokens, so the buffer has room a balanced routing
+    leaves empty and a skewed one fills; T rounded down to whole balanced routes (every expert the same
+    count at W0) that split over TP."""
+    if cf == 1.0:
+        if (experts * capacity) % k:
+            raise ValueError(f"{experts} experts x capacity {capacity} is not a whole number of top-{k} tokens")
+        return experts * capacity // k
+    if not cf > 0:
+        raise ValueError(f"capacity factor {cf!r}: must be > 0")
+    step = math.lcm(experts // math.gcd(experts, k), tp)
+    tokens = int(experts * capacity / (k * cf)) // step * step
+    if tokens <= 0:
+        raise ValueError(
+            f"capacity factor {cf:g} leaves no whole top-{k} tokens in {experts} experts x capacity {capacity}; "
+            "use a larger size or a smaller factor"
+        )
+    return tokens
+
+
 @dataclass(frozen=True)
 class Routing:
     spec: str  # the spec string it was built from (monta.routing.spec)

@@ -206,7 +206,7 @@ def skew_price(
     """``variant``'s dispatch under ``routing`` (module docstring). ``bytes_per_rank``: the [E, C, M]
     buffer of one rank. With ``row_bytes`` (M x element size) the buffer's capacity C is known: a buffer
     exchange drops past C, and a token-level one moves the routing's T k routes of ``row_bytes`` (the
-    whole buffer at capacity factor 1, 1/cf of it above; ``monta.bench.routes.tokens_per_rank``);
+    whole buffer at capacity factor 1, 1/cf of it above; ``monta.routing.stats.tokens_per_rank``);
     without it, ``cf`` is the capacity factor a buffer exchange drops at and the routes fill the buffer."""
     from monta import variants
     from monta.hardware.profile import get_cluster
@@ -245,9 +245,9 @@ def skew_table(specs, variants, layout, cluster, size: int, experts: int, hidden
     """Every (routing, exchange) pair at one point: (routing, [SkewPrice]) rows. ``size``: bytes of the
     [E, C, M] buffer, DeepSpeed's capacity at ``cf`` for T tokens per rank (the AllToAll bench's shape,
     ``tokens_per_rank``: T = E C / k at cf 1)."""
-    from monta.bench.routes import tokens_per_rank
     from monta.perfmodel.network.timeline import layout_shapes
     from monta.routing import make_routing
+    from monta.routing.stats import tokens_per_rank
 
     ep, tp = layout_shapes(layout)
     row = experts * hidden * elsize

@@ -17,10 +17,7 @@ from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
 from monta.perfmodel.training.micro_batch import MicroBatch, micro_batch
 from monta.perfmodel.training.strategy import Strategy
-from monta.variants import (
-    LINA_CHUNK_BYTES,  # a priority sync's micro-op size
-    PARTITIONS,  # noqa: F401 (Lancet's partitions: monta.bench and the tests read it here)
-)
+from monta.variants import LINA_CHUNK_BYTES  # a priority sync's micro-op size
 
 # Per variant (monta.variants; docs/design.md#variants): its exchange runs the AllToAll, its sync says
 # whether AllToAll has priority over gradient sync, its schedule's ``hidden_us`` what overlap hides.
