@@ -228,6 +228,12 @@ def explain(row: Row, rec: dict) -> str:
         )
     if faster:
         return "the model's step is shorter: the GPU reaches less of its peak than the cluster file's efficiencies"
+    if t.get("last_stage_s", 0) > 0.1 * t["total_s"]:
+        return (
+            f"the model's step is longer: {t['last_stage_s'] / t['total_s']:.0%} of it is the last pipeline stage's "
+            "head and MTP layers (Megatron's default split); a run that rebalances its stages (a pipeline layout, "
+            "DualPipe) the row does not state runs faster"
+        )
     return "the model's step is longer: the run hides more communication or reaches more of its peak than priced"
 
 
