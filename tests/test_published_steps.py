@@ -41,14 +41,14 @@ def test_the_score_the_docs_report(priced):
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
     # bounds a step back from the score at this commit (docs/results/published-steps.md): a regression fails
-    assert s["forced_blind"]["median"] <= 0.285
-    assert s["forced_calibrated"]["median"] <= 0.17
+    assert s["forced_blind"]["median"] <= 0.19  # the blind target (25%) met; the calibrated one (12%) not
+    assert s["forced_calibrated"]["median"] <= 0.165
     assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
-    assert s["pair_ratio_error"]["median"] <= 0.165
+    assert s["pair_ratio_error"]["median"] <= 0.16
     # the rows no term was chosen with in view, scored apart: a pair is seen when either of its rows is
     forced = [r for r in recs if r["predicted_blind"] is not None and r["routing"] == "forced"]
     assert s["unseen_forced_blind"]["n"] == sum(not r["seen_by"] for r in forced) < len(forced)
-    assert s["unseen_forced_blind"]["median"] <= 0.30
+    assert s["unseen_forced_blind"]["median"] <= 0.15
     assert s["unseen_pairs"] == sum(not p["seen"] for p in prs) < s["pairs"]
     assert all(p["seen"] for p in prs if p["pair"] == "S10 -> S11")
     # forced-balance and real-routing rows are scored apart
@@ -251,3 +251,25 @@ def test_a_shallower_gemm_reaches_less_of_its_peak_as_measured():
         s = Layout(gpus=8, ep=8, seq=4096, global_batch_tokens=8 * 4096 * 4, precision=precision)
         slower[precision] = price_run(fine, s, c)["compute_us"] / price_run(coarse, s, c)["compute_us"]
     assert 1.0 < slower["bf16"] < slower["fp8"] and slower["fp8"] > 1.05
+
+
+def test_the_last_pipeline_stage_carries_the_head_and_the_mtp_layers():
+    """Megatron's default split: decoder layers evenly over the stages, the MTP layers and the output layer on the
+    last, which paces the step. One stage prices the whole model as before; with PP the step is longer than an even
+    split of the same work by what the last stage adds, and the more so the bigger the vocabulary."""
+    from monta.perfmodel.network.profile import get_cluster
+    from monta.perfmodel.training.run_shape import RunModel
+    from monta.perfmodel.training.run_step import Layout, price_run, slowest_stage
+
+    m = RunModel(layers=8, hidden=2048, ffn=1024, experts=16, topk=2, dense_layers=1, dense_ffn=4096, heads=16,
+                 head_dim=128, vocab=150000, mtp=1)  # fmt: skip
+    assert slowest_stage(m, 1) == (8.0, 1.0, 1.0)
+    assert slowest_stage(m, 4) == (3.0, 0.0, 1.0)  # 2 decoder layers of 8/4 (both MoE) + the MTP layer
+    c = get_cluster("h100").with_nodes(4, 8)
+    s = Layout(gpus=32, ep=8, pp=4, seq=4096, global_batch_tokens=32 * 4096 * 8)
+    t = price_run(m, s, c)
+    assert t["last_stage_us"] > 0.1 * t["total_us"]
+    small = price_run(RunModel(**{**m.__dict__, "vocab": 15000, "assumed": ()}), s, c)
+    assert small["last_stage_us"] < 0.5 * t["last_stage_us"]
+    one = price_run(m, Layout(gpus=8, ep=8, seq=4096, global_batch_tokens=8 * 4096 * 8), c.with_nodes(1, 8))
+    assert one["last_stage_us"] == 0.0

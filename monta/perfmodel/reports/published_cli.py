@@ -112,6 +112,10 @@ def _cmd(args) -> int:
         from monta.perfmodel.reports.published_steps_cli import run
 
         return run(args)
+    if getattr(args, "compute_table", None):
+        from monta import validate as V
+
+        raise V.UsageError(f"--compute-table prices training steps: {args.data} is not a step table (drop it)")
     recs = price(read_rows(args.data))
     summ = summary(recs)
     claims = check_claims(args.claims) if args.claims else []
@@ -194,4 +198,7 @@ def register(sub) -> None:
         help="also write the tables as one Markdown page (the report's section; --force replaces it)",
     )
     p.add_argument("--summary-json", default=None, help=__import__("argparse").SUPPRESS)
+    from monta.perfmodel.reports.published_steps_cli import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=_cmd)

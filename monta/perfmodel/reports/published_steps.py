@@ -148,8 +148,9 @@ def _time_ratio(metric: str, measured: float, predicted: float) -> float:
     return measured / predicted if metric == "step_time_s" else predicted / measured
 
 
-def blind(row: Row) -> dict[str, Any]:
-    """One row's blind record (``_step_s`` and ``_key`` private: for calibration)."""
+def blind(row: Row, compute_tables=()) -> dict[str, Any]:
+    """One row's blind record (``_priced`` private: for calibration). A measured compute table of the row's
+    cluster (``monta.perfmodel.training.measured_compute``) replaces its GEMM and attention efficiencies."""
     from monta.perfmodel.training.run_shape import run_model
     from monta.perfmodel.training.run_step import price_run
 
@@ -158,7 +159,7 @@ def blind(row: Row) -> dict[str, Any]:
                            "measured": value, "routing": "", "gpu": row.text("gpu"), "cluster": None,
                            "predicted_blind": None, "predicted_calibrated": None, "error_blind": None,
                            "error_calibrated": None, "assumed": [], "terms": {}, "reason": None,
-                           "seen_by": row.text("seen_by")}  # fmt: skip
+                           "seen_by": row.text("seen_by"), "compute_table": None}  # fmt: skip
     if unit_why:
         rec["reason"] = unit_why
         return rec
@@ -180,6 +181,9 @@ def blind(row: Row) -> dict[str, Any]:
     if m.experts % s.ep:
         rec["reason"] = f"ep={s.ep} does not divide the {m.experts} experts"
         return rec
+    table = next((t for t in compute_tables if t.cluster == c.name), None)
+    if table is not None:
+        c, rec["compute_table"] = table.apply(c), table.path
     try:
         terms = price_run(m, s, c, row.num("maxvio"))
     except ValueError as e:  # a shape the exchange or routing models refuse: the row says why, the table goes on
@@ -212,6 +216,12 @@ def explain(row: Row, rec: dict) -> str:
         )
     if faster:
         return "the model's step is shorter: the GPU reaches less of its peak than the cluster file's efficiencies"
+    if t.get("last_stage_s", 0) > 0.1 * t["total_s"]:
+        return (
+            f"the model's step is longer: {t['last_stage_s'] / t['total_s']:.0%} of it is the last pipeline stage's "
+            "head and MTP layers (Megatron's default split); a run that rebalances its stages (a pipeline layout, "
+            "DualPipe) the row does not state runs faster"
+        )
     return "the model's step is longer: the run hides more communication or reaches more of its peak than priced"
 
 
@@ -301,9 +311,10 @@ def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
     return out
 
 
-def price_steps(rows: list[Row]) -> tuple[list[dict], list[dict]]:
-    """Records per row (blind, calibrated, reasons) and per A/B pair."""
-    recs = [blind(r) for r in rows]
+def price_steps(rows: list[Row], compute_tables=()) -> tuple[list[dict], list[dict]]:
+    """Records per row (blind, calibrated, reasons) and per A/B pair; ``compute_tables``: measured
+    ``ComputeTable``s, each used for the rows on its cluster."""
+    recs = [blind(r, compute_tables) for r in rows]
     calibrate(recs)
     for row, r in zip(rows, recs):
         if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE:

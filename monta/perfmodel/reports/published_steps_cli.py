@@ -61,11 +61,35 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
     ])  # fmt: skip
 
 
+def add_arguments(p) -> None:
+    """The options only a step table takes (``monta predict published``)."""
+    p.add_argument(
+        "--compute-table",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a GPU's measured compute (data/measured/gpu-compute-h100.json, tools/gpu_compute_table.py): its GEMM "
+        "and attention efficiencies replace the cluster file's for the step rows on the cluster it names "
+        "(repeatable; step tables only)",
+    )
+
+
+def compute_tables(paths) -> list:
+    """The measured tables at ``paths``; a bad one is a usage error saying why."""
+    from monta import validate as V
+    from monta.perfmodel.training.measured_compute import load_compute_table
+
+    try:
+        return [load_compute_table(p) for p in paths]
+    except ValueError as e:
+        raise V.UsageError(str(e)) from None
+
+
 def run(args) -> int:
     """The command's body for a step table (``args`` of ``monta predict published``)."""
     from monta.perfmodel.reports.out_files import write_jsonl, write_text
 
-    recs, prs = price_steps(read_step_rows(args.data))
+    recs, prs = price_steps(read_step_rows(args.data), compute_tables(getattr(args, "compute_table", None) or ()))
     summ = step_summary(recs, prs)
     text = markdown(args.data, recs, prs, summ)
     print(text)

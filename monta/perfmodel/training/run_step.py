@@ -32,8 +32,9 @@ FP8_OVER_BF16 = 2.0
 # FP8 GEMMs against BF16 ones at the same depth: Megatron's MXFP8 grouped GEMM runs 2,672 TFLOP/s on a GB200
 # (K=7168, N=2048; docs/discussions/deepseek-v3-gb200-optimization in NVIDIA/Megatron-LM) = 53% of the 5,000
 # FP8 peak that page counts; the depth law (``gemm_eff``) puts that GEMM at depth_eff(7168) of its asymptote,
-# so FP8's asymptote is 0.53 / depth_eff against the 60% the cluster files assume for BF16's (0.98).
-FP8_GEMM_EFF_RATIO = 0.53 / depth_eff(7168, k_half(5000.0, 7700.0, fp8=True)) / 0.6
+# so FP8's asymptote is 0.53 / depth_eff = 0.59 of the FP8 peak (0.98 x the 60% the cluster files assume for
+# BF16's). A fraction of the FP8 peak, measured as such: a measured BF16 table (``--compute-table``) leaves it.
+FP8_GEMM_EFF = 0.53 / depth_eff(7168, k_half(5000.0, 7700.0, fp8=True))
 # Host (kernel-launch) floor per layer and micro-batch, forward + backward, when kernels are launched from
 # Python: HOST_OPS_LAYER ops for attention, norms, router and permutation (the same guide counts 72 router
 # kernels, 31 fused, 17 with DeepEP's fused preprocessing) plus HOST_OPS_EXPERT per local expert (quantise,
@@ -196,7 +197,7 @@ def _recompute_frac(s: Layout, m: RunModel, pieces: dict[str, float], moe: bool)
 def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool, skew: float) -> dict[str, float]:
     """One layer, one micro-batch, forward + backward, on one GPU: its compute terms (us)."""
     p = m.layer_flops(s.seq, moe)
-    gemm_rate = cluster.peak_tflops * cluster.gemm_eff * (FP8_OVER_BF16 * FP8_GEMM_EFF_RATIO if s.fp8 else 1.0) * 1e6
+    gemm_rate = cluster.peak_tflops * (FP8_OVER_BF16 * FP8_GEMM_EFF if s.fp8 else cluster.gemm_eff) * 1e6
     attn_rate = cluster.peak_tflops * cluster.attn_eff * 1e6
     per_gpu = tokens / s.tp
     # each GEMM at the efficiency its depth allows (gemm_eff); an expert's weight gradient sees the tokens
@@ -246,6 +247,23 @@ def host_floor_us(m: RunModel, s: Layout, moe: bool = True) -> float:
     return 3 * ops * HOST_US_PER_OP * HOST_GRAPHED.get(s.cuda_graphs, 1.0)
 
 
+def slowest_stage(m: RunModel, pp: int) -> tuple[float, float, float]:
+    """(MoE layers, dense layers, share of the output layer) of one micro-batch's pass on the pipeline stage
+    that paces the step. Megatron-Core splits the decoder layers evenly over the stages (the dense ones first)
+    and, unless a layout says otherwise, puts the MTP layers ("by default, all MTP layers sit on the last
+    pipeline stage": Megatron-Core's Multi-Token Prediction guide) and the output layer with its loss on the
+    last stage (``--account-for-loss-in-pipeline-split`` and ``--pipeline-model-parallel-layout`` exist to
+    rebalance it: Megatron-LM's arguments, Megatron-Bridge's "asymmetric PP: loss"). In 1F1B every micro-batch
+    passes every stage, so the slowest stage sets the pace: the last one, with its even share of the decoder
+    plus the MTP layers and the whole head. A run that rebalances by a layout the row does not state is priced
+    slower than it ran. With one stage this is the whole model."""
+    if pp == 1:
+        return float(m.moe_layers + m.mtp), float(m.dense_layers), 1.0
+    per = m.layers / pp
+    moe = min(float(m.moe_layers), per)
+    return moe + m.mtp, per - moe, 1.0
+
+
 def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = None) -> dict[str, float]:
     """The step's terms (us) and ``total_us`` on the slowest rank; ``maxvio`` for real routing (None: the
     default :data:`REAL_ROUTING_MAXVIO`)."""
@@ -279,19 +297,19 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         hidden = min(exchange, gpu) if s.a2a_overlap else 0.0
         return max(gpu + OVERLAP_CONTENTION * hidden, floor) + exchange - hidden + tp_us + cp_us, gpu
 
-    per_stage = (m.moe_layers + m.mtp) / s.pp
-    dense_per_stage = m.dense_layers / s.pp
+    per_stage, dense_per_stage, head_share = slowest_stage(m, s.pp)
     t_moe, c_moe = layer(moe_l, a2a, host)
     a2a_exposed = a2a - (min(a2a, c_moe) if s.a2a_overlap else 0.0)
     t_dense, c_dense = layer(dense_l, 0.0, host_dense)
-    t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us / s.pp
+    t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us * head_share
+    even_mb = ((m.moe_layers + m.mtp) * t_moe + m.dense_layers * t_dense + head_us) / s.pp
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
     stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
     p2p = C.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
     pp_us = bubble + s.num_micro * 2 * s.vpp * p2p if s.pp > 1 else 0.0
     grad_exposed, grad_us, opt = _grad_sync_us(m, s, cluster, t_mb)
     total = s.num_micro * t_mb + pp_us + grad_exposed + opt
-    compute = s.num_micro * (per_stage * c_moe + dense_per_stage * c_dense + head_us / s.pp)
+    compute = s.num_micro * (per_stage * c_moe + dense_per_stage * c_dense + head_us * head_share)
     return {
         "total_us": total,
         "compute_us": compute,
@@ -302,6 +320,8 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         "tp_us": s.num_micro * (per_stage + dense_per_stage) * tp_us,
         "cp_us": s.num_micro * (per_stage + dense_per_stage) * cp_us,
         "pp_us": pp_us,
+        # what the last stage's extra load (MTP, the head) adds over an even split, bubble included
+        "last_stage_us": (t_mb - even_mb) * (s.num_micro + bubble / t_mb if t_mb else 0.0),
         "grad_exposed_us": grad_exposed,
         "grad_sync_us": grad_us,
         "optimizer_us": opt,
