@@ -257,7 +257,7 @@ def test_the_last_pipeline_stage_carries_the_head_and_the_mtp_layers():
     """Megatron's default split: decoder layers evenly over the stages, the MTP layers and the output layer on the
     last, which paces the step. One stage prices the whole model as before; with PP the step is longer than an even
     split of the same work by what the last stage adds, and the more so the bigger the vocabulary."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
     from monta.perfmodel.training.run_shape import RunModel
     from monta.perfmodel.training.run_step import Layout, price_run, slowest_stage
 

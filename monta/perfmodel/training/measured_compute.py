@@ -68,7 +68,7 @@ def fit_table(table: dict, peak_tflops: float, hbm_GBps: float) -> tuple[float, 
 def load_compute_table(path: str | Path) -> ComputeTable:
     """The table at ``path`` fitted against the cluster file it names (``model.cluster``); a file that is not
     such a table raises ValueError saying what to change."""
-    from monta.perfmodel.network.profile import get_cluster
+    from monta.hardware.profile import get_cluster
 
     p = Path(path)
     try:
