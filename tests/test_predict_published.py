@@ -49,8 +49,8 @@ def test_the_model_against_the_healthy_nccl_tests_rows(recs):
     assert head["priced_calibrated"] >= 30 and head["median_calibrated_error"] <= 0.10
     assert head["priced_calibrated_loso"] >= 15 and head["median_calibrated_loso_error"] <= 0.10
     small = pops["<= 64 MiB on 2+ nodes"]
-    # 33.2% since the network plugin's latency (62.2% before); the bar, 30%, is not met
-    assert small["priced_blind"] >= 10 and small["median_blind_error"] <= 0.35
+    # the bar: 29.8% since the network plugin's latency (62.2% before), 7 of its 13 rows seen
+    assert small["priced_blind"] >= 10 and small["median_blind_error"] <= 0.30
 
 
 def test_a_row_naming_efa_runs_over_the_network_plugin_nccl_tunes_for_it():
