@@ -60,7 +60,8 @@ def test_a_row_naming_efa_runs_over_the_network_plugin_nccl_tunes_for_it():
     ib = P.Row(dict(base, notes="HDR InfiniBand"))
     efa = P.Row(dict(base, notes="AWS sample output; EFA"))
     p4de = P.Row(dict(base, gpu="A100-80GB (AWS p4de.24xlarge)"))
-    assert [P.blind_cluster(r)[0].net_plugin for r in (ib, efa, p4de)] == ["", "efa", "efa"]
+    id_in_note = P.Row(dict(base, notes="same cluster as P5 and p4d"))
+    assert [P.blind_cluster(r)[0].net_plugin for r in (ib, efa, p4de, id_in_note)] == ["", "efa", "efa", ""]
     t_ib, t_efa = (P.predict_row(r, P.blind_cluster(r)[0])[0] for r in (ib, efa))
     assert t_efa < t_ib / 2  # busbw: 2 network steps x (14 + 2 x 75) us more, on Simple alone
 

@@ -131,7 +131,8 @@ NIC_LINE_RATE_FRACTION = 0.94
 # The network plugin a row's hardware description names (its gpu, nvlink and notes cells, as a source states the
 # hardware: "EFA", an EC2 instance with EFA). NCCL's tuner adds that plugin's stated latency and protocol limits
 # (nccl_tuning.NET_PLUGINS); anything else is NCCL's own InfiniBand/RoCE transport, which states none.
-NET_PLUGIN_PATTERNS: tuple[tuple[str, str], ...] = ((r"\bEFA\b|\bp3dn\b|\bp4de?\b|\bp5(e|en)?\b", "efa"),)
+# (An instance only with its size suffix, "p4de.24xlarge": a bare "P5" is as likely a row id in a note.)
+NET_PLUGIN_PATTERNS: tuple[tuple[str, str], ...] = ((r"\bEFA\b|\b(p3dn|p4de?|p5(e|en)?)\.\d*xlarge", "efa"),)
 
 
 def net_plugin(row: Row) -> str:
