@@ -127,3 +127,41 @@ def test_a_cluster_file_can_turn_the_protocol_model_off(tmp_path):
     written = CF.dump(replace(get_cluster("a100"), nccl_arch="", name="refit"), tmp_path / "refit.yaml", base="a100")
     assert yaml.safe_load(written.read_text())["nccl"]["protocols"] is False
     assert CF.read(written).cluster.nccl_arch == "" and CF.read("a100").cluster.nccl_arch == "ampere"
+
+
+def test_a_network_plugins_stated_latency_and_protocols():
+    """aws-ofi-nccl on EFA states 75 us (p4d/p4de/p5) that NCCL's tuner adds to each network step, twice with
+    Simple, and leaves A100s (p4d/p4de) on Simple; on p5 a step takes AWS's modelled 20 us (+3 with Simple); NCCL's
+    own IB transport states none."""
+    assert T.net_latency_us("", "ampere") == 0.0 and T.protocols("", "ampere") == T.PROTOCOLS
+    assert [T.net_step_us("", "hopper", "Simple", tuned) for tuned in (True, False)] == [0.0, 0.0]
+    assert T.net_latency_us("efa", "ampere") == 75.0 and T.protocols("efa", "ampere") == ("Simple",)
+    assert T.net_latency_us("efa", "volta") == 150.0 and T.protocols("efa", "hopper") == T.PROTOCOLS
+    assert [T.net_step_us("efa", "ampere", "Simple", tuned) for tuned in (True, False)] == [150.0, 150.0]
+    assert [T.net_step_us("efa", "hopper", p, False) for p in ("LL", "Simple")] == [20.0, 23.0]
+    assert T.net_step_us("efa", "hopper", "LL", True) == 75.0
+    ib = T.latency_us("ring", "Simple", "allgather", 16, 2, "ampere", MiB, 16)
+    assert T.latency_us("ring", "Simple", "allgather", 16, 2, "ampere", MiB, 16, 150.0) == pytest.approx(ib + 150)
+    ll = T.latency_us("tree", "LL", "allreduce", 16, 2, "hopper", MiB, 16)
+    assert T.latency_us("tree", "LL", "allreduce", 16, 2, "hopper", MiB, 16, 75.0) == pytest.approx(ll + 2 * 75)
+    ib_c = get_cluster("a100", 2)
+    efa = replace(ib_c, net_plugin="efa")
+    g = GroupShape(16, 8, 8)
+    bw = C.allgather(KiB / 16, g, N.bare(ib_c))
+    assert N.priced("allgather", KiB, 16, 2, ib_c, {"ring": bw})[2] == "LL"
+    t, _, proto = N.priced("allgather", KiB, 16, 2, efa, {"ring": bw})
+    assert proto == "Simple" and t.time_us > 150
+    # a flat AllToAll across nodes: Simple and the plugin's latency, x2 for the flush; inside one node nothing moves
+    flat = C.alltoall(KiB, g, efa).time_us
+    bare = C.alltoall(KiB, g, N.bare(ib_c)).time_us
+    assert flat == pytest.approx(8.4 + 14.0 + 150 + 8 * T.PEER_POST_US + bare)
+    one = GroupShape(8, 8, 8)
+    assert C.alltoall(MiB, one, replace(efa, nodes=1)).time_us == C.alltoall(MiB, one, get_cluster("a100")).time_us
+    # p5: the tuner chooses with the stated 75 us, the choice takes the wire's 20 us (+3 Simple) per network step
+    h100 = get_cluster("h100", 2)
+    h_efa = replace(h100, net_plugin="efa")
+    bw = C.allgather(MiB / 16, g, N.bare(h100))
+    t, algo, proto = N.priced("allgather", MiB, 16, 2, h_efa, {"ring": bw})
+    step = T.net_step_us("efa", "hopper", proto, False)
+    bus = N._busbw("allgather", MiB, bw.time_us, 16, "ring")
+    assert t.time_us == pytest.approx(N._time("allgather", algo, proto, MiB, 16, 2, h100, bus, False) + step)

@@ -42,13 +42,28 @@ def test_the_model_against_the_healthy_nccl_tests_rows(recs):
     assert s["rows"] >= 120 and s["sources"] >= 35
     pops = s["populations"]
     head, seen, unseen = pops["healthy nccl-tests rows"], pops["healthy, seen"], pops["healthy, unseen"]
-    assert head["rows"] == seen["rows"] + unseen["rows"] and unseen["priced_blind"] >= 20 and seen["rows"] >= 20
+    # (16 unseen priced since the AWS EFA rows shaped the network plugin's term and are seen)
+    assert head["rows"] == seen["rows"] + unseen["rows"] and unseen["priced_blind"] >= 15 and seen["rows"] >= 20
     for pop in (head, seen, unseen):
         assert pop["median_blind_error"] <= 0.15, pop
     assert head["priced_calibrated"] >= 30 and head["median_calibrated_error"] <= 0.10
     assert head["priced_calibrated_loso"] >= 15 and head["median_calibrated_loso_error"] <= 0.10
     small = pops["<= 64 MiB on 2+ nodes"]
-    assert small["priced_blind"] >= 10 and small["median_blind_error"] is not None  # reported; its bar is not met
+    # the issue's bar: 29.8% since the network plugin's latency (62.2% before), 7 of its 13 rows seen
+    assert small["priced_blind"] >= 10 and small["median_blind_error"] <= 0.30
+
+
+def test_a_row_naming_efa_runs_over_the_network_plugin_nccl_tunes_for_it():
+    """The fabric is read from the hardware a row states (gpu, nvlink, notes): EFA, or an EC2 instance with it."""
+    base = {"id": "X", "collective": "all_reduce_perf", "gpu": "A100-SXM4-80GB", "nodes": "2", "gpus_per_node": "8"}
+    base |= {"nic_per_node": "4", "nic_gbps": "100", "size_bytes": str(2**20), "busbw_GBps": "6"}
+    ib = P.Row(dict(base, notes="HDR InfiniBand"))
+    efa = P.Row(dict(base, notes="AWS sample output; EFA"))
+    p4de = P.Row(dict(base, gpu="A100-80GB (AWS p4de.24xlarge)"))
+    id_in_note = P.Row(dict(base, notes="same cluster as P5 and p4d"))
+    assert [P.blind_cluster(r)[0].net_plugin for r in (ib, efa, p4de, id_in_note)] == ["", "efa", "efa", ""]
+    t_ib, t_efa = (P.predict_row(r, P.blind_cluster(r)[0])[0] for r in (ib, efa))
+    assert t_efa < t_ib / 2  # busbw: 2 network steps x (14 + 2 x 75) us more, on Simple alone
 
 
 def _rewrite(rows, path, drop=(), rename=lambda r, i: r):

@@ -27,7 +27,7 @@ BASE_COLUMNS = [
 ]  # fmt: skip
 COLUMNS = BASE_COLUMNS + ["source", "health", "metric", "seen"]
 # The model terms a row may have shaped (``seen``; docs/results/published-measurements.md names them next to each term)
-SEEN_TERMS = {"tree", "nvls", "tree-cap", "curve-under-latency", "peer-post"}
+SEEN_TERMS = {"tree", "nvls", "tree-cap", "curve-under-latency", "peer-post", "net-plugin"}
 CLAIM_ROLES = {"test", "input", "construction", "seen", "advice"}
 HEALTH = {"healthy", "misconfigured", "degraded", "suspect", "approximate", "unknown"}
 METRICS = {"busbw_GBps", "algbw_GBps", "time_us", "bottleneck_GBps"}

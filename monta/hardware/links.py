@@ -135,6 +135,10 @@ class Cluster:
     # monta.perfmodel.network.nccl_tuning): its protocols, latencies, channels and algorithm choice. Set by a
     # cluster file from its gpu.model; "" (an emulator profile: gloo over TCP; a fitted curve) keeps the link model.
     nccl_arch: str = ""
+    # The network plugin NCCL runs over, as NCCL's tuner sees it (monta.perfmodel.network.nccl_tuning.NET_PLUGINS):
+    # "" for NCCL's own InfiniBand/RoCE transport (it reports no latency of its own), "efa" for aws-ofi-nccl on
+    # AWS EFA (its stated latency per network step; Simple only on EFA's first generation).
+    net_plugin: str = ""
     # Emulator: every rank of every node runs on this many shared CPU cores (0 = each device has
     # its own host, as on real GPU nodes). Then the exchange timelines add the machine's CPU as a
     # resource that overlapping operations share (monta.perfmodel.network.fluid).

@@ -63,10 +63,14 @@ def _alg_rate(op: str, algo: str, busbw: float, n: int) -> float:
     return busbw * 0.5
 
 
-def _time(op, algo, proto, nbytes, n, m, cluster, busbw) -> float:
-    """One algorithm/protocol's time; ``busbw`` is its Simple bus bandwidth at full channels."""
+def _time(op, algo, proto, nbytes, n, m, cluster, busbw, tuned: bool) -> float:
+    """One algorithm/protocol's time; ``busbw`` is its Simple bus bandwidth at full channels; ``tuned``: as NCCL's
+    tuner sees it (the network plugin's stated latency), else as it runs (``nccl_tuning.net_step_us``)."""
     arch, n_ch, g_ch = cluster.nccl_arch, T.channels(cluster, m), T.graph_channels(cluster, m)
-    lat = T.latency_us(algo, proto, op, n, m, arch, nbytes, n_ch)
+    net_step = T.net_step_us(cluster.net_plugin, arch, proto, tuned) if m > 1 else 0.0
+    lat = T.latency_us(algo, proto, op, n, m, arch, nbytes, n_ch, net_step)
+    if algo not in ("ring", "tree"):  # NVLS, NVLSTree: Simple only, the link model's rate and NCCL's latency
+        return lat + busbw
     nc = T.active_channels(nbytes, n_ch, algo, proto, n)
     corr = T.tree_correction(proto, nbytes) if algo == "tree" else 1.0
     share = T.busbw_share(algo, proto, op, busbw, m, arch, g_ch) * nc / n_ch * corr
@@ -75,21 +79,21 @@ def _time(op, algo, proto, nbytes, n, m, cluster, busbw) -> float:
 
 def priced(op: str, nbytes: float, n: int, m: int, cluster: Cluster, algos: dict):
     """(CollTime, algorithm, protocol) NCCL gives ``op`` of ``nbytes`` (NCCL's count: AllGather's output,
-    ReduceScatter's input) on n ranks over m nodes; ``algos``: name -> the link model's bandwidth-only CollTime."""
+    ReduceScatter's input) on n ranks over m nodes; ``algos``: name -> the link model's bandwidth-only CollTime.
+    The tuner picks by its model (a network plugin's stated latency in it); the pick then takes its time on the wire
+    (the same where the plugin states none)."""
     best = None
+    protos = T.protocols(cluster.net_plugin, cluster.nccl_arch) if m > 1 else T.PROTOCOLS
     for algo, t_bw in algos.items():
-        if algo in ("ring", "tree"):
-            bus = _busbw(op, nbytes, t_bw.time_us, n, algo)
-            for proto in T.PROTOCOLS:
-                t = _time(op, algo, proto, nbytes, n, m, cluster, bus)
-                if best is None or t < best[0]:
-                    best = (t, t_bw, algo, proto)
-        else:  # NVLS, NVLSTree: Simple only, the link model's rate and NCCL's latency
-            lat = T.latency_us(algo, "Simple", op, n, m, cluster.nccl_arch, nbytes, T.channels(cluster, m))
-            if best is None or lat + t_bw.time_us < best[0]:
-                best = (lat + t_bw.time_us, t_bw, algo, "Simple")
-    t, t_bw, algo, proto = best
-    return _scaled(t_bw, t), algo, proto
+        ring_tree = algo in ("ring", "tree")
+        # NVLS/NVLSTree carry the link model's own time where ring and tree carry their Simple bus bandwidth
+        arg = _busbw(op, nbytes, t_bw.time_us, n, algo) if ring_tree else t_bw.time_us
+        for proto in protos if ring_tree else ("Simple",):
+            t = _time(op, algo, proto, nbytes, n, m, cluster, arg, tuned=True)
+            if best is None or t < best[0]:
+                best = (t, t_bw, algo, proto, arg)
+    _, t_bw, algo, proto, arg = best
+    return _scaled(t_bw, _time(op, algo, proto, nbytes, n, m, cluster, arg, tuned=False)), algo, proto
 
 
 def alltoall(S: float, g, cluster: Cluster, t_bw, hierarchical: bool):
@@ -99,11 +103,16 @@ def alltoall(S: float, g, cluster: Cluster, t_bw, hierarchical: bool):
     one's send and receive). A peer's bytes go LL when they fit its channels' LL threshold, at half the rate.
     2DH (``hierarchical``) runs two such calls: p - 1 peers inside the node, then m - 1 larger ones across."""
     n, p, m = g.size, g.ranks_per_node, g.nodes
+    net_protos = T.protocols(cluster.net_plugin, cluster.nccl_arch)
 
     def call(peers_net: int, per_peer: float, net: bool) -> tuple[float, float]:
-        proto = "LL" if per_peer <= T.P2P_CHANNELS_PER_PEER * T.P2P_LL_THRESHOLD else "Simple"
+        fits_ll = per_peer <= T.P2P_CHANNELS_PER_PEER * T.P2P_LL_THRESHOLD
+        # A plugin that makes LL unsafe (NCCL_PROTO=simple) leaves a network peer's bytes on Simple.
+        proto = "LL" if fits_ll and (not net or "LL" in net_protos) else "Simple"
         i = T.PROTOCOLS.index(proto)
         lat = T.BASE_LAT["ring"][i] + T.HW_LAT[("net" if net else "nvlink", "ring")][i] + peers_net * T.PEER_POST_US
+        if net:  # the network's step once (the peers' sends run concurrently), as it runs (AWS's model of EFA)
+            lat += T.net_step_us(cluster.net_plugin, cluster.nccl_arch, proto, tuned=False)
         return lat, (2.0 if proto == "LL" else 1.0)
 
     if not hierarchical or m == 1 or p == 1:

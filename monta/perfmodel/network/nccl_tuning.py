@@ -67,6 +67,57 @@ P2P_CHANNELS_PER_PEER = 2
 # on their own channels and overlap.
 PEER_POST_US = 2 * NET_OVERHEAD_US
 
+# A network plugin's stated latency, what NCCL's tuner chooses with. NCCL's search keeps the NIC's
+# ``ncclNetProperties.latency`` as the graph's latencyInter (search.cc ``graph->latencyInter = net->net.latency``) and
+# its tuner adds it to every network step, twice with Simple ("Also add the flush extra latency": tuning.cc, v2.25.1
+# L301-303). NCCL's own IB and socket transports report 0 ("Not set": net_ib.cc, net_socket.cc), so an
+# InfiniBand/RoCE cluster keeps the constants above. aws-ofi-nccl on EFA reports 75 us on p4d, p4de and p5 and 150 us
+# on p3dn (src/platform-aws.c ``platform_data_map``, "Internode latency set at %.1f us"), and sets NCCL_PROTO=simple
+# "whenever we know that the LL/LL128 protocols are not safe, such as on P4d/P4e" (``configure_nccl_proto``: EFA's
+# first generation has no 128-byte in-order stores). By GPU generation, since the EC2 platform follows it: V100 =
+# p3dn, A100 = p4d/p4de, Hopper = p5 (whose newer EFA keeps every protocol). (That plugin version also set
+# NCCL_NVLS_ENABLE=0 for a bug "with EFA and NCCL 2.17/2.18 that is still under investigation"; a workaround of its
+# time, not taken: the p5 rows at 256 MiB-16 GiB read NVLSTree's rate.)
+#
+# What a network step then takes on the wire is not that figure: the stated latency steers the choice (a 1 MiB
+# AllReduce on two p5 takes 123 us in all, less than one of its 150 us Simple steps). AWS's own cost model of EFA,
+# the plugin's tuner (src/tuner/nccl_ofi_model: ``TUNER_NET_LATENCY`` 20 us, plus ``TUNER_NET_COMP_OVERHEAD`` 3 us
+# with Simple: "~2 usec cost in the device and ~1 usec cost to write that completion up to the host stack"), prices
+# each network step at 20 us more than NCCL's InfiniBand constants; that is the time the chosen algorithm takes.
+# That model covers P5/P5e/P5en only (Hopper); on p3dn and p4d/p4de the stated figure is the only one, kept.
+NET_PLUGINS = {
+    "": {"stated_us": {}, "wire_us": {}, "simple_us": 0.0, "simple_only": ()},
+    "efa": {
+        "stated_us": {"volta": 150.0, "ampere": 75.0, "hopper": 75.0},
+        "wire_us": {"hopper": 20.0},
+        "simple_us": 3.0,
+        "simple_only": ("volta", "ampere"),
+    },
+}
+
+
+def _plugin(name: str) -> dict:
+    return NET_PLUGINS.get(name, NET_PLUGINS[""])
+
+
+def net_latency_us(plugin: str, arch: str) -> float:
+    """The latency the plugin states to NCCL (0: NCCL's own transports)."""
+    return _plugin(plugin)["stated_us"].get(arch, 0.0)
+
+
+def net_step_us(plugin: str, arch: str, proto: str, tuned: bool) -> float:
+    """What a network step adds to NCCL's constants: in the tuner's model (``tuned``: the stated latency, x2 with
+    Simple) or on the wire (AWS's model of EFA: 20 us, +3 us with Simple)."""
+    p = _plugin(plugin)
+    if tuned or arch not in p["wire_us"]:  # no model of the wire for this generation: the stated figure
+        return net_latency_us(plugin, arch) * (2 if proto == "Simple" else 1)
+    return p["wire_us"][arch] + (p["simple_us"] if proto == "Simple" else 0.0)
+
+
+def protocols(plugin: str, arch: str) -> tuple[str, ...]:
+    """The protocols NCCL may pick with this plugin (Simple alone where the plugin sets NCCL_PROTO=simple)."""
+    return ("Simple",) if arch in _plugin(plugin)["simple_only"] else PROTOCOLS
+
 
 def _node_index(m: int) -> int:
     return 0 if m == 1 else 1 if m == 2 else 2
@@ -103,15 +154,19 @@ def _log2i(x: int) -> int:
     return max(0, int(math.log2(x))) if x >= 1 else 0
 
 
-def latency_us(algo: str, proto: str, op: str, n: int, m: int, arch: str, nbytes: float, n_ch: int) -> float:
+def latency_us(
+    algo: str, proto: str, op: str, n: int, m: int, arch: str, nbytes: float, n_ch: int, net_step: float = 0.0
+) -> float:
     """ncclTopoTuneModel's latency of ``algo``/``proto`` for ``op`` on n ranks over m nodes (ncclTopoGetAlgoTime's
-    ring plateau factor included)."""
+    ring plateau factor included); ``net_step``: what the network plugin adds to each network step
+    (:func:`net_step_us`)."""
     i = PROTOCOLS.index(proto)
     ppn = n // m
     a = "tree" if algo == "tree" else algo
     intra = HW_LAT[("nvlink", a)][i]
     # "With ppn=1 latencies are fully exposed, use the Tree network latency"
     inter = HW_LAT[("net", "tree" if ppn == 1 and algo in ("ring", "tree") else a)][i]
+    inter += net_step
     lat = BASE_LAT[algo][i]
     if algo == "ring":
         nsteps = 2 * (n - 1) if op == "allreduce" else n - 1

@@ -117,6 +117,18 @@ def gpu_file(gpu: str) -> str | None:
 NIC_LINE_RATE_FRACTION = 0.94
 
 
+# The network plugin a row's hardware description names (its gpu, nvlink and notes cells, as a source states the
+# hardware: "EFA", an EC2 instance with EFA). NCCL's tuner adds that plugin's stated latency and protocol limits
+# (nccl_tuning.NET_PLUGINS); anything else is NCCL's own InfiniBand/RoCE transport, which states none.
+# (An instance only with its size suffix, "p4de.24xlarge": a bare "P5" is as likely a row id in a note.)
+NET_PLUGIN_PATTERNS: tuple[tuple[str, str], ...] = ((r"\bEFA\b|\b(p3dn|p4de?|p5(e|en)?)\.\d*xlarge", "efa"),)
+
+
+def net_plugin(row: Row) -> str:
+    text = " ".join(row.text(k) for k in ("gpu", "nvlink", "notes"))
+    return next((name for pattern, name in NET_PLUGIN_PATTERNS if re.search(pattern, text, re.IGNORECASE)), "")
+
+
 def blind_cluster(row: Row) -> tuple[Cluster | None, str | None]:
     """The cluster a row's hardware columns describe, or (None, why not)."""
     from monta.hardware.profile import get_cluster
@@ -140,6 +152,7 @@ def blind_cluster(row: Row) -> tuple[Cluster | None, str | None]:
         if not nics or not gbps:
             return None, "NICs per node or their rate not stated: the inter-node link cannot be built"
         c = replace(c, nics_per_node=nics, inter=replace(c.inter, bandwidth_GBps=gbps / 8 * NIC_LINE_RATE_FRACTION))
+        c = replace(c, net_plugin=net_plugin(row))
     return c, None
 
 
