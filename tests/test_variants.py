@@ -290,7 +290,7 @@ def test_step_bench_checks_names_and_schedule_requirements_before_any_rank_start
 
 def test_analysis_names_each_variants_parts():
     from monta.results import make_record
-    from monta_analysis import tables
+    from monta_analysis import step_tables
 
     def step(v, ms):
         return make_record(
@@ -301,7 +301,7 @@ def test_analysis_names_each_variants_parts():
             metrics={"step_ms": ms, "tokens_per_s": 1.0, "loss": 1.0},
         )
 
-    t = tables.step_table([step("monta+lancet", 9.0), step("deepspeed", 10.0), step("toy", 10.0)])
+    t = step_tables.step_table([step("monta+lancet", 9.0), step("deepspeed", 10.0), step("toy", 10.0)])
     assert list(t["variant"]) == ["deepspeed", "monta+lancet", "toy"]  # the registry's order
     assert dict(zip(t["variant"], t["parts"])) == {
         "deepspeed": "deepspeed / deepspeed / after-backward",
