@@ -15,7 +15,7 @@ MAP_SIZES = "1M:4M:4"  # 1 MiB and 4 MiB buffers: hidden 256 fp32
 # its own cluster entry (any config): 2 x 4 on the network section's profile
 MAP_CLUSTER = {"name": "map", "nodes": 2, "gpus_per_node": 4, "tp": 4}
 # A fixed clock per routing and TP, never `auto` (whatever the alltoall section says): auto's reruns left 5
-# of 8 CPU-bound map points bound at x2 and took the map to 928 s (docs/results/exchange-map.md). The
+# of 8 CPU-bound map points bound at x2 and doubled the map's time (docs/results/exchange-map.md). The
 # token-level exchanges (node-dedup, allgather) do 9-18 ms of host work a rank and call; at top-8 they move
 # a fraction of the buffer's bytes for it, so their links must run 4x slower for the host to keep up (TP 4,
 # 4 MiB: their ranks waited for a core 14-16% at x2, 8% at x4); at top-1 under TP node-dedup waited 16-22%
