@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from monta.regress_stats import RUN_SPECIFIC  # params that say how a point was measured, not which point it is
 from monta_analysis.alltoall_tables import predicted_vs_measured
 from monta_analysis.frames import MEASURED, ensure, to_frame
 
@@ -95,9 +96,6 @@ def provenance(records: Sequence[Mapping[str, Any]]) -> str:
         f"torch {values('torch')} · python {values('python')} · measured {when} (UTC; the records' env)."
     )
 
-
-# Params that describe how a point was measured, not which point it is.
-RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
 
 # What a variant is made of (its record's params): they differ between the variant and its baseline by
 # definition, so they never split a point.

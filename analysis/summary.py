@@ -13,15 +13,12 @@ from typing import Any
 import pandas as pd
 
 from monta import variants as variant_registry
-
-# `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
-# chunk-pick check below applies the model's own rule to the recorded predictions.
-from monta.perfmodel.network.chunks import _TIE as AUTO_TIE
+from monta.chunking import CHUNK_TIE  # the chunk-pick check below applies the model's own rule to the predictions
 from monta.perfmodel.reports.accuracy import CHUNK_TOLERANCE
 from monta_analysis import alltoall_tables, step_tables
 from monta_analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
+from monta_analysis.frames import MEASURED
 
-MEASURED = ("measured", "emulated")
 REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok", "CPU-bound")
 
 
@@ -142,7 +139,7 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
             continue
         pick, best_t = None, float("inf")
         for k in sorted(by_k):
-            if pick is None or by_k[k][0] < best_t * (1 - AUTO_TIE):
+            if pick is None or by_k[k][0] < best_t * (1 - CHUNK_TIE):
                 pick, best_t = k, by_k[k][0]
         best = min(by_k, key=lambda k: by_k[k][1])
         out.append((setup, best, pick, by_k[pick][1] / by_k[best][1] - 1, by_k[pick][2] or by_k[best][2]))

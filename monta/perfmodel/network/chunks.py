@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import lru_cache, partial
 
 from monta.chunking import Chooser
-from monta.perfmodel.network.exchange import _TIE, best_chunks, layout_shapes  # noqa: F401  (_TIE: monta_analysis)
+from monta.perfmodel.network.exchange import best_chunks, layout_shapes
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.profile import get_cluster
 
