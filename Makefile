@@ -28,7 +28,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and alone, from the CPU index: the pin then stops later resolves from pulling CUDA wheels.
 	# --retries 0: where the index does not resolve, pip's backoff retried it for each of torch's 10
-	# dependencies (79 s of a fresh setup's 4 min, measured); one failed lookup per package is enough.
+	# dependencies (docs/results/make-reproduce.md#timings); one failed lookup per package is enough.
 	$(PY) -m pip install -q --retries 0 --index-url $(TORCH_INDEX) torch==2.13.0
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
@@ -74,7 +74,8 @@ pipeline-test: setup
 	$(SNAKEMAKE) --cores 2 --profile profiles/local --configfile config/test.yaml
 
 # The exchange map: deepspeed, monta, 2dh, allgather and node-dedup over TP 1/2/4, two routings and two sizes
-# on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); 9-10 min, not in reproduce.
+# on the emulated 2 x 4 A800, measured beside the model (results/map/map.md, map.png); not in reproduce
+# (its time: docs/results/make-reproduce.md#timings).
 exchange-map: setup
 	$(SNAKEMAKE) --cores 2 --profile profiles/local results/map/map.md
 
@@ -87,7 +88,8 @@ bench-alltoall: setup
 	$(VENV)/bin/monta bench alltoall --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 --sizes 8M:16M:2 --chunks 1,2,4,8 --min-chunk 2M --warmup 1 --adaptive --max-iters 40 --budget-s 20 --check
 
 # The paper's layout on the emulator: the step at 2 x 8 TP8 (16 ranks; the mini with 8 KV heads so TP8 divides
-# them) at half the 2 x 4 step's rates, the three exchanges; ~3 min; not in reproduce (docs/results/training-step.md).
+# them) at half the 2 x 4 step's rates, the three exchanges; not in reproduce (docs/results/training-step.md; its
+# time: docs/results/make-reproduce.md#timings).
 step-2x8: setup
 	$(VENV)/bin/monta bench step --nodes 2 --gpus-per-node 8 --tp 8 --kv-heads 8 --launcher emulate --topology a800-4nic@0.0625 --micro-batch 32 --compute modeled --steps 2 --warmup 1 --variants deepspeed,legacy,monta --out results/step-2x8.jsonl $(if $(FORCE),--force)
 

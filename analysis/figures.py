@@ -1,4 +1,4 @@
-"""Seaborn figures from the tables of monta_analysis.tables, written to results/figures/*.png.
+"""Seaborn figures from the tables of monta_analysis.alltoall_tables and step_tables, written to results/figures/*.png.
 
 Each function returns the path it wrote, or None when its table is empty (the report says "no data").
 """

@@ -1,5 +1,5 @@
 """What a record does not state but its producer knows: an emulator profile's links, a preset cluster's
-inter-node rate and the bytes and routing the performance model used (monta_analysis.tables.to_frame calls fill)."""
+inter-node rate and the bytes and routing the performance model used (monta_analysis.frames.to_frame calls fill)."""
 
 from __future__ import annotations
 

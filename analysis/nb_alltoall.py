@@ -20,24 +20,24 @@ paper = "analysis/paper.yaml"
 
 # %%
 from monta.bench.hostload import RANK_WAIT_LIMIT
-from monta_analysis import figures, tables
+from monta_analysis import alltoall_tables, figures, frames, table_files
 from monta_analysis.report import Manifest
 
-recs = tables.load(records)
+recs = frames.load(records)
 manifest = Manifest("alltoall", out_dir)
-table = tables.alltoall_table(recs)
-summary = tables.alltoall_summary(table)
+table = alltoall_tables.alltoall_table(recs)
+summary = alltoall_tables.alltoall_summary(table)
 print(f"{len(recs)} records, {len(table)} AllToAll points")
 
 # %% [markdown]
 # ## Comparison per buffer size (best MoNTA chunk count)
 
 # %%
-shown, cpu_note = tables.with_intervals(summary)
+shown, cpu_note = alltoall_tables.with_intervals(summary)
 caption = "TP AllToAll: time per exchange and MoNTA's speedups" + (f". {cpu_note}" if cpu_note else "")
 manifest.section(
     "AllToAll comparison",
-    tables.write_table(shown, out_dir, "alltoall_summary", caption),
+    table_files.write_table(shown, out_dir, "alltoall_summary", caption),
     figures.alltoall_comparison(table, out_dir),
     empty=summary.empty,
     note=(
@@ -51,8 +51,8 @@ manifest.section(
         "and direction (for a predicted cluster, its NICs)." + (f" **{cpu_note}.**" if cpu_note else "")
     ),
 )
-tables.write_table(
-    table.drop(columns=tables.STATED), out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count"
+table_files.write_table(
+    table.drop(columns=alltoall_tables.STATED), out_dir, "alltoall_all", "TP AllToAll: every variant and chunk count"
 )
 summary
 
@@ -60,10 +60,10 @@ summary
 # ## Chunk-count ablation
 
 # %%
-chunks = tables.chunk_ablation(table)
+chunks = alltoall_tables.chunk_ablation(table)
 manifest.section(
     "Chunk-count ablation",
-    tables.write_table(chunks, out_dir, "chunk_ablation", "MoNTA time per pipeline chunk count"),
+    table_files.write_table(chunks, out_dir, "chunk_ablation", "MoNTA time per pipeline chunk count"),
     figures.chunk_ablation(chunks, out_dir),
     empty=chunks.empty,
 )
@@ -73,10 +73,10 @@ chunks
 # ## Tensor-parallel degree ablation
 
 # %%
-tp = tables.tp_ablation(summary)
+tp = alltoall_tables.tp_ablation(summary)
 manifest.section(
     "TP ablation",
-    tables.write_table(tp, out_dir, "tp_ablation", "Exchange time per tensor-parallel degree"),
+    table_files.write_table(tp, out_dir, "tp_ablation", "Exchange time per tensor-parallel degree"),
     figures.tp_ablation(tp, out_dir),
     empty=tp.empty,
 )
@@ -86,10 +86,10 @@ tp
 # ## Intra:inter bandwidth-ratio ablation
 
 # %%
-ratio = tables.ratio_ablation(summary)
+ratio = alltoall_tables.ratio_ablation(summary)
 manifest.section(
     "Bandwidth-ratio ablation",
-    tables.write_table(ratio, out_dir, "ratio_ablation", "MoNTA speedup vs emulated inter-node bandwidth"),
+    table_files.write_table(ratio, out_dir, "ratio_ablation", "MoNTA speedup vs emulated inter-node bandwidth"),
     figures.ratio_ablation(ratio, out_dir),
     empty=ratio.empty,
 )
@@ -132,7 +132,9 @@ if not scored.empty:
     accuracy = accuracy.rename(columns={"mape_pct": "MAPE", "cpu_bound": "CPU-bound points"})
 manifest.section(
     "Model accuracy per shape",
-    tables.write_table(accuracy, out_dir, "alltoall_model_accuracy", "Performance model vs measured AllToAll: MAPE"),
+    table_files.write_table(
+        accuracy, out_dir, "alltoall_model_accuracy", "Performance model vs measured AllToAll: MAPE"
+    ),
     empty=accuracy.empty,
     note="MAPE = mean |predicted - measured| / measured over every measured point of the shape (legacy, deepspeed, "
     "monta at each chunk count), each priced at the link rates it ran at; cpu_bound = points whose timing the "

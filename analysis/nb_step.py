@@ -19,21 +19,21 @@ out_dir = "results"
 paper = "analysis/paper.yaml"
 
 # %%
-from monta_analysis import figures, tables
+from monta_analysis import figures, frames, step_tables, table_files
 from monta_analysis.report import Manifest
 
-recs = tables.load(records)
+recs = frames.load(records)
 manifest = Manifest("step", out_dir)
-steps = tables.step_table(recs)
+steps = step_tables.step_table(recs)
 print(f"{len(recs)} records, {len(steps)} step points")
 
 # %%
-measured = steps[steps["source"].isin(tables.MEASURED)] if not steps.empty else steps
+measured = steps[steps["source"].isin(frames.MEASURED)] if not steps.empty else steps
 cols = [c for c in measured.columns if not c.startswith("breakdown_ms.")] if not measured.empty else []
 manifest.section(
     "Training step per variant",
-    tables.write_table(
-        tables.shown_point(measured[cols], ["routing"]) if cols else measured,  # routing: where runs differ
+    table_files.write_table(
+        frames.shown_point(measured[cols], ["routing"]) if cols else measured,  # routing: where runs differ
         out_dir,
         "step_summary",
         "Training step: median step time and speedup vs DeepSpeed",
@@ -45,7 +45,7 @@ measured[cols] if cols else measured
 # %%
 # The router's realized imbalance (docs/routing.md): per run and variant, the MaxVio and drop share the
 # MoE gates (or a --routing workload) realized, next to the synthetic workloads' MaxVio at the same shape.
-frame = tables.to_frame(recs, "step")
+frame = frames.to_frame(recs, "step")
 shown = ("router.maxvio", "router.maxvio_layer_min", "router.maxvio_layer_max", "router.drop_fraction")
 router_cols = [c for c in frame.columns if c in shown or c.startswith("workload_maxvio.")]
 ids = [c for c in ("cluster", "model", "topk", "capacity_factor", "variant", "routing") if c in frame.columns]
@@ -62,7 +62,7 @@ router = router.rename(
 )
 manifest.section(
     "The router's realized imbalance",
-    tables.write_table(
+    table_files.write_table(
         router,
         out_dir,
         "step_router",
@@ -74,10 +74,10 @@ manifest.section(
 router
 
 # %%
-predicted = tables.predicted_step_table(recs)
+predicted = step_tables.predicted_step_table(recs)
 manifest.section(
     "Training step, predicted",
-    tables.write_table(
+    table_files.write_table(
         predicted,
         out_dir,
         "step_predicted",
@@ -89,11 +89,14 @@ manifest.section(
 predicted
 
 # %%
-breakdown = tables.step_breakdown(measured)
+breakdown = step_tables.step_breakdown(measured)
 manifest.section(
     "Step-time breakdown",
-    tables.write_table(
-        tables.step_breakdown_wide(breakdown), out_dir, "step_breakdown", "Step-time breakdown per phase and variant"
+    table_files.write_table(
+        step_tables.step_breakdown_wide(breakdown),
+        out_dir,
+        "step_breakdown",
+        "Step-time breakdown per phase and variant",
     ),
     figures.step_breakdown(breakdown, out_dir),
     empty=breakdown.empty,

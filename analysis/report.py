@@ -182,9 +182,9 @@ def _opening(args: argparse.Namespace) -> list[str]:
     """The claims table (what the paper claims, ours emulated and predicted, the verdict), then the provenance."""
     import yaml
 
-    from monta_analysis import claims, tables
+    from monta_analysis import claims, frames
 
-    records = tables.load(args.records)
+    records = frames.load(args.records)
     paper = yaml.safe_load(Path(args.paper).read_text()) if args.paper else None
     table = claims.claims_table(records, paper) if paper else []
     head = ["## Did it reproduce?", "", *table, ""] if table else []
@@ -194,7 +194,7 @@ def _opening(args: argparse.Namespace) -> list[str]:
 def _summary(args: argparse.Namespace) -> list[str]:
     import yaml
 
-    from monta_analysis import summary, tables
+    from monta_analysis import frames, summary
 
     base = Path(args.out).parent
 
@@ -202,7 +202,7 @@ def _summary(args: argparse.Namespace) -> list[str]:
         return target if (base / target).exists() else None
 
     paper = yaml.safe_load(Path(args.paper).read_text()) if args.paper else None
-    return summary.summarize(tables.load(args.records), paper, args.regress, link)
+    return summary.summarize(frames.load(args.records), paper, args.regress, link)
 
 
 if __name__ == "__main__":

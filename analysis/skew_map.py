@@ -11,21 +11,15 @@ writes DIR/skew-map.md, DIR/skew-map.png and DIR/skew-points.jsonl.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
-from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-
-from monta.dtypes import DTYPE_BYTES  # noqa: E402
-from monta.hardware.profile import LinkProfile  # noqa: E402
-from monta.parallel import ParallelLayout  # noqa: E402
-from monta.results import read_records  # noqa: E402
-from monta_analysis.exchange_map import TIE, exchange_colors, map_exchanges, record_cluster, tie  # noqa: E402
+from monta.dtypes import DTYPE_BYTES
+from monta.hardware.profile import LinkProfile
+from monta.parallel import ParallelLayout
+from monta_analysis import maps
+from monta_analysis.maps import TIE, fmt_size, mape, tie
 
 BALANCED = "W0"
 POINT = ("tp", "ep", "experts", "topk", "cf", "size_bytes", "routing")  # one point of the skew map (routing last)
@@ -62,7 +56,7 @@ def _price(rec: dict, profile: LinkProfile):
 
     p, c = rec["params"], rec["config"]
     layout = ParallelLayout(c["nodes"], c["gpus_per_node"], int(p["tp"]), int(p.get("ep") or c["ep"]))
-    cluster = record_cluster(rec, profile)  # a record run on a slower clock (--dilation) is priced on it
+    cluster = maps.record_cluster(rec, profile)  # a record run on a slower clock (--dilation) is priced on it
     row_bytes = int(c["hidden"]) * DTYPE_BYTES[c["dtype"]]
     return skew_price(
         p["variant"], point_routing(rec), int(p["size_bytes"]), layout, cluster,
@@ -73,66 +67,38 @@ def _price(rec: dict, profile: LinkProfile):
 def points(records: list[dict], profile: LinkProfile) -> list[dict]:
     """One row per (point, exchange): measured worst-rank median, the skew model's worst-rank time, the
     routes dropped (measured and predicted), the model's inter-node bytes on the most-loaded link."""
-    exchanges = set(map_exchanges())
     out = []
-    for rec in records:
+    for rec in maps.map_records(records):
         p, m = rec["params"], rec["metrics"]
-        if rec.get("kind") != "alltoall" or p["variant"] not in exchanges:
-            continue
         price = _price(rec, profile)
-        out.append(
-            {
-                "tp": int(p["tp"]),
-                "ep": int(p.get("ep") or rec["config"]["ep"]),
-                "experts": int(rec["config"]["experts"]),
-                "topk": int(rec["config"].get("topk") or 1),
-                "cf": capacity_factor(rec),
-                "size_bytes": int(p["size_bytes"]),
-                "routing": p.get("routing") or BALANCED,
-                "variant": p["variant"],
-                "chunks": int(p["chunks"]),
-                "measured_us": float(m["time_us"]),
-                "p10_us": float(m["time_us_p10"]),
-                "p90_us": float(m["time_us_p90"]),
-                "iters": int(m["iters"]),
-                "predicted_us": price.worst_us,
-                "balanced_us": price.balanced_us,
-                "capacity_based": not price.dropless,
-                "drop_fraction": float(m.get("drop_fraction", 0.0)),  # W0's records: nothing dropped
-                "predicted_drop_fraction": price.drop_fraction,
-                "maxvio": float(m.get("maxvio", 0.0)),
-                "model_inter_bytes": price.inter_bytes,
-                "wrong": m.get("wrong"),
-                "cpu_bound": bool(m.get("cpu_bound")),
-            }
-        )
+        point = {**maps.setup(rec), "cf": capacity_factor(rec), "size_bytes": int(p["size_bytes"]),
+                 "routing": p.get("routing") or BALANCED}  # fmt: skip
+        model = {
+            "predicted_us": price.worst_us,
+            "balanced_us": price.balanced_us,
+            "capacity_based": not price.dropless,
+            "drop_fraction": float(m.get("drop_fraction", 0.0)),  # W0's records: nothing dropped
+            "predicted_drop_fraction": price.drop_fraction,
+            "maxvio": float(m.get("maxvio", 0.0)),
+            "model_inter_bytes": price.inter_bytes,
+        }
+        out.append(maps.measured_row(point, rec, model))
     return out
 
 
+def _drops_and_skew(ps: list[dict], meas: list[dict]) -> dict:
+    """The point's MaxVio, the routes its winner dropped and every capacity exchange's drops."""
+    return {
+        "maxvio": max(p["maxvio"] for p in ps),
+        "winner_drop": meas[0]["drop_fraction"],
+        "drops": {p["variant"]: p["drop_fraction"] for p in ps if p["capacity_based"]},
+    }
+
+
 def winners(pts: list[dict]) -> list[dict]:
-    """Per point: the measured winner, its margin over the runner-up, the model's pick, the drops."""
-    by = defaultdict(list)
-    for p in pts:
-        by[tuple(p[k] for k in POINT)].append(p)
-    rows = []
-    for key, ps in sorted(by.items(), key=lambda kv: (kv[0][:-1], kv[0][-1] != BALANCED, kv[0][-1])):
-        meas = sorted(ps, key=lambda p: p["measured_us"])
-        pred = sorted(ps, key=lambda p: p["predicted_us"])
-        rows.append(
-            {
-                **dict(zip(POINT, key)),
-                "maxvio": max(p["maxvio"] for p in ps),
-                "measured_winner": meas[0]["variant"],
-                "runner_up": meas[1]["variant"] if len(meas) > 1 else None,
-                "margin": meas[1]["measured_us"] / meas[0]["measured_us"] if len(meas) > 1 else 1.0,
-                "model_pick": pred[0]["variant"],
-                "agree": meas[0]["variant"] == pred[0]["variant"],
-                "winner_drop": meas[0]["drop_fraction"],
-                "drops": {p["variant"]: p["drop_fraction"] for p in ps if p["capacity_based"]},
-                "cpu_bound": any(p["cpu_bound"] for p in ps),
-            }
-        )
-    return rows
+    """Per point: the measured winner, its margin over the runner-up, the model's pick, the drops (W0 first
+    at each layout)."""
+    return maps.winners(pts, POINT, _drops_and_skew, order=lambda key: (key[:-1], key[-1] != BALANCED, key[-1]))
 
 
 def _describe(p: dict, base: dict) -> str:
@@ -187,11 +153,6 @@ def _drops(w: dict) -> str:
     return ", ".join(f"{v} {_pct(x)}" for v, x in d.items())
 
 
-def mape(pts: list[dict]) -> float | None:
-    ok = [p for p in pts if p["measured_us"] > 0]
-    return 100 * sum(abs(p["predicted_us"] / p["measured_us"] - 1) for p in ok) / len(ok) if ok else None
-
-
 def summary(pts: list[dict], wins: list[dict]) -> dict:
     """The agreement and the model's error, CPU-bound points left out (the emulator talking)."""
     bound = {tuple(w[k] for k in POINT) for w in wins if w["cpu_bound"]}
@@ -230,7 +191,7 @@ def report(pts: list[dict], wins: list[dict], moved: list[dict]) -> str:
     ]
     for w in wins:
         lines.append(
-            f"| {w['tp']} | {w['ep']} | {w['experts']} | {w['topk']} | {w['cf']:g} | {_size(w['size_bytes'])} | "
+            f"| {w['tp']} | {w['ep']} | {w['experts']} | {w['topk']} | {w['cf']:g} | {fmt_size(w['size_bytes'])} | "
             f"{w['routing']} | "
             f"{w['maxvio']:.2f} | {w['measured_winner']} | {w['margin']:.2f}x{tie(w)} ({w['runner_up']}) | "
             f"{w['model_pick']} | {'yes' if w['agree'] else 'NO'} | {_pct(w['winner_drop'])} | {_drops(w)} | "
@@ -263,59 +224,50 @@ def report(pts: list[dict], wins: list[dict], moved: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _size(n: int) -> str:
-    return f"{n // 2**20}M" if n >= 2**20 else f"{n // 1024}K"
+def _ms(p: dict, at: dict) -> tuple[float, float]:
+    return p["measured_us"] / 1e3, p["predicted_us"] / 1e3
 
 
 def figure(pts: list[dict], path: Path) -> None:
     """Per TP: each exchange's worst-rank time per routing, measured (o) beside the model (x)."""
-    import matplotlib.pyplot as plt
+    maps.panels(
+        pts,
+        path,
+        maps.Panels(
+            exchanges=list(dict.fromkeys(p["variant"] for p in pts)),
+            case=lambda p: p["routing"],
+            value=_ms,
+            tick=lambda r: r.replace(":", "\n"),
+            title=lambda tp, sub: f"TP {tp}, EP {sub[0]['ep']}: {sub[0]['experts']} experts top-{sub[0]['topk']}",
+            ylabel="worst-rank dispatch, ms (o measured, x model)",
+            labels=("{}", None),
+        ),
+    )
 
-    tps = sorted({p["tp"] for p in pts})
-    exchanges = list(dict.fromkeys(p["variant"] for p in pts))
-    colors = exchange_colors(map_exchanges())
-    fig, axes = plt.subplots(1, len(tps), figsize=(5 * len(tps), 4), squeeze=False)
-    for ax, tp in zip(axes[0], tps):
-        sub = [p for p in pts if p["tp"] == tp]
-        routings = list(dict.fromkeys(p["routing"] for p in sub))
-        for i, v in enumerate(exchanges):
-            mine = {p["routing"]: p for p in sub if p["variant"] == v}
-            xs = [j + (i - (len(exchanges) - 1) / 2) * 0.12 for j, r in enumerate(routings) if r in mine]
-            rs = [r for r in routings if r in mine]
-            ax.scatter(xs, [mine[r]["measured_us"] / 1e3 for r in rs], color=colors.get(v), marker="o", label=v)
-            ax.scatter(xs, [mine[r]["predicted_us"] / 1e3 for r in rs], color=colors.get(v), marker="x")
-        ax.set_xticks(range(len(routings)))
-        ax.set_xticklabels([r.replace(":", "\n") for r in routings], fontsize=8)
-        ax.set_title(f"TP {tp}, EP {sub[0]['ep']}: {sub[0]['experts']} experts top-{sub[0]['topk']}")
-        ax.set_ylabel("worst-rank dispatch, ms (o measured, x model)")
-    axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+
+def _ordered(records: list[dict], profile: LinkProfile) -> list[dict]:
+    """The timings by TP, W0 first, then routing and exchange (the report's and the points file's order)."""
+    pts = points(records, profile)
+    return sorted(pts, key=lambda p: (p["tp"], p["routing"] != BALANCED, p["routing"], p["variant"]))
+
+
+def _report(pts: list[dict]) -> str:
+    wins = winners(pts)
+    return report(pts, wins, changes(pts, wins))
+
+
+COMMAND = maps.MapCommand(
+    name="skew map",
+    files=("skew-map.md", "skew-map.png", "skew-points.jsonl"),
+    points=_ordered,
+    draw=figure,
+    report=_report,
+    measured_help="bench alltoall records (JSONL), one per routing",
+)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--measured", nargs="+", required=True, help="bench alltoall records (JSONL), one per routing")
-    ap.add_argument("--profile", required=True, help="the emulator's calibrated link profile (JSON)")
-    ap.add_argument("--out", required=True, help="output folder")
-    a = ap.parse_args(argv)
-    records = [r for f in a.measured for r in read_records(f)]
-    pts = points(records, LinkProfile.load(a.profile))
-    if not pts:
-        print(f"skew map: no records of {', '.join(map_exchanges())} in {' '.join(a.measured)}", file=sys.stderr)
-        return 2
-    pts.sort(key=lambda p: (p["tp"], p["routing"] != BALANCED, p["routing"], p["variant"]))
-    wins = winners(pts)
-    moved = changes(pts, wins)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    figure(pts, out / "skew-map.png")
-    text = report(pts, wins, moved)
-    (out / "skew-points.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pts))
-    (out / "skew-map.md").write_text(text + "\n")
-    print(text.split("\n")[2])
-    return 0
+    return maps.main(COMMAND, __doc__, argv)
 
 
 if __name__ == "__main__":

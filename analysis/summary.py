@@ -13,15 +13,12 @@ from typing import Any
 import pandas as pd
 
 from monta import variants as variant_registry
-
-# `chunks="auto"` keeps the smaller count unless a larger one is predicted this much faster; the
-# chunk-pick check below applies the model's own rule to the recorded predictions.
-from monta.perfmodel.network.chunks import _TIE as AUTO_TIE
+from monta.chunking import CHUNK_TIE  # the chunk-pick check below applies the model's own rule to the predictions
 from monta.perfmodel.reports.accuracy import CHUNK_TOLERANCE
-from monta_analysis import tables
+from monta_analysis import alltoall_tables, step_tables
 from monta_analysis.display import fmt_bytes, fmt_time_us, sig3, split_model, time_unit
+from monta_analysis.frames import MEASURED
 
-MEASURED = ("measured", "emulated")
 REGRESS_STATUSES = ("REGRESSED", "improved", "inconclusive", "ok", "CPU-bound")
 
 
@@ -142,7 +139,7 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
             continue
         pick, best_t = None, float("inf")
         for k in sorted(by_k):
-            if pick is None or by_k[k][0] < best_t * (1 - AUTO_TIE):
+            if pick is None or by_k[k][0] < best_t * (1 - CHUNK_TIE):
                 pick, best_t = k, by_k[k][0]
         best = min(by_k, key=lambda k: by_k[k][1])
         out.append((setup, best, pick, by_k[pick][1] / by_k[best][1] - 1, by_k[pick][2] or by_k[best][2]))
@@ -150,7 +147,7 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
 
 
 def model_line(records: Sequence[Mapping[str, Any]]) -> str | None:
-    pvm = tables.predicted_vs_measured(records)
+    pvm = alltoall_tables.predicted_vs_measured(records)
     if pvm.empty:
         return None
     err = pvm["error_pct"].abs()
@@ -177,7 +174,7 @@ def model_line(records: Sequence[Mapping[str, Any]]) -> str | None:
             )
     else:
         text += "; chunk pick not checked (no buffer size measured at two or more chunk counts)"
-    sa = tables.step_accuracy(records)
+    sa = step_tables.step_accuracy(records)
     if not sa.empty:
         worst = sa.loc[sa["error_pct"].abs().idxmax()]
         text += (
@@ -285,13 +282,13 @@ def summarize(
         got = [f"[{name}]({link(t)})" for name, t in targets if link(t)]
         return (" " + " · ".join(got)) if got else ""
 
-    summary = tables.alltoall_summary(tables.alltoall_table(records))
+    summary = alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(records))
     lines = [banner for banner in (injection_line(records),) if banner]  # a TEST AID run says so first
     lines += [
         line + links(("table", "tables/alltoall_summary.md"), ("figure", "figures/alltoall_comparison.png"))
         for line in alltoall_lines(summary)
     ]
-    step = step_line(tables.step_table(records))
+    step = step_line(step_tables.step_table(records))
     if step:
         lines.append(step + links(("table", "tables/step_summary.md"), ("figure", "figures/step_breakdown.png")))
     model = model_line(records)

@@ -50,6 +50,10 @@ AUTO = "auto"  # the one spelling of "let the performance model choose"
 # timeline grows with the chunk count), so Auto looks at 1..MAX_AUTO_CHUNKS by default.
 MAX_AUTO_CHUNKS = 16
 AUTO_CANDIDATES = tuple(range(1, MAX_AUTO_CHUNKS + 1))
+# Fewer chunks win ties: Auto keeps the smaller count unless a larger one is predicted this much faster (a chunk
+# count has to buy at least this much to be worth its launches). The model's search (``best_chunks``) and the
+# report's check of its pick on recorded predictions (monta_analysis.summary) both apply it.
+CHUNK_TIE = 0.005
 
 FIRST = 0.5  # monta_split: the first chunk's size relative to the others
 MIN_CHUNKS = 4  # monta_split: fewer chunks are cut equal

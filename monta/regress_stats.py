@@ -3,8 +3,9 @@ slowdown with its within-run bootstrap CI, and the between-run spread that widen
 
 Why the between-run spread: a within-run CI says how well one run pins a point's time, not how far
 a second run of the same code lands from it. On this project's 2-core machine two runs of unchanged
-code put points 0-12% apart at 1-2 MiB while each run's CI was 1-3% wide (the stored baseline
-against a fresh run at 8d1c76f), so a gate that trusts the CI alone flags unchanged code.
+code put points 0-12% apart at 1-2 MiB while each run's CI was 1-3% wide (the stored baseline against a
+fresh run: docs/results/regression-gate.md#the-assumed-run-spread), so a gate that trusts the CI alone flags
+unchanged code.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 RUN_SPECIFIC = frozenset({"run_id", "timestamp", "host", "seed", "iters", "warmup", "steps", "check", "out"})
 # The run-to-run spread assumed where the baseline holds one run: the log-sd of a point's time between
 # two runs of the same code, measured on the stored pair (analysis/baselines/default-alltoall.jsonl and a
-# fresh `make reproduce` at 8d1c76f: 32 points not CPU-bound, rms log difference 0.036 = sqrt(2) x 0.025).
+# fresh `make reproduce`: docs/results/regression-gate.md#the-assumed-run-spread).
 DEFAULT_RUN_SPREAD = 0.025
 # Metrics where bigger is better: the slowdown is baseline / current for them.
 HIGHER_IS_BETTER = frozenset({"algbw_GBps", "busbw_GBps", "tokens_per_s"})

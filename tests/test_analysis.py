@@ -12,7 +12,15 @@ import pytest
 import yaml
 
 from monta.results import make_record
-from monta_analysis import display, figures, tables  # analysis/, installed as monta_analysis (pyproject.toml)
+from monta_analysis import (
+    alltoall_tables,
+    claims,
+    display,
+    figures,
+    frames,
+    step_tables,
+    table_files,
+)  # analysis/, installed as monta_analysis (pyproject.toml)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,8 +106,8 @@ def alltoall_records():
 
 
 def test_alltoall_summary_speedups_and_best_chunks():
-    table = tables.alltoall_table(alltoall_records())
-    summary = tables.alltoall_summary(table)
+    table = alltoall_tables.alltoall_table(alltoall_records())
+    summary = alltoall_tables.alltoall_summary(table)
     row = summary[(summary["size_bytes"] == 1 << 20) & (summary["inter_gbps"] == 2.0)].iloc[0]
     assert row["best_chunks"] == 4
     assert row["speedup_vs_legacy"] == pytest.approx(4.0)
@@ -112,13 +120,15 @@ def test_routing_mode_and_dilation_are_points_of_their_own_and_show_only_where_t
     """A hot-node sweep, a layer-mode sweep and a run at dilation 2 beside a W0 dispatch sweep at the
     same cluster and size are four points, never one median; a plain sweep shows none of these columns."""
     plain = alltoall_records()
-    assert not {"routing", "mode", "dilation"} & set(tables.alltoall_summary(tables.alltoall_table(plain)).columns)
+    assert not {"routing", "mode", "dilation"} & set(
+        alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(plain)).columns
+    )
     extra = []
     for key, value in (("routing", "hotnode"), ("mode", "layer"), ("dilation", 2.0)):
         for r in (a2a(1 << 20, "legacy", 1, 9000.0), a2a(1 << 20, "monta", 1, 3000.0)):
             r["params"][key] = value
             extra.append(r)
-    summary = tables.alltoall_summary(tables.alltoall_table(plain + extra))
+    summary = alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(plain + extra))
     at = summary[(summary["size_bytes"] == 1 << 20) & (summary["inter_gbps"] == 2.0)]
     assert len(at) == 4
     assert sorted(at["routing"]) == ["W0", "W0", "W0", "hotnode"]
@@ -129,11 +139,11 @@ def test_routing_mode_and_dilation_are_points_of_their_own_and_show_only_where_t
 
 
 def test_chunk_and_ratio_ablation():
-    table = tables.alltoall_table(alltoall_records())
-    chunks = tables.chunk_ablation(table)
+    table = alltoall_tables.alltoall_table(alltoall_records())
+    chunks = alltoall_tables.chunk_ablation(table)
     one_mib = chunks[(chunks["size_bytes"] == 1 << 20) & (chunks["inter_gbps"] == 2.0)].set_index("chunks")
     assert one_mib.loc[4, "rel_to_1_chunk"] == pytest.approx(1.0 / 1.8)
-    ratio = tables.ratio_ablation(tables.alltoall_summary(table))
+    ratio = alltoall_tables.ratio_ablation(alltoall_tables.alltoall_summary(table))
     assert sorted(ratio["inter_gbps"]) == [1.0, 2.0, 4.0]
     assert (ratio["speedup_vs_legacy"] > 1).all()
 
@@ -147,7 +157,9 @@ def test_a_ratio_point_whose_chunks_the_floor_left_out_is_marked_on_its_figure(t
     for r in recs:
         if r["params"]["inter_gbps"] == 4.0:
             r["metrics"]["not_run"] = {"rows": ["monta2", "monta4"], "why": "a chunk under --min-chunk 4 MiB"}
-    ratio = tables.ratio_ablation(tables.alltoall_summary(tables.alltoall_table(recs))).set_index("inter_gbps")
+    ratio = alltoall_tables.ratio_ablation(
+        alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(recs))
+    ).set_index("inter_gbps")
     assert ratio.loc[4.0, "left_out"] == "monta2, monta4" and ratio["left_out"].isna().sum() == len(ratio) - 1
     fig, ax = plt.subplots()
     figures._mark_left_out(ax, ratio.reset_index())
@@ -155,16 +167,16 @@ def test_a_ratio_point_whose_chunks_the_floor_left_out_is_marked_on_its_figure(t
     assert len(ax.collections) == 2  # both speedups of that point ringed
     plt.close(fig)
     assert figures.ratio_ablation(ratio.reset_index(), tmp_path).exists()
-    md = tables.write_table(ratio.reset_index(), tmp_path, "ratio", "ratio")[0].read_text()
+    md = table_files.write_table(ratio.reset_index(), tmp_path, "ratio", "ratio")[0].read_text()
     assert "left out by the chunk floor" in md and "monta2, monta4" in md
 
 
 def test_step_table_and_breakdown():
     recs = [step("deepspeed", 20.0), step("monta", 16.0), step("lina", 12.5)]
-    t = tables.step_table(recs).set_index("variant")
+    t = step_tables.step_table(recs).set_index("variant")
     assert t.loc["monta", "speedup_vs_deepspeed"] == pytest.approx(1.25)
     assert t.loc["lina", "speedup_vs_deepspeed"] == pytest.approx(1.6)
-    long = tables.step_breakdown(tables.step_table(recs))
+    long = step_tables.step_breakdown(step_tables.step_table(recs))
     assert set(long["phase"]) == {"attention", "gate", "dispatch", "experts", "combine", "grad_sync", "optimizer"}
     assert long[(long["variant"] == "monta") & (long["phase"] == "dispatch")]["ms"].iloc[0] == pytest.approx(4.8)
 
@@ -172,7 +184,7 @@ def test_step_table_and_breakdown():
 def test_step_breakdown_stacks_disjoint_parts_only():
     rec = step("monta", 20.0)
     rec["metrics"]["breakdown_ms"].update(forward=20.0, backward=6.0, dispatch_bwd=1.0, combine_bwd=2.0, exchange=13.0)
-    long = tables.step_breakdown(tables.step_table([rec]))
+    long = step_tables.step_breakdown(step_tables.step_table([rec]))
     parts = dict(zip(long["phase"], long["ms"]))
     assert not {"forward", "backward", "exchange"} & set(parts)  # totals are not stacked on their parts
     assert parts["forward_other"] == pytest.approx(20.0 - (2.0 + 0.5 + 6.0 + 3.0 + 4.0))
@@ -187,7 +199,7 @@ def test_predicted_vs_measured_matches_only_same_link():
         # an A800 prediction (no emulated bandwidth) must not be scored against the emulator
         a2a(1 << 20, "monta", 2, 50.0, source="predicted", inter_gbps=None),
     ]
-    pvm = tables.predicted_vs_measured(recs)
+    pvm = alltoall_tables.predicted_vs_measured(recs)
     assert len(pvm) == 1
     assert pvm["error_pct"].iloc[0] == pytest.approx(10.0)
 
@@ -202,7 +214,7 @@ def test_paper_comparison_says_what_each_difference_means_and_no_data():
         step("legacy", 23.0),
         step("monta", 20.0),
     ]
-    cmp = tables.paper_comparison(recs, paper).set_index("claim")
+    cmp = claims.paper_comparison(recs, paper).set_index("claim")
     assert "deviation_pct" not in cmp.columns
     row = cmp[cmp.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
     # 4x is under the 8x claim and under 90% of the 6.9x ceiling the A800 sets: not reproduced, not "bound"
@@ -250,28 +262,28 @@ def test_paper_comparison_pairs_predictions_of_one_cluster_only():
         _pred(1 << 24, "legacy", 1, 9e6, "emulator:lp", measured_us=8e6),
         _pred(1 << 24, "monta", 2, 2e6, "emulator:lp", measured_us=2.1e6),
     ]
-    row = tables.paper_comparison(recs, paper).set_index("claim")
+    row = claims.paper_comparison(recs, paper).set_index("claim")
     row = row[row.index.str.startswith("MoNTA AllToAll vs DeepSpeed")].iloc[0]
     assert row["ours_source"] == "predicted" and row["ours"] == "3.00x" and row["points"] == 1
 
 
 def test_empty_records_degrade_to_no_data(tmp_path):
-    assert tables.alltoall_table([]).empty and tables.step_table([]).empty
-    assert figures.alltoall_comparison(tables.alltoall_table([]), tmp_path) is None
-    md, csv, tex = tables.write_table(tables.step_table([]), tmp_path, "empty", "nothing")
+    assert alltoall_tables.alltoall_table([]).empty and step_tables.step_table([]).empty
+    assert figures.alltoall_comparison(alltoall_tables.alltoall_table([]), tmp_path) is None
+    md, csv, tex = table_files.write_table(step_tables.step_table([]), tmp_path, "empty", "nothing")
     assert "no data" in md.read_text() and "no data" in csv.read_text() and tex.exists()
-    assert tables.load([tmp_path / "absent.jsonl"]) == []
+    assert frames.load([tmp_path / "absent.jsonl"]) == []
 
 
 def test_figures_written(tmp_path):
-    table = tables.alltoall_table(alltoall_records())
+    table = alltoall_tables.alltoall_table(alltoall_records())
     paths = [
         figures.alltoall_comparison(table, tmp_path),
-        figures.chunk_ablation(tables.chunk_ablation(table), tmp_path),
-        figures.ratio_ablation(tables.ratio_ablation(tables.alltoall_summary(table)), tmp_path),
-        figures.step_breakdown(tables.step_breakdown(tables.step_table([step("deepspeed", 20.0)])), tmp_path),
+        figures.chunk_ablation(alltoall_tables.chunk_ablation(table), tmp_path),
+        figures.ratio_ablation(alltoall_tables.ratio_ablation(alltoall_tables.alltoall_summary(table)), tmp_path),
+        figures.step_breakdown(step_tables.step_breakdown(step_tables.step_table([step("deepspeed", 20.0)])), tmp_path),
         figures.predicted_vs_measured(
-            tables.predicted_vs_measured(
+            alltoall_tables.predicted_vs_measured(
                 [a2a(1 << 20, "monta", 2, 1000.0), a2a(1 << 20, "monta", 2, 1100.0, source="predicted")]
             ),
             tmp_path,
@@ -300,7 +312,7 @@ def test_record_shapes_of_the_real_producers():
         },
         metrics={"time_us": 900.0, "measured_us": 1000.0, "error": -0.1},
     )
-    pvm = tables.predicted_vs_measured([acc])
+    pvm = alltoall_tables.predicted_vs_measured([acc])
     assert pvm["error_pct"].tolist() == pytest.approx([-10.0])
     steps = [
         make_record(
@@ -323,7 +335,7 @@ def test_record_shapes_of_the_real_producers():
         for c in ("a800-4nic", "a800-8nic")
         for v, t in (("deepspeed", 2000.0), ("monta", 1600.0))
     ]
-    t = tables.step_table(steps)
+    t = step_tables.step_table(steps)
     assert sorted(set(t["cluster"])) == ["a800-4nic 2x8 TP8", "a800-8nic 2x8 TP8"]
     assert t["speedup_vs_deepspeed"].max() == pytest.approx(1.25)
     assert t.loc[t["cluster"].str.startswith("a800-8nic") & (t["variant"] == "monta"), "step_ms"].item() == 1.6
@@ -344,7 +356,7 @@ def test_alltoall_comparison_data_drops_components_and_empty_panels():
         )
         for v in ("legacy", "monta")
     ]
-    table = tables.alltoall_table(recs)
+    table = alltoall_tables.alltoall_table(recs)
     assert {"a2a", "ag"} <= set(table["variant"]) and "predicted" in set(table["source"])
     data, y = figures.alltoall_comparison_data(table)
     # time in ms, never the emulator's tiny bus bandwidths (0.004 GB/s on the A800 clock)
@@ -355,8 +367,8 @@ def test_alltoall_comparison_data_drops_components_and_empty_panels():
 
 
 def test_chunk_ablation_figure_plots_measured_only(tmp_path):
-    table = tables.alltoall_table([a2a(1 << 20, "monta", c, 100.0 * c, source="predicted") for c in (1, 2, 4)])
-    chunks = tables.chunk_ablation(table)
+    table = alltoall_tables.alltoall_table([a2a(1 << 20, "monta", c, 100.0 * c, source="predicted") for c in (1, 2, 4)])
+    chunks = alltoall_tables.chunk_ablation(table)
     assert not chunks.empty
     assert figures.chunk_ablation(chunks, tmp_path) is None  # predicted curves are not an ablation measurement
 
@@ -434,7 +446,7 @@ def test_summary_table_fills_what_the_model_knows_and_reads_in_human_units(tmp_p
     for v, c, t in (("legacy", 1, 592.0), ("deepspeed", 1, 272.4), ("monta", 2, 240.0)):
         pred.append(_pred(16 << 20, v, c, t, "a800-8nic", inter_bytes=(8 if v == "legacy" else 1) * float(1 << 20)))
         del pred[-1]["params"]["dtype"]  # as `monta predict alltoall` writes them: bytes, no dtype
-    summary = tables.alltoall_summary(tables.alltoall_table(emulated + pred)).set_index("cluster")
+    summary = alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(emulated + pred)).set_index("cluster")
     four = summary.loc["a800-4nic 2x8 TP8"]
     assert four["legacy_us"] == pytest.approx(1148.0) and four["deepspeed_us"] == pytest.approx(341.9)
     # bytes from the model itself: 16 MiB over TP 8 and EP 2 leaves 1 MiB per rank for the other node
@@ -442,7 +454,7 @@ def test_summary_table_fills_what_the_model_knows_and_reads_in_human_units(tmp_p
     eight = summary.loc["a800-8nic 2x8 TP8"]
     assert eight["best_chunks"] == 3 and eight["monta_inter_bytes"] == 1 << 20 and eight["inter_bytes_ratio"] == 8.0
     assert eight["inter_gbps"] == pytest.approx(8 * 23.5 * 8)  # the preset's 8 NICs, per node like the emulator's
-    md, csv, _ = tables.write_table(summary.reset_index(), tmp_path, "s", "caption")
+    md, csv, _ = table_files.write_table(summary.reset_index(), tmp_path, "s", "caption")
     text = md.read_text()
     assert "e+" not in text and "nan" not in text.lower()
     assert "| 3070 ms " in text and "| 346 ms " in text and "| 8.86x " in text  # emulated: ms, 3 significant digits
@@ -471,7 +483,7 @@ def test_emulator_profile_is_named_by_its_links():
         metrics={"time_us": 900.0, "measured_us": 1000.0},
         config={"profile": {"name": "custom", "topology": {"name": "custom", "inter_gbps": 0.25, "intra_gbps": None}}},
     )
-    df = tables.to_frame([acc])
+    df = frames.to_frame([acc])
     assert df["cluster"].tolist() == ["emulator links (inter 0.25 Gbit/s, intra unshaped) 2x4 TP4"]
     assert df["inter_gbps"].tolist() == [0.25]
 
@@ -488,12 +500,12 @@ def test_a_prediction_of_a_slower_sweep_is_labelled_with_the_rate_it_was_priced_
     acc = [_accuracy(16 << 20, 4, 9020000.0, 9030000.0, gpus=8), _accuracy(16 << 20, 4, 4400000.0, 4500000.0)]
     for r in acc:
         r["config"] = {"profile": profile}
-    df = tables.to_frame(measured + acc, "alltoall")
+    df = frames.to_frame(measured + acc, "alltoall")
     pred = df[df["source"] == "predicted"].set_index("gpus_per_node")
     assert pred.loc[8, "inter_gbps"] == 0.0625 and pred.loc[4, "inter_gbps"] == 0.125
     assert pred.loc[8, "cluster"] == "emulator links (inter 0.0625 Gbit/s, intra 0.85 Gbit/s) 2x8 TP8"
     assert pred.loc[4, "cluster"] == "emulator links (inter 0.125 Gbit/s, intra 1.7 Gbit/s) 2x4 TP4"
-    pvm = tables.predicted_vs_measured(measured + acc).set_index("gpus_per_node")
+    pvm = alltoall_tables.predicted_vs_measured(measured + acc).set_index("gpus_per_node")
     assert pvm.loc[8, "inter_gbps"] == 0.0625 and pvm.loc[8, "predicted_us"] == 9020000.0
 
 
@@ -502,8 +514,8 @@ def test_tp_ablation_is_its_own_table_and_figure(tmp_path):
     for tp in (1, 2):  # the ablation points: one size each
         for v, c, f in (("legacy", 1, 1.0 + tp), ("deepspeed", 1, 1.5), ("monta", 2, 1.0)):
             recs.append(a2a(4 << 20, v, c, 1000.0 * f, tp=tp))
-    table = tables.alltoall_table(recs)
-    tp = tables.tp_ablation(tables.alltoall_summary(table))
+    table = alltoall_tables.alltoall_table(recs)
+    tp = alltoall_tables.tp_ablation(alltoall_tables.alltoall_summary(table))
     assert tp["tp"].tolist() == [1, 2, 4] and set(tp["size_bytes"]) == {4 << 20}
     assert tp["speedup_vs_legacy"].tolist() == pytest.approx([2.0, 3.0, 4.0 / 1.0])
     data, _ = figures.alltoall_comparison_data(table)
@@ -669,8 +681,8 @@ def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(t
                 iters=12,
             )
         m["cpu_bound"] = p["size_bytes"] == 1 << 20 and p["variant"] == "legacy"
-    summary = tables.alltoall_summary(tables.alltoall_table(recs))
-    shown, note = tables.with_intervals(summary)
+    summary = alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(recs))
+    shown, note = alltoall_tables.with_intervals(summary)
     row = shown[(shown["size_bytes"] == 4 << 20) & (shown["inter_gbps"] == 2.0)].iloc[0]
     assert row["vs legacy, paired [95% CI]"] == "3.90x [3.80x, 4.05x]"
     assert row["overlap efficiency [95% CI]"] == "90% [80%, 97%]" and row["CPU-bound"] == "no"
@@ -679,7 +691,7 @@ def test_summary_shows_paired_ratios_with_intervals_and_names_cpu_bound_points(t
     # named once, with its rate: the records ran this cluster at three inter-node rates
     assert note.startswith("CPU-BOUND: 1 of 4 measured points (2x4 TP4 @2 Gbit/s 1 MiB)")
     assert "paired_vs_legacy" not in shown.columns and "cpu_bound" not in shown.columns
-    md = tables.write_table(shown, tmp_path, "s", "cap")[0].read_text()
+    md = table_files.write_table(shown, tmp_path, "s", "cap")[0].read_text()
     assert "3.90x [3.80x, 4.05x]" in md and "nan" not in md.lower()
 
 
@@ -689,7 +701,7 @@ def test_a_plugin_exchange_gets_its_own_column_in_the_alltoall_summary():
     from monta_analysis import display
 
     recs = alltoall_records() + [a2a(1 << 20, "toy-exchange", 1, 2500.0), a2a(4 << 20, "toy-exchange", 1, 9000.0)]
-    summary = tables.alltoall_summary(tables.alltoall_table(recs))
+    summary = alltoall_tables.alltoall_summary(alltoall_tables.alltoall_table(recs))
     row = summary[(summary["size_bytes"] == 1 << 20) & (summary["inter_gbps"] == 2.0)].iloc[0]
     assert row["toy-exchange_us"] == 2500.0 and row["monta_us"] == pytest.approx(1048.576)
     shown = display.humanize(summary)
@@ -799,7 +811,7 @@ def test_the_predicted_step_names_exposed_and_total_gradient_sync_apart(tmp_path
 
     assert main(["predict", "paper", "--out", str(tmp_path / "paper.jsonl")]) == 0
     recs = [r for r in read_records(tmp_path / "paper.jsonl") if r["params"].get("cluster") == "a800-4nic"]
-    table = tables.predicted_step_table(recs).set_index("variant")
+    table = step_tables.predicted_step_table(recs).set_index("variant")
     assert {"grad_sync_exposed_ms", "grad_sync_total_ms"} <= set(table.columns) and "grad_sync_ms" not in table
     by_variant = {r["params"]["variant"]: r["metrics"] for r in recs if r["kind"] == "step"}
     for v, m in by_variant.items():
@@ -866,8 +878,8 @@ def test_a_long_table_is_linked_with_its_row_count_a_short_one_pasted(tmp_path):
     from monta_analysis import report
 
     res = tmp_path / "results"
-    long = tables.write_table(pd.DataFrame({"size_bytes": [float(i) for i in range(1, 101)]}), res, "long", "Long")
-    short = tables.write_table(pd.DataFrame({"size_bytes": [1.0, 2.0]}), res, "short", "Short")
+    long = table_files.write_table(pd.DataFrame({"size_bytes": [float(i) for i in range(1, 101)]}), res, "long", "Long")
+    short = table_files.write_table(pd.DataFrame({"size_bytes": [1.0, 2.0]}), res, "short", "Short")
     manifest = report.Manifest("x", res)
     manifest.section("A long one", long)
     manifest.section("A short one", short)

@@ -1,6 +1,6 @@
-"""Small modules with one job: no file in monta/ over 400 lines and no function over 80 lines, unless a
-``# size: why`` comment says why (on the file's first line; on a function's ``def`` line or the line
-right above it)."""
+"""Small modules with one job: no file in monta/, baselines/, analysis/ or workflows/ over 400 lines and no
+function over 80 lines, unless a ``# size: why`` comment says why (on the file's first line; on a function's
+``def`` line or the line right above it). Snakemake's rule files (.smk) are held to the file limit."""
 
 from __future__ import annotations
 
@@ -8,27 +8,36 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("monta", "baselines", "analysis", "workflows")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 80
 MARK = "# size:"
 
 # Known exceptions, each a file or "file:function" (paths relative to the repository), while a split is
-# under way; empty: every part of monta/ is within the limits or says why.
-KNOWN: set[str] = set()
+# under way. Issue 45's refactor splits these on other branches (helper "core": baselines/variants.py's
+# register); the lead drops them from here once those are merged.
+KNOWN: set[str] = {"baselines/variants.py:register"}
+
+
+def _sources(root: Path):
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in (".py", ".smk") and path.is_file() and "__pycache__" not in path.parts:
+                yield path
 
 
 def oversized(root: Path) -> list[str]:
-    """Every file over MAX_FILE_LINES and function over MAX_FUNCTION_LINES under ``root``/monta without the
-    size mark, as "path (N lines)" / "path:function (N lines)"."""
+    """Every file over MAX_FILE_LINES and Python function over MAX_FUNCTION_LINES under ``root``'s FOLDERS
+    without the size mark, as "path (N lines)" / "path:function (N lines)"."""
     found = []
-    for path in sorted((root / "monta").rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
+    for path in _sources(root):
         rel = path.relative_to(root).as_posix()
         text = path.read_text()
         lines = text.splitlines()
         if len(lines) > MAX_FILE_LINES and not (lines and MARK in lines[0]):
             found.append(f"{rel} ({len(lines)} lines)")
+        if path.suffix != ".py":
+            continue
         for node in ast.walk(ast.parse(text)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -39,7 +48,7 @@ def oversized(root: Path) -> list[str]:
     return found
 
 
-def test_no_file_or_function_in_monta_over_the_limits_without_a_reason():
+def test_no_file_or_function_in_the_code_over_the_limits_without_a_reason():
     found = [f for f in oversized(ROOT) if f.split(" (")[0] not in KNOWN]
     assert not found, "split these or say why with a '# size: why' comment:\n" + "\n".join(found)
 
@@ -50,12 +59,21 @@ def test_the_known_exceptions_are_still_over_the_limits():
     assert KNOWN <= still, f"no longer over the limits, remove from KNOWN: {sorted(KNOWN - still)}"
 
 
-def test_the_check_sees_a_long_function_and_honours_the_mark(tmp_path):
-    pkg = tmp_path / "monta"
-    pkg.mkdir()
+def test_the_check_sees_a_long_function_and_honours_the_mark_in_every_folder(tmp_path):
+    for folder in FOLDERS:
+        (tmp_path / folder).mkdir()
     body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
-    (pkg / "long.py").write_text(f"def long():\n{body}")
-    (pkg / "marked.py").write_text(f"def marked():  {MARK} a table of cases, one line each\n{body}")
-    (pkg / "big.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))
-    (pkg / "big_marked.py").write_text(f"{MARK} generated\n" + "x = 1\n" * MAX_FILE_LINES)
-    assert oversized(tmp_path) == [f"monta/big.py ({MAX_FILE_LINES + 1} lines)", "monta/long.py:long (81 lines)"]
+    (tmp_path / "monta" / "long.py").write_text(f"def long():\n{body}")
+    (tmp_path / "monta" / "marked.py").write_text(f"def marked():  {MARK} a table of cases, one line each\n{body}")
+    (tmp_path / "analysis" / "big.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))
+    (tmp_path / "baselines" / "big_marked.py").write_text(f"{MARK} generated\n" + "x = 1\n" * MAX_FILE_LINES)
+    (tmp_path / "workflows" / "rules.smk").write_text("rule a:\n    shell: 'true'\n" * (MAX_FILE_LINES // 2 + 1))
+    (tmp_path / "workflows" / "lib.py").write_text(f"def long():\n{body}")
+    (tmp_path / "tests").mkdir()  # outside the checked folders: never reported
+    (tmp_path / "tests" / "long.py").write_text(f"def long():\n{body}")
+    assert oversized(tmp_path) == [
+        "monta/long.py:long (81 lines)",
+        f"analysis/big.py ({MAX_FILE_LINES + 1} lines)",
+        "workflows/lib.py:long (81 lines)",
+        f"workflows/rules.smk ({MAX_FILE_LINES + 2} lines)",
+    ]

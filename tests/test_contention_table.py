@@ -1,4 +1,4 @@
-"""The contention ablation's table (monta_analysis.tables.contention_ablation, monta_analysis.contention): step
+"""The contention ablation's table (monta_analysis.step_tables.contention_ablation, monta_analysis.contention): step
 time per variant and contention factor, speedup vs deepspeed at the same c, slowdown vs c = 0, its footer."""
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ RECORDS = [
 
 
 def test_contention_ablation_compares_each_c_with_deepspeed_and_with_c0():
-    from monta_analysis import tables
+    from monta_analysis import step_tables
 
-    t = tables.contention_ablation(RECORDS).set_index(["variant", "contention"])
+    t = step_tables.contention_ablation(RECORDS).set_index(["variant", "contention"])
     assert t.loc[("lina", 0.0), "speedup_vs_deepspeed"] == pytest.approx(100 / 80)
     assert t.loc[("lina", 0.2), "speedup_vs_deepspeed"] == pytest.approx(100 / 90)
     assert t.loc[("lina", 0.2), "slowdown_pct"] == pytest.approx(12.5)
     assert t.loc[("deepspeed", 0.2), "slowdown_pct"] == pytest.approx(0.0)
     # step records without a contention factor (older runs) make no contention table
     older = [{**r, "params": {k: v for k, v in r["params"].items() if k != "contention"}} for r in RECORDS]
-    assert tables.contention_ablation(older).empty and not tables.step_table(older).empty
+    assert step_tables.contention_ablation(older).empty and not step_tables.step_table(older).empty
 
 
 def test_contention_table_file_carries_the_footer(tmp_path):

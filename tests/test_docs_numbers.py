@@ -1,11 +1,16 @@
 """Numbers the README and the docs quote come from one source each, so they cannot drift apart.
 
 Run times: docs/results/make-reproduce.md's Timings table holds every one (with its command and the range over
-the runs); the README quotes only those. Counts of shipped files: the docs' words match the files.
+the runs); the README links it and quotes none, and the code (monta/, baselines/, analysis/, workflows/, the
+Makefile) states neither a run time nor a result stamped with one of this project's commits: a results page
+holds those. Counts of shipped files: the docs' words match the files.
 """
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # "18 min 36 s", "2 min 47 s - 2 min 50 s", "9.4-9.6 min", "3 min": a run time as the docs write one
@@ -21,15 +26,54 @@ def timings_section() -> str:
     return page[start : page.index("\n## ", start + 1)]
 
 
-def test_every_run_time_the_readme_quotes_is_on_the_timings_page():
-    source = timings_section()
+# The code's folders and files that must hold no run time; monta/units.py formats durations (its docstring's
+# examples are a formatter's, not a run's).
+CODE = ("monta", "baselines", "analysis", "workflows", "Makefile", "Snakefile")
+FORMATTER = {"monta/units.py"}
+# "at 8d1c76f", "commit c664ae2": a stamp, when the hash is one of this repository's commits
+STAMP = re.compile(r"\b(?:at|commit) ([0-9a-f]{7,12})\b")
+
+
+def code_files():
+    for name in CODE:
+        path = ROOT / name
+        files = [path] if path.is_file() else sorted(path.rglob("*"))
+        for f in files:
+            if f.is_file() and (f.suffix in (".py", ".smk") or f.name in ("Makefile", "Snakefile")):
+                if "__pycache__" not in f.parts:
+                    yield f
+
+
+def test_the_readme_links_the_timings_page_and_quotes_no_run_time():
     readme = (ROOT / "README.md").read_text()
-    quoted = DURATION.findall(readme)
-    assert "18 min 36 s - 18 min 58 s" in quoted  # the headline: a range over fresh clones, not one run
-    stray = [t for t in quoted if t not in source]
-    assert not stray, f"README times not on docs/results/make-reproduce.md#timings: {stray}"
-    for count in TEST_COUNT.findall(readme):
-        assert f"{count} tests" in source, count
+    assert "docs/results/make-reproduce.md#timings" in readme
+    assert DURATION.findall(readme) == [], "README run times belong on docs/results/make-reproduce.md#timings"
+    assert TEST_COUNT.findall(readme) == [], "README test counts belong on docs/results/make-reproduce.md#timings"
+
+
+def test_the_code_states_no_run_time():
+    found = [
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in code_files()
+        if f.relative_to(ROOT).as_posix() not in FORMATTER
+        for m in DURATION.findall(f.read_text())
+    ]
+    assert not found, "run times belong on docs/results/make-reproduce.md#timings:\n" + "\n".join(found)
+
+
+def test_the_code_stamps_nothing_with_a_commit_of_this_project():
+    """A hash of this repository in a comment or docstring dates a result; its results page carries it. A
+    hash of another project (an upstream source the code follows) is a citation and stays."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("no git history to tell this project's commits from other hashes")
+    stamps = {(f, h) for f in code_files() for h in STAMP.findall(f.read_text())}
+    ours = [
+        f"{f.relative_to(ROOT)}: {h}"
+        for f, h in sorted(stamps)
+        if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{h}^{{commit}}"], capture_output=True).returncode
+        == 0
+    ]
+    assert not ours, "move these to their results page:\n" + "\n".join(ours)
 
 
 def test_the_timings_table_gives_each_time_its_command_and_runs():

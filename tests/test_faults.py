@@ -296,12 +296,12 @@ def test_predict_accuracy_refuses_nan_measurements(capsys, tmp_path):
 
 
 def test_the_analysis_reads_records_through_the_same_loader(tmp_path):
-    from monta_analysis import tables
+    from monta_analysis import frames
 
     bad = tmp_path / "a.jsonl"
     bad.write_text(json.dumps(rec(-1.0)) + "\n")
     with pytest.raises(RecordError, match=r"a.jsonl:1: metrics.time_us is -1.0"):
-        tables.load([bad])
+        frames.load([bad])
 
 
 def test_records_written_by_the_project_load_back(tmp_path):

@@ -33,13 +33,13 @@ PROFILE = LinkProfile.from_dict(
 
 
 def test_the_maps_exchanges_follow_the_registry():
-    from monta_analysis import exchange_map as em
+    from monta_analysis import maps
 
-    got = em.map_exchanges()
+    got = maps.map_exchanges()
     assert set(TOYS) <= set(registry.exchanges())  # the toy plugin is registered in this environment
     assert got[:5] == ["deepspeed", "monta", "2dh", "allgather", "node-dedup"]
     assert set(TOYS) <= set(got) and "legacy" not in got  # legacy: full_buffer, the pre-0.14.5 DeepSpeed
-    assert em.why("toy-dispatcher") == registry.exchange("toy-dispatcher").about
+    assert maps.why("toy-dispatcher") == registry.exchange("toy-dispatcher").about
 
 
 def _record(variant, time_us, tp=2, routing=None, drop=0.0, experts=16, topk=8, size=2**20, **metrics):
@@ -216,3 +216,16 @@ def test_the_skew_model_prices_the_most_loaded_link_where_ranks_share_one():
     assert per_link.rank == per_rank.rank  # copies stay the worst rank's
     w0 = make_routing("W0", 8, 1024, 32, 4, 2)
     assert SkewFactors.of(w0, 4, 4) == SkewFactors(1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("name", ["exchange_map", "skew_map"])
+def test_both_maps_refuse_records_without_their_exchanges_in_one_line(name, tmp_path, capsys):
+    """The maps' shared command: records of no map exchange are a usage error (exit 2, one line), nothing written."""
+    import importlib
+
+    records = ROOT / "tests" / "data" / "step-2x4-tp4-c664ae2.jsonl"  # a step's records: no AllToAll timing
+    profile = PROFILE.save(tmp_path / "lp.json")
+    argv = ["--measured", str(records), "--profile", str(profile), "--out", str(tmp_path / "out")]
+    assert importlib.import_module(f"monta_analysis.{name}").main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no records of deepspeed, monta" in err[0] and not (tmp_path / "out").exists()

@@ -312,82 +312,82 @@ def test_pipelined_backward_equals_autograd_replay(dist_world):
 def _args(**kw):
     import argparse
 
-    from monta.bench import step
+    from monta.bench import step_args
 
     p = argparse.ArgumentParser()
-    step.add_arguments(p)
+    step_args.add_arguments(p)
     return p.parse_args(
         [f"--{k.replace('_', '-')}={v}" if v is not True else f"--{k.replace('_', '-')}" for k, v in kw.items()]
     )
 
 
 def test_chunks_auto_needs_a_cluster_when_emulated(monkeypatch):
-    from monta.bench import step
+    from monta.bench import step_args
 
     monkeypatch.delenv("MONTA_CLUSTER", raising=False)
     with pytest.raises(ValueError, match="--cluster emulator:"):
-        step._spec(_args(chunks="auto", emulate=True))
+        step_args.spec(_args(chunks="auto", emulate=True))
     with pytest.raises(ValueError, match="integer >= 1 or 'auto'"):
-        step._spec(_args(chunks="four"))
+        step_args.spec(_args(chunks="four"))
 
 
 def test_chunks_auto_follows_the_performance_model():
     """auto picks the performance model's count for the preset's full dispatch buffer, within C / TP."""
-    from monta.bench import step
+    from monta.bench import step_args, step_compute
     from monta.chunking import Auto
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
     from monta.perfmodel.network.chunks import choose_chunks
 
-    spec = step._spec(_args(chunks="auto", cluster="a800"))
+    spec = step_args.spec(_args(chunks="auto", cluster="a800"))
     layout, cfg = ParallelLayout(2, 4, tp=4, ep=2), resolve_config("moe-2x70b-mini")
-    n = step.run_chunks(spec, cfg, layout, 4)
+    n = step_compute.run_chunks(spec, cfg, layout, 4)
     capacity = cfg.tokens_per_micro_batch  # top-2 over 2 experts at cf 1.0: C = tokens
     assert n == choose_chunks(2 * capacity * cfg.hidden * 4, layout, "a800", candidates=Auto().within(capacity // 4))
     assert 1 <= n <= capacity // 4
-    assert step.run_chunks(dict(spec, chunks=3), cfg, layout, 4) == 3
+    assert step_compute.run_chunks(dict(spec, chunks=3), cfg, layout, 4) == 3
 
 
 def test_lancet_partitions_are_their_own_knob():
     """--lancet-partitions defaults to the performance model's PARTITIONS, apart from --chunks."""
-    from monta.bench import step
+    from monta.bench import step_args
     from monta.variants import PARTITIONS
 
-    assert step._spec(_args(chunks="2"))["lancet_partitions"] == PARTITIONS == 4
-    spec = step._spec(_args(chunks="2", lancet_partitions=3))
+    assert step_args.spec(_args(chunks="2"))["lancet_partitions"] == PARTITIONS == 4
+    spec = step_args.spec(_args(chunks="2", lancet_partitions=3))
     assert (spec["chunks"], spec["lancet_partitions"]) == (2, 3)
     with pytest.raises(ValueError, match="--lancet-partitions 0: must be an integer from 1"):
-        step._spec(_args(lancet_partitions=0))
+        step_args.spec(_args(lancet_partitions=0))
 
 
 def test_contention_is_a_knob_of_the_clock():
     """--contention (default 0) goes into the spec the ranks and the records read; it stretches the clock's
     compute, so a run without the clock refuses it."""
-    from monta.bench import step
+    from monta.bench import step_args
 
-    assert step._spec(_args())["contention"] == 0.0
-    assert step._spec(_args(compute="modeled", contention=0.2))["contention"] == 0.2
+    assert step_args.spec(_args())["contention"] == 0.0
+    assert step_args.spec(_args(compute="modeled", contention=0.2))["contention"] == 0.2
     with pytest.raises(ValueError, match="--contention 0.2 stretches compute on the emulated clock"):
-        step._spec(_args(contention=0.2))
+        step_args.spec(_args(contention=0.2))
     with pytest.raises(ValueError, match="contention"):
-        step._spec(_args(compute="modeled", contention=-0.1))
+        step_args.spec(_args(compute="modeled", contention=-0.1))
 
 
 def test_default_emulated_topology_is_shaped():
     """No shaping flag: the 4-NIC A800 at the default emulated rate (intra:inter 13.6); any flag:
     exactly what it says."""
-    from monta.bench import step
+    from monta.bench import step_launch
 
-    t = step._topology(_args(emulate=True))
+    t = step_launch.topology(_args(emulate=True))
     assert t.name == "a800-4nic@0.125" and t.cluster == "a800-4nic" and t.inter_gbps == 0.125
     assert t.ratio == pytest.approx(160 / 11.75, rel=1e-3)
-    assert step._topology(_args(emulate=True, topology="a800-8nic")).name == "a800-8nic@0.125"
-    assert step._topology(_args(emulate=True, inter_gbps=2.0)).intra_gbps is None
+    assert step_launch.topology(_args(emulate=True, topology="a800-8nic")).name == "a800-8nic@0.125"
+    assert step_launch.topology(_args(emulate=True, inter_gbps=2.0)).intra_gbps is None
 
 
 def test_mfu_flops_of_the_mini_preset_by_hand():
     """Model FLOPs per rank and step (3 x forward) for moe-2x70b-mini on TP4, written out by hand."""
-    from monta.bench import step
+    from monta.bench import step_args, step_compute
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
 
@@ -396,13 +396,13 @@ def test_mfu_flops_of_the_mini_preset_by_hand():
     gate = 2 * T * h * 2  # replicated over TP
     experts = 2 * 3 * h * ffn * (2 * T) / 4  # top-2 at capacity factor 1: 2 T expert slots
     head = 2 * T * h * vocab / 4
-    got = step.model_flops_per_rank(resolve_config("moe-2x70b-mini"), ParallelLayout(2, 4, tp=4, ep=2))
+    got = step_compute.model_flops_per_rank(resolve_config("moe-2x70b-mini"), ParallelLayout(2, 4, tp=4, ep=2))
     assert got == pytest.approx(3 * (attn + gate + experts + head)) and got == pytest.approx(5_700_059_136)
-    assert step.peak_tflops("NVIDIA H100 80GB HBM3", None) == 989.0
-    assert step.peak_tflops("NVIDIA A800-SXM4-80GB", None) == 312.0
-    assert step.peak_tflops("Some GPU", None) is None and step.peak_tflops("Some GPU", 100.0) == 100.0
+    assert step_compute.peak_tflops("NVIDIA H100 80GB HBM3", None) == 989.0
+    assert step_compute.peak_tflops("NVIDIA A800-SXM4-80GB", None) == 312.0
+    assert step_compute.peak_tflops("Some GPU", None) is None and step_compute.peak_tflops("Some GPU", 100.0) == 100.0
     with pytest.raises(ValueError, match="--peak-tflops"):
-        step._spec(_args(peak_tflops=0))
+        step_args.spec(_args(peak_tflops=0))
 
 
 @pytest.mark.slow

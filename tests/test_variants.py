@@ -275,22 +275,22 @@ def test_config_accepts_registered_composed_and_plugin_variants():
 def test_step_bench_checks_names_and_schedule_requirements_before_any_rank_starts():
     import argparse
 
-    from monta.bench.step import _spec, add_arguments
+    from monta.bench import step_args
 
     p = argparse.ArgumentParser()
-    add_arguments(p)
-    spec = _spec(p.parse_args(["--variants", "deepspeed,exchange=monta,schedule=lancet,sync=priority,toy"]))
+    step_args.add_arguments(p)
+    spec = step_args.spec(p.parse_args(["--variants", "deepspeed,exchange=monta,schedule=lancet,sync=priority,toy"]))
     assert spec["variants"] == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "toy"]
-    assert set(registry.names()) <= set(_spec(p.parse_args([]))["variants"])  # default: every variant
+    assert set(registry.names()) <= set(step_args.spec(p.parse_args([]))["variants"])  # default: every variant
     with pytest.raises(ValueError, match="--variants: unknown variant 'lanct'"):
-        _spec(p.parse_args(["--variants", "monta,lanct"]))
+        step_args.spec(p.parse_args(["--variants", "monta,lanct"]))
     with pytest.raises(ValueError, match="variant monta\\+lancet: the lancet schedule needs --topk 2"):
-        _spec(p.parse_args(["--variants", "monta+lancet", "--topk", "1"]))
+        step_args.spec(p.parse_args(["--variants", "monta+lancet", "--topk", "1"]))
 
 
 def test_analysis_names_each_variants_parts():
     from monta.results import make_record
-    from monta_analysis import tables
+    from monta_analysis import step_tables
 
     def step(v, ms):
         return make_record(
@@ -301,7 +301,7 @@ def test_analysis_names_each_variants_parts():
             metrics={"step_ms": ms, "tokens_per_s": 1.0, "loss": 1.0},
         )
 
-    t = tables.step_table([step("monta+lancet", 9.0), step("deepspeed", 10.0), step("toy", 10.0)])
+    t = step_tables.step_table([step("monta+lancet", 9.0), step("deepspeed", 10.0), step("toy", 10.0)])
     assert list(t["variant"]) == ["deepspeed", "monta+lancet", "toy"]  # the registry's order
     assert dict(zip(t["variant"], t["parts"])) == {
         "deepspeed": "deepspeed / deepspeed / after-backward",

@@ -13,29 +13,11 @@ import json
 import sys
 from typing import Any
 
-from monta.bench.step_args import MAX_CONTENTION, add_arguments, check_args
+from monta.bench.step_args import add_arguments
 from monta.bench.step_args import spec as _spec
-from monta.bench.step_compute import model_flops_per_rank, peak_tflops, run_chunks
-from monta.bench.step_launch import clock_of
-from monta.bench.step_launch import topology as _topology
-from monta.bench.step_records import BREAKDOWN, EXCHANGE_PHASES
+from monta.bench.step_compute import peak_tflops, run_chunks
 from monta.parallel import ParallelLayout
 from monta.variants import PARTITIONS
-
-__all__ = [
-    "BREAKDOWN",
-    "EXCHANGE_PHASES",
-    "MAX_CONTENTION",
-    "add_arguments",
-    "check_args",
-    "clock_of",
-    "main",
-    "model_flops_per_rank",
-    "peak_tflops",
-    "run_chunks",
-    "_spec",
-    "_topology",
-]
 
 
 def main(args: argparse.Namespace) -> int:

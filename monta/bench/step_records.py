@@ -9,7 +9,7 @@ from typing import Any
 
 from monta import variants as registry
 
-# record key -> breakdown_s key of train_step; names match monta_analysis.tables.PHASES (plus backward detail)
+# record key -> breakdown_s key of train_step; names match monta_analysis.step_tables.PHASES (plus backward detail)
 BREAKDOWN = {
     "attention": "attention",
     "gate": "gate",

@@ -3,7 +3,7 @@
 # map (measured winner vs the model's pick, per-exchange error) and the model's map of the real cluster.
 # The skew map (`make skew-map`): the same exchanges under four routing workloads at one routing and size.
 
-from monta_analysis.exchange_map import map_exchanges
+from monta_analysis.maps import map_exchanges
 
 # Every exchange the registry holds that the model prices (legacy, the pre-0.14.5 DeepSpeed, aside):
 # a plugin's exchange joins both maps without a line changed here.
@@ -15,11 +15,11 @@ MAP_SIZES = "1M:4M:4"  # 1 MiB and 4 MiB buffers: hidden 256 fp32
 # its own cluster entry (any config): 2 x 4 on the network section's profile
 MAP_CLUSTER = {"name": "map", "nodes": 2, "gpus_per_node": 4, "tp": 4}
 # A fixed clock per routing and TP, never `auto` (whatever the alltoall section says): auto's reruns left 5
-# of 8 CPU-bound map points bound at x2 and took the map to 928 s (docs/results/exchange-map.md). The
+# of 8 CPU-bound map points bound at x2 and doubled the map's time (docs/results/exchange-map.md). The
 # token-level exchanges (node-dedup, allgather) do 9-18 ms of host work a rank and call; at top-8 they move
 # a fraction of the buffer's bytes for it, so their links must run 4x slower for the host to keep up (TP 4,
 # 4 MiB: their ranks waited for a core 14-16% at x2, 8% at x4); at top-1 under TP node-dedup waited 16-22%
-# at x1, 7-16% at x2. The model prices each record at its clock (analysis/exchange_map.py).
+# at x1, 7-16% at x2. The model prices each record at its clock (analysis/maps.py, record_cluster).
 MAP_DILATION = {"e8k1": {1: 1, 2: 2, 4: 2}, "e16k8": {1: 4, 2: 4, 4: 4}}
 SKEW_DILATION = 1  # the skew map: a fixed count at one clock (auto could not rerun it)
 # No chunk floor (whatever the alltoall section says): the maps run monta at two chunks, whose 512 KiB

@@ -14,7 +14,7 @@ from functools import lru_cache, partial
 from monta.chunking import Chooser
 from monta.hardware.links import Cluster
 from monta.hardware.profile import get_cluster
-from monta.perfmodel.network.exchange import _TIE, best_chunks, layout_shapes  # noqa: F401  (_TIE: monta_analysis)
+from monta.perfmodel.network.exchange import best_chunks, layout_shapes
 
 
 def choose_chunks(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from monta.chunking import Auto, parse_chunks
+from monta.chunking import CHUNK_TIE, Auto, parse_chunks
 from monta.hardware.links import Cluster
 from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.routed import routed_shapes
@@ -120,10 +120,6 @@ def exchange_time(
     return exchange_shapes(variant, float(bytes_per_rank), ep, tp, cluster, int(chunks), *routing)
 
 
-# Fewer chunks win ties: a chunk count has to buy at least this much to be worth its launches.
-_TIE = 0.005
-
-
 @lru_cache(maxsize=8192)
 def best_chunks(
     S: float,
@@ -134,11 +130,11 @@ def best_chunks(
     candidates: tuple[int, ...] | None = None,
 ) -> int:
     """The chunk count among ``candidates`` (default 1..``max_chunks``) with the least predicted
-    ``monta`` exchange time for a buffer of ``S`` bytes (fewer chunks win within ``_TIE``)."""
+    ``monta`` exchange time for a buffer of ``S`` bytes (fewer chunks win within ``CHUNK_TIE``)."""
     cands = candidates or tuple(range(1, max_chunks + 1))
     best_k, best_t = None, float("inf")
     for k in sorted(cands):
         t = exchange_shapes("monta", S, ep, tp, cluster, k).total_us
-        if best_k is None or t < best_t * (1 - _TIE):
+        if best_k is None or t < best_t * (1 - CHUNK_TIE):
             best_k, best_t = k, t
     return best_k
