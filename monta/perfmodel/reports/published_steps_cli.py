@@ -48,8 +48,8 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
                   _pct(p["ratio_error"]), "yes" if p["direction_right"] else "no"] for p in prs]  # fmt: skip
     return "\n".join([
         f"Published MoE training steps ({data}) priced by the step model from the model, layout, GPU and network "
-        "(blind) and scaled by the other sources' rows of the same GPU (calibrated). Error = (model - measured) / "
-        f"measured; every row above {EXPLAIN_ABOVE:.0%} and every unpriced row names its reason.",
+        "(blind) and fitted on the other sources' rows of the same GPU generation (calibrated). Error = "
+        f"(model - measured) / measured; every row above {EXPLAIN_ABOVE:.0%} and every unpriced row names its reason.",
         "",
         headline(summ),
         "",
