@@ -162,15 +162,21 @@ def test_the_toy_plugin_is_installed_for_the_tests():
 
 
 def test_a_plugin_exchange_is_checked_when_it_registers(monkeypatch):
-    """A plugin cannot take a core exchange's name, must give its pass function, and can only be
-    priced as a core exchange; an unknown exchange names the plugins' too."""
+    """A plugin cannot take a core exchange's name, must give its pass function, can only be priced as
+    an exchange that has a price, and its price takes the one signature; an unknown exchange names the
+    plugins' too."""
     monkeypatch.setattr(registry, "_CURRENT_ORIGIN", ["someplugin"])
     with pytest.raises(ValueError, match="exchange 'monta' is the core's"):
         registry.add_exchange("monta", run_pass=lambda *a: None)
     with pytest.raises(ValueError, match="needs run_pass="):
         registry.add_exchange("mine")
-    with pytest.raises(ValueError, match="model_as='nccl' must be one of legacy, deepspeed, monta"):
+    with pytest.raises(ValueError, match="model_as='nccl' must name a priced exchange: legacy, deepspeed, monta, 2dh"):
         registry.add_exchange("mine", run_pass=lambda *a: None, model_as="nccl")
+    with pytest.raises(ValueError, match="model_as='toy-exchange' must name a priced exchange"):  # priced as another
+        registry.add_exchange("mine", run_pass=lambda *a: None, model_as="toy-exchange")
+    seven = lambda S, ep, tp, cluster, top_k, experts, row_bytes: []  # noqa: E731  (no chunks)
+    with pytest.raises(ValueError, match=r"price= must take \(S, ep, tp, cluster, top_k, experts, row_bytes, chunks\)"):
+        registry.add_exchange("mine", run_pass=lambda *a: None, price=seven)
     assert "mine" not in registry.exchanges()
     with pytest.raises(
         ValueError,
