@@ -114,9 +114,9 @@ class SkewPrice:
 
 def is_capacity_exchange(variant: str) -> bool:
     """True for a buffer exchange (it offers capacity passes), False for a token-level one."""
-    from monta import variants
+    from monta import variants as registry
 
-    return variants.CAPACITY_PASSES in variants.exchange(variant).capabilities
+    return registry.CAPACITY_PASSES in registry.exchange(variant).capabilities
 
 
 def _sent_bytes(hook, routing, rank: int, tp: int) -> int:
@@ -165,10 +165,10 @@ def moves_what_routing_sends(variant: str, routing, tp: int) -> bool:
     """Whether a token-level exchange's bytes follow the routing: its registered ``routing_inter_bytes``
     differs between sources or from the balanced routing's (W0 of the same shape). An exchange without
     the hook is taken to follow it."""
-    from monta import variants
+    from monta import variants as registry
     from monta.routing import make_routing
 
-    hook = variants.exchange(variant).routing_inter_bytes
+    hook = registry.exchange(variant).routing_inter_bytes
     if hook is None:
         return True
     sent = {_sent_bytes(hook, routing, r, tp) for r in range(routing.ranks)}
@@ -208,7 +208,7 @@ def skew_price(
     exchange drops past C, and a token-level one moves the routing's T k routes of ``row_bytes`` (the
     whole buffer at capacity factor 1, 1/cf of it above; ``monta.bench.routes.tokens_per_rank``);
     without it, ``cf`` is the capacity factor a buffer exchange drops at and the routes fill the buffer."""
-    from monta import variants
+    from monta import variants as registry
     from monta.perfmodel.network import routed
     from monta.perfmodel.network.exchange import exchange_time
     from monta.perfmodel.network.profile import get_cluster
@@ -235,7 +235,7 @@ def skew_price(
     balanced = schedule_steps(variant, steps, cluster)
     inter_group, intra_group = link_groups(routing, cluster, tp.size)
     f = SkewFactors.of(routing, inter_group, intra_group)
-    hook = variants.exchange(variant).routing_inter_bytes
+    hook = registry.exchange(variant).routing_inter_bytes
     if hook is not None:  # its own bytes, not its routes, on the most-loaded link (module docstring)
         f = replace(f, inter=inter_bytes_factor(hook, routing, tp.size, inter_group))
     worst = schedule_steps(variant, scale_steps(steps, f), cluster)
