@@ -4,7 +4,8 @@ chunked exchange (the core's ``monta``).
 Pure Python and cached, so the MoE layer can ask on every call without cost. The model's own
 search on group shapes is ``monta.perfmodel.network.exchange.best_chunks`` (it asks the registry which
 entry is chunked); this module puts it on a ``ParallelLayout`` (``choose_chunks``) and binds a cluster
-into a ``monta.chunking.Chooser`` (``model_chooser``), which the benchmarks and the MoE layer inject where ``Auto`` is resolved.
+into a ``monta.chunking.Chooser`` (``model_chooser``), which the benchmarks and the MoE layer inject
+where ``Auto`` is resolved.
 """
 
 from __future__ import annotations
