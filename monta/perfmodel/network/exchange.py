@@ -15,7 +15,7 @@ from monta import variants as registry
 from monta.chunking import Auto, parse_chunks
 from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.links import Cluster
-from monta.perfmodel.network.routed import check_routing
+from monta.perfmodel.network.routed import checked_routing
 from monta.perfmodel.network.schedule import schedule_steps
 from monta.perfmodel.network.timeline import Breakdown, layout_shapes  # noqa: F401 (re-exported)
 
@@ -77,11 +77,7 @@ def routing_read(e, ep: GroupShape, top_k: int, experts: int | None, row_bytes: 
     top-1 routing over one expert per EP member with no row metadata."""
     if not e.reads_routing:
         return 1, ep.size, None
-    experts = ep.size if experts is None else experts
-    check_routing(experts, top_k, ep.size)
-    if row_bytes is not None and not row_bytes > 0:
-        raise ValueError(f"row_bytes={row_bytes!r}: must be > 0 (or None)")
-    return top_k, experts, row_bytes
+    return checked_routing(ep, top_k, experts, row_bytes)
 
 
 def exchange_time(

@@ -50,7 +50,7 @@ from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import ZERO, CollTime, GroupShape
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.network.schedule import schedule_steps
-from monta.perfmodel.network.steps import Step  # noqa: F401  (the plugins' price hooks import it from here)
+from monta.perfmodel.network.steps import Step  # the plugins' price hooks import it from here
 
 COUNT_BYTES = 8  # int64 row count per peer (the 'notify' of every uneven exchange)
 SLOT_BYTES = 8  # int64 slot (or token index, or source member) per route / row
@@ -239,11 +239,18 @@ def routed_shapes(
     price = token_level_price(exchange)
     if S < 0:
         raise ValueError(f"S={S}: must be >= 0")
-    E = ep.size if experts is None else experts
-    check_routing(E, top_k, ep.size)
+    top_k, E, row_bytes = checked_routing(ep, top_k, experts, row_bytes)
+    return schedule_steps(exchange, price(float(S), ep, tp, cluster, top_k, E, row_bytes, 1), cluster)
+
+
+def checked_routing(ep: GroupShape, top_k: int, experts: int | None, row_bytes: float | None):
+    """(top_k, experts, row_bytes) with ``experts`` defaulting to one per EP member; ValueError for a
+    routing the EP group cannot hold or a row size that is not positive."""
+    experts = ep.size if experts is None else experts
+    check_routing(experts, top_k, ep.size)
     if row_bytes is not None and not row_bytes > 0:
         raise ValueError(f"row_bytes={row_bytes!r}: must be > 0 (or None)")
-    return schedule_steps(exchange, price(float(S), ep, tp, cluster, top_k, E, row_bytes, 1), cluster)
+    return top_k, experts, row_bytes
 
 
 def routed_exchange_time(
