@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from monta import variants as variant_registry
+from monta import variants as registry
 from monta.chunking import CHUNK_TIE  # the chunk-pick check below applies the model's own rule to the predictions
 from monta.perfmodel.reports.accuracy import CHUNK_TOLERANCE
 from monta_analysis import alltoall_tables, step_tables
@@ -110,7 +110,7 @@ def step_line(steps: pd.DataFrame) -> str | None:
     # the registry's order (monta.variants), the pre-fix baseline last
     rest = sorted(
         (v for v in g.index if v not in ("monta", "deepspeed")),
-        key=lambda v: (v == "legacy", *variant_registry.order_key(v)),
+        key=lambda v: (v == "legacy", *registry.order_key(v)),
     )
     others = [f"{v} {_x(g.loc[v, 'speedup_vs_deepspeed'])}" for v in rest]
     return text + ("; " + ", ".join(others) + " over deepspeed" if others else "") + "."
@@ -125,7 +125,7 @@ def chunk_picks(records: Sequence[Mapping[str, Any]]) -> list[tuple[tuple, int, 
         m, p = r.get("metrics", {}), r.get("params", {})
         if r.get("kind") != "alltoall" or r.get("source") != "predicted" or m.get("measured_us") is None:
             continue
-        if not variant_registry.is_chunked(p.get("variant")):
+        if not registry.is_chunked(p.get("variant")):
             continue
         setup = tuple(p.get(k) for k in ("size_bytes", "nodes", "gpus_per_node", "tp", "ep"))
         by_setup.setdefault(setup, {})[int(p["chunks"])] = (

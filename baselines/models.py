@@ -1,7 +1,8 @@
 """The performance models of the baselines' exchanges, registered with them (``monta_baselines.variants``):
 each one's price (the steps of one dispatch pass of one rank, which ``monta.perfmodel.network.routed``
 schedules under its conventions: per-message latency, metadata priced apart, the emulator's CPU) and its
-inter-node byte formulas (from a layout for the model, from one routing for the AllToAll bench).
+inter-node byte formulas (from a layout for the model, from one routing for the AllToAll bench). A price
+takes the one signature of every exchange's (``monta.exchanges``); none of these is chunked.
 
 Torch-free: the performance model imports this, never the exchanges' runtime modules.
 
@@ -29,7 +30,9 @@ from monta.perfmodel.network.routed import (
 
 
 # -- 2dh: Tutel's 2D hierarchical AllToAll (baselines/exchange_2dh.py) ------------------------------------------
-def steps_2dh(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row) -> list[Step]:
+def steps_2dh(
+    S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, top_k: int, experts: int, row_bytes, chunks
+) -> list[Step]:
     """Pack the 1/TP capacity slice; phase 1, intra: to each local peer j the blocks of every node's
     local-j member (part / L); phase 2, inter: to each same-local-index peer the node's blocks for it
     (part / N, L x the flat message); re-laid out before, between and after (three copies of the part);
@@ -60,12 +63,14 @@ def steps_2dh(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int
 
 
 # -- allgather: Megatron-Core's AllGather dispatcher (baselines/exchange_allgather.py) -----------------------------
-def steps_allgather(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row) -> list[Step]:
+def steps_allgather(
+    S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, top_k: int, experts: int, row_bytes, chunks
+) -> list[Step]:
     """The TP rank's token shard gathered over EP (across the nodes), then over TP; the routes (an int64
     slot per route) the same way; the local experts' slots of every source placed; the gates over EP."""
     P, TP = ep.size, tp.size
-    sh = S / (k * TP)  # this TP rank's token shard
-    rows = sh / row if row else 0.0  # its tokens (0: row size unknown, row metadata not priced)
+    sh = S / (top_k * TP)  # this TP rank's token shard
+    rows = sh / row_bytes if row_bytes else 0.0  # its tokens (0: row size unknown, row metadata not priced)
     out: list[Step] = []
     if TP > 1:
         out.append(Step("shard", "pack", nbytes=sh))
@@ -73,29 +78,31 @@ def steps_allgather(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, 
     if TP > 1:
         out.append(Step("allgather[tp]", "ag", gather(P * sh, tp, cluster), gather=True, msgs=TP - 1))
     if rows:
-        slots = SLOT_BYTES * k * rows
+        slots = SLOT_BYTES * top_k * rows
         out.append(Step("slots[ep]", "meta", gather(slots, ep, cluster), gather=True, msgs=P - 1))
         if TP > 1:
             out.append(Step("slots[tp]", "meta", gather(P * slots, tp, cluster), gather=True, msgs=TP - 1))
     out.append(Step("copy", "copy", nbytes=S))  # the local experts' slots of every source, gathered
     if rows:
-        gates = GATE_BYTES * k * rows
+        gates = GATE_BYTES * top_k * rows
         out.append(Step("gates[ep]", "meta", gather(gates, ep, cluster), gather=True, msgs=P - 1))
     return out
 
 
 # -- node-dedup: DeepEP's normal dispatch, node-deduplicated (baselines/exchange_node_dedup.py) -----------------------
-def steps_node_dedup(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, k: int, E: int, row) -> list[Step]:
+def steps_node_dedup(
+    S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster, top_k: int, experts: int, row_bytes, chunks
+) -> list[Step]:
     """1. rails: each token once to every node it touches, to that node's member of this local index;
     2. forward: the gateway's rows to the node's members holding one of their experts, one copy per
     (row, member); 3. the rows every TP rank received gathered over TP (uneven). Count exchanges before
     each uneven step; each row's gates and routes travel in the same batch as the row (one wait: the call's
     ``riders``). A node of one member forwards to itself: no count exchange, nothing sent."""
     P, L, N, TP, c = ep.size, ep.ranks_per_node, ep.nodes, tp.size, ep.concurrent_per_node
-    sh = S / (k * TP)
-    rows = sh / row if row else 0.0
-    per_row = GATE_BYTES * k + SLOT_BYTES * (1 + k)  # a row's gates and routes (token or source, k slots)
-    p_node, p_rank = touch_probability(E, k, N), touch_probability(E, k, P)
+    sh = S / (top_k * TP)
+    rows = sh / row_bytes if row_bytes else 0.0
+    per_row = GATE_BYTES * top_k + SLOT_BYTES * (1 + top_k)  # a row's gates and routes (token or source, k slots)
+    p_node, p_rank = touch_probability(experts, top_k, N), touch_probability(experts, top_k, P)
     out: list[Step] = []
     if TP > 1:
         out.append(Step("shard", "pack", nbytes=sh))
@@ -116,7 +123,7 @@ def steps_node_dedup(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster,
         out.append(Step("forward", "a2a", fwd, riders=(0.0, r2)))
     if TP > 1:
         got = P * sh * p_rank
-        routes = SLOT_BYTES * (1 + k) * P * rows * p_rank  # source member + k slots per row
+        routes = SLOT_BYTES * (1 + top_k) * P * rows * p_rank  # source member + k slots per row
         ag = gather(got + routes, tp, cluster)
         out.append(Step("counts[tp]", "meta", counts(tp, cluster)))
         out.append(

@@ -13,7 +13,7 @@ models when the performance model first prices one.
 
 from __future__ import annotations
 
-from monta.exchanges import slice_bytes, slice_routing_bytes
+from monta.core_exchanges import slice_bytes, slice_routing_bytes
 from monta.variants import CAPACITY_PASSES, LINA_CHUNK_BYTES  # LINA_CHUNK_BYTES: Lina's micro-op size (30 MB)
 
 
@@ -92,6 +92,13 @@ def _model(name: str):
 
 
 def register(registry) -> None:
+    """The entry point: the baselines' exchanges, then their schedules and syncs, then the variant names."""
+    _register_exchanges(registry)
+    _register_schedules(registry)
+    _register_variants(registry)
+
+
+def _register_exchanges(registry) -> None:
     registry.add_exchange(
         "2dh",
         run_pass=_run_pass_2dh,
@@ -122,6 +129,9 @@ def register(registry) -> None:
         "the node to its experts' ranks; the combine reduces inside the node before crossing back",
         stands_for=("deepep", "hybridep"),  # published runs' dispatchers that send a token once per node
     )
+
+
+def _register_schedules(registry) -> None:
     registry.add_schedule(
         "lina",
         build=_lina,
@@ -146,6 +156,9 @@ def register(registry) -> None:
         chunk_bytes=LINA_CHUNK_BYTES,
         about="gradient AllReduce in equal 30 MB micro-ops, each launched only when no AllToAll waits or runs",
     )
+
+
+def _register_variants(registry) -> None:
     registry.add_variant(
         "lina",
         exchange="deepspeed",

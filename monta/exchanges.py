@@ -1,9 +1,11 @@
 """What a registered token exchange carries (``monta.variants.add_exchange``): how a rank builds it, what
 optional capabilities it offers, its price in the performance model, its byte formulas and its
-description. The core's three (``legacy``, ``deepspeed``, ``monta``) are entries like any other; the
-model, the benches and the schedules read an exchange's parts from its entry, never from its name.
+description. The core's three (``legacy``, ``deepspeed``, ``monta``) are entries like any other, registered
+the way a plugin registers its own (``monta.core_exchanges``, the registry's first entry point); the model,
+the benches and the schedules read an exchange's parts from its entry, never from its name.
 
-Torch-free at import (the CLI, the pipeline's config check and the performance model read it).
+Torch-free at import, and below the performance model: the registry never imports it (the CLI, the
+pipeline's config check and the performance model read the registry).
 
 A rank's exchange is a ``monta.comm.dispatcher.Dispatcher``: ``dispatch(x_SM, plan) -> (x_ECM, handle)``
 and ``combine(y_ECM, plan, handle) -> y_SM``. An entry names how to build one:
@@ -16,13 +18,15 @@ and ``combine(y_ECM, plan, handle) -> y_SM``. An entry names how to build one:
 - ``dispatcher(spec) -> Dispatcher``: any other exchange (one that moves tokens, say), built from a
   ``monta.comm.dispatcher.DispatcherSpec``; it declares the ``capabilities`` its dispatchers offer.
 
-Its model (all optional; hooks are plain functions, called with keyword-free positional arguments):
+Its model (all optional; hooks are plain functions, called with positional arguments):
 
-- ``price(S, ep, tp, cluster, top_k, experts, row_bytes) -> [Step]``: the steps of one dispatch pass's
-  timeline (``monta.perfmodel.network.routed.Step``), which the model schedules with every other
-  exchange's (the core's too: ``full_buffer_price``, ``slice_price``; a chunked core exchange's hook also
-  takes the chunk count and answers an ``ExchangeSteps``); or ``model_as``: the core exchange whose
-  model prices it. Neither: predictions leave it out and say so.
+- ``price(S, ep, tp, cluster, top_k, experts, row_bytes, chunks) -> [Step] | ExchangeSteps``: the steps of
+  one dispatch pass's timeline (``monta.perfmodel.network.steps.Step``), which the model schedules with
+  every other exchange's. One signature for every exchange, the core's included
+  (``monta.core_exchanges``): ``chunks`` is the run's chunk count for a ``chunked`` entry, else 1; an entry
+  with ``reads_routing=False`` (the core's) is priced on the balanced top-1 routing whatever the run's.
+  Or ``model_as``: the registered exchange whose price prices it. Neither: predictions leave it out and
+  say so.
 - ``inter_bytes(LayoutBytes) -> (formula, bytes)``: the inter-node payload one rank sends in one
   dispatch, from the layout (the model's, the exchange map's);
 - ``routing_inter_bytes(RoutingBytes) -> (formula, bytes)``: the same from one routing (the AllToAll
@@ -31,11 +35,13 @@ Its model (all optional; hooks are plain functions, called with keyword-free pos
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-CORE = ("legacy", "deepspeed", "monta")  # the core's exchanges, the one list of them
+# The names the core registers (monta.core_exchanges), reserved for it: the CLI's help lists them.
+CORE = ("legacy", "deepspeed", "monta")
 # Capability: the exchange moves capacity buffers, so a schedule may pass it any window of capacity
 # slots of the encoded buffer (``monta.comm.dispatcher.CapacityPasses``).
 CAPACITY_PASSES = "capacity-passes"
@@ -81,7 +87,9 @@ class Exchange:
     tokens over the TP group (the token count must divide by TP; checked before any rank starts).
     ``origin``: the plugin that registered it (``monta``: the core). ``stands_for``: the published MoE
     dispatchers (a training run's ``dispatcher`` column, e.g. DeepEP's) whose token traffic this exchange
-    reproduces, so the step model prices such a run with it."""
+    reproduces, so the step model prices such a run with it. ``reads_routing``: its ``price`` reads the
+    routing (top-k, experts, a token row's bytes; the core's do not). ``reference``: the flat exchange
+    the token-level models are compared with (``monta.perfmodel.network.routed``: deepspeed)."""
 
     name: str
     run_pass: Callable[..., Any] | None = None
@@ -97,6 +105,8 @@ class Exchange:
     about: str = ""
     origin: str = "monta"
     stands_for: tuple[str, ...] = ()
+    reads_routing: bool = True
+    reference: bool = False
 
 
 def make_exchange(name: str, origin: str, **kw: Any) -> Exchange:
@@ -104,8 +114,6 @@ def make_exchange(name: str, origin: str, **kw: Any) -> Exchange:
     if name in CORE and origin != "monta":
         raise ValueError(f"exchange {name!r} is the core's; a plugin names its own")
     model_as = kw.get("model_as")
-    if model_as is not None and model_as not in CORE:
-        raise ValueError(f"exchange {name!r}: model_as={model_as!r} must be one of {', '.join(CORE)}")
     if model_as is not None and kw.get("price") is not None:
         raise ValueError(f"exchange {name!r}: give its own price= or model_as=, not both")
     if kw.get("run_pass") is not None and kw.get("dispatcher") is not None:
@@ -123,43 +131,23 @@ def make_exchange(name: str, origin: str, **kw: Any) -> Exchange:
     for hook in ("price", "inter_bytes", "routing_inter_bytes"):
         if kw.get(hook) is not None and not callable(kw[hook]):
             raise ValueError(f"exchange {name!r}: {hook}= must be a callable")
+    if kw.get("price") is not None:
+        _check_price(name, kw["price"])
     return Exchange(name, capabilities=caps, origin=origin, **kw)
 
 
-# -- the core exchanges' byte formulas ---------------------------------------------------------------
-def full_buffer_bytes(g: LayoutBytes) -> tuple[str, float]:
-    """Every TP rank sends its full buffer across the nodes (legacy)."""
-    return "S x (N-1)/N", g.S * (g.nodes - 1) / g.nodes
+PRICE_ARGS = ("S", "ep", "tp", "cluster", "top_k", "experts", "row_bytes", "chunks")
 
 
-def slice_bytes(g: LayoutBytes) -> tuple[str, float]:
-    """Each TP rank sends its 1/TP capacity slice across the nodes (deepspeed, monta)."""
-    return "S/TP x (N-1)/N", g.S / g.tp * (g.nodes - 1) / g.nodes
-
-
-def full_buffer_routing_bytes(r: RoutingBytes) -> tuple[str, int]:
-    P, L = r.members, r.per_node
-    return "B (P-L)/P", r.buffer_bytes * (P - L) // P
-
-
-def slice_routing_bytes(r: RoutingBytes) -> tuple[str, int]:
-    P, L = r.members, r.per_node
-    return "B/TP (P-L)/P", r.buffer_bytes // r.tp * (P - L) // P
-
-
-# -- the core exchanges' prices: the steps of their timelines -----------------------------------------
-# The steps are the performance model's (monta.perfmodel.network.core_steps), imported when the model
-# prices an exchange, never when the registry loads: the model reads this registry.
-def full_buffer_price(S, ep, tp, cluster, top_k, experts, row_bytes):
-    """AllToAll the full buffer, copy it into place (legacy)."""
-    from monta.perfmodel.network.core_steps import full_buffer_steps
-
-    return full_buffer_steps(S, ep, cluster)
-
-
-def slice_price(S, ep, tp, cluster, top_k, experts, row_bytes, chunks=1):
-    """Pack the 1/TP capacity slice, AllToAll it, AllGather it over TP, copy into place: in ``chunks``
-    pipelined pieces (deepspeed: one; monta: the run's)."""
-    from monta.perfmodel.network.core_steps import slice_steps
-
-    return slice_steps(S, ep, tp, cluster, chunks)
+def _check_price(name: str, price: Callable[..., Any]) -> None:
+    """The one price signature: a hook that cannot take its eight positional arguments is refused when it
+    is registered, not when the model first prices it."""
+    try:
+        inspect.signature(price).bind(*PRICE_ARGS)
+    except TypeError:
+        raise ValueError(
+            f"exchange {name!r}: price= must take ({', '.join(PRICE_ARGS)}); chunks is 1 unless the exchange "
+            "is chunked=True (docs/plugins.md)"
+        ) from None
+    except ValueError:  # a builtin without a signature: taken as given
+        pass

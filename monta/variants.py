@@ -8,8 +8,9 @@ variants up here; nothing else keeps a list of them.
 Parts:
 
 - exchange: ``legacy`` | ``deepspeed`` | ``monta`` (``monta.comm``), with ``chunks`` (``None`` =
-  the run's ``--chunks``; only a chunked exchange, ``monta``, takes it) here; others by any package
-  (``add_exchange``: what an entry carries is ``monta.exchanges``);
+  the run's ``--chunks``; only a chunked exchange, ``monta``, takes it), registered by the core's entry
+  point (``monta.core_exchanges``, run first); others by any package (``add_exchange``: what an entry
+  carries is ``monta.exchanges``);
 - schedule: ``deepspeed`` (DeepSpeed's MoE forward) here; ``lina`` and ``lancet`` are registered by
   ``baselines`` (``monta_baselines.variants``), others by any package (below);
 - sync: ``after-backward`` (DeepSpeed's reduction after backward), ``priority`` (a background thread
@@ -35,24 +36,16 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from monta.exchanges import (  # noqa: F401  (plugins read them here)
-    CAPACITY_PASSES,
-    CORE,
-    Exchange,
-    full_buffer_bytes,
-    full_buffer_price,
-    full_buffer_routing_bytes,
-    make_exchange,
-    slice_bytes,
-    slice_price,
-    slice_routing_bytes,
-)
+from monta.exchanges import CAPACITY_PASSES, CORE, Exchange, make_exchange  # noqa: F401  (plugins read them here)
 from monta.variant_names import DEFAULT_PARTS, KEYS, compose, is_composed, parse_parts, split_list
 from monta.variant_parts import OverlapInputs, Schedule, ScheduleContext, Sync  # noqa: F401  (plugins read them here)
 
-EXCHANGES = CORE  # the core's, the one list of them; plugins add more: exchanges()
+EXCHANGES = CORE  # the names the core registers; plugins add more: exchanges()
 
 ENTRY_POINT_GROUP = "monta.variants"
+# The core's exchanges register as a plugin's do, through an entry point run before every plugin's: the
+# registry names the module above it and the model (monta.core_exchanges) and never imports it.
+CORE_ENTRY_POINT = "monta.core_exchanges:register"
 # Lina's gradient AllReduce micro-op size (its default, 30 MB): the lina-microops sync, the priority sync's
 # default micro-op and the performance model's price of one.
 LINA_CHUNK_BYTES = 30 * 2**20
@@ -106,6 +99,10 @@ _CURRENT_ORIGIN = ["monta"]
 def add_exchange(name: str, **kw: Any) -> Exchange:
     """Register exchange ``name``: what it carries is ``monta.exchanges`` (ValueError says what to change)."""
     _check_part_name(name, "exchange")
+    model_as = kw.get("model_as")
+    priced = [n for n, x in _R.exchanges.items() if x.price is not None]
+    if model_as is not None and model_as not in priced:
+        raise ValueError(f"exchange {name!r}: model_as={model_as!r} must name a priced exchange: {', '.join(priced)}")
     e = make_exchange(name, _CURRENT_ORIGIN[0], **kw)
     _R.exchanges[name] = e
     return e
@@ -154,28 +151,7 @@ def _check_part_name(name: str, what: str) -> None:
         raise ValueError(f"{what} name {name!r}: no ',', '=', '/' or blanks")
 
 
-# The core's parts and today's names (their meaning unchanged).
-# The core's exchanges: buffer exchanges over monta.comm.exchange.run_pass, priced by the steps of their
-# timelines (monta.exchanges: full_buffer_price, slice_price), as the plugins' exchanges are.
-_CORE_BYTES = {"inter_bytes": slice_bytes, "routing_inter_bytes": slice_routing_bytes}
-add_exchange(
-    "legacy",
-    full_buffer=True,
-    price=full_buffer_price,
-    inter_bytes=full_buffer_bytes,
-    routing_inter_bytes=full_buffer_routing_bytes,
-    about="every TP rank AllToAlls its full buffer (DeepSpeed < 0.14.5)",
-)
-add_exchange(
-    "deepspeed", price=slice_price, about="drop to the capacity slice, AllToAll, AllGather over TP", **_CORE_BYTES
-)
-add_exchange(
-    "monta",
-    chunked=True,
-    price=slice_price,
-    about="capacity slice chunked, AllToAll of chunk i+1 overlapping AllGather of chunk i",
-    **_CORE_BYTES,
-)
+# The core's schedule, syncs and variant names (its exchanges: CORE_ENTRY_POINT, at the first lookup).
 add_schedule("deepspeed", about="DeepSpeed's MoE forward; the exchange runs whole")
 add_sync("after-backward", about="DeepSpeed's gradient reduction after backward")
 add_sync(
@@ -199,9 +175,11 @@ def load_plugins(force: bool = False) -> None:
     if _R.loaded and not force:
         return
     _R.loaded = True
-    from importlib.metadata import entry_points
+    from importlib.metadata import EntryPoint, entry_points
 
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name != "baselines", e.name)):
+    core = EntryPoint("monta", CORE_ENTRY_POINT, ENTRY_POINT_GROUP)
+    plugins = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name != "baselines", e.name))
+    for ep in (core, *plugins):
         key = f"{ep.name} = {ep.value}"
         _CURRENT_ORIGIN[0] = ep.name
         try:
@@ -248,6 +226,12 @@ def is_chunked(name: str) -> bool:
     load_plugins()
     e = _R.exchanges.get(name)
     return e is not None and e.chunked
+
+
+def chunked_exchanges() -> tuple[str, ...]:
+    """The registered exchanges that take the run's chunk count, in registration order (the core's first)."""
+    load_plugins()
+    return tuple(n for n, e in _R.exchanges.items() if e.chunked)
 
 
 def schedules() -> dict[str, Schedule]:

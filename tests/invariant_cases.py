@@ -139,7 +139,7 @@ def bench_case(tp: int, topk: int) -> dict:
 def model_points() -> dict:
     from dataclasses import replace
 
-    from monta import variants
+    from monta import variants as registry
     from monta.hardware.profile import get_cluster
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
@@ -181,7 +181,7 @@ def model_points() -> dict:
                 except ValueError as e:  # a variant the model cannot price here: its one-line reason
                     got = {"error": str(e)}
                 out["step"][f"{preset}/{v}/{recompute}"] = got
-    out["variants"] = list(variants.names())
+    out["variants"] = list(registry.names())
     return out
 
 

@@ -87,13 +87,13 @@ def test_predict_alltoall_takes_gpus_per_node_without_tp(capsys):
 
 
 def test_predict_alltoall_prices_every_exchange_in_human_units(tmp_path, capsys):
-    from monta.variants import exchanges
+    from monta import variants as registry
 
     out = tmp_path / "a.jsonl"
     assert main(["predict", "alltoall", "--variants", "all", "--sizes", "16M", "--chunks", "1", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert {json.loads(x)["params"]["variant"] for x in out.read_text().splitlines()} == set(exchanges())
-    assert len(set(exchanges()) & {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}) == 6
+    assert {json.loads(x)["params"]["variant"] for x in out.read_text().splitlines()} == set(registry.exchanges())
+    assert len(set(registry.exchanges()) & {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}) == 6
     assert " 16 MiB " in text and "16777216" not in text and " us " in text
 
 

@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "import_cycles.py"
+REGISTRY = ("monta.variants", "monta.exchanges", "monta.variant_names", "monta.variant_parts")
 
 
 FORBIDDEN = (
@@ -28,6 +29,9 @@ FORBIDDEN = (
     # The hardware is the ground floor: it imports none of the rooms that read it.
     *(f"monta.hardware:monta.{room}" for room in ("emulate", "bench", "perfmodel", "comm", "moe", "model")),
 )
+# The exchange registry (monta.variants, its entries' type and parts) never imports the model, nor the module
+# above both that registers the core's entries with the model's steps (monta.core_exchanges: an entry point).
+FORBIDDEN += tuple(f"{r}:{d}" for r in REGISTRY for d in ("monta.perfmodel", "monta.core_exchanges"))
 
 
 def test_no_import_cycle_and_the_runtime_never_imports_the_performance_model():

@@ -24,11 +24,11 @@ def layer_check_case(tp: int, specs, inject_fault: bool = False) -> dict:
     """Rank side: the bench's own layer-mode check (alltoall_runner.check_layer) per workload at one TP."""
     import torch
 
-    from monta import variants
+    from monta import variants as registry
     from monta.bench.alltoall_config import AlltoallConfig
     from monta.bench.alltoall_runner import Runner, buffer_shape, check_layer, rank_input, variant_rows
 
-    names = tuple(sorted(variants.exchanges()))
+    names = tuple(sorted(registry.exchanges()))
     cfg = AlltoallConfig(
         nodes=2, gpus_per_node=4, tp=tp, ep=8 // tp, sizes=(SIZE,), variants=names, chunks=(2,),
         dtype="float32", experts=EXPERTS, hidden=HIDDEN, warmup=0, iters=1, adaptive=False, max_iters=1,

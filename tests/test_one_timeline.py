@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monta import variants
+from monta import variants as registry
 from monta.hardware.profile import get_cluster
 from monta.parallel import ParallelLayout
 from monta.perfmodel.network import schedule
@@ -36,8 +36,7 @@ def test_the_core_exchanges_are_the_steps_their_registry_entries_carry(cname, va
     cl = _clusters()[cname]
     ep, tp = layout_shapes(LAYOUT)
     S = 16 * MiB
-    extra = (chunks,) if variants.is_chunked(variant) else ()
-    steps = variants.exchange(variant).price(S, ep, tp, cl, 1, ep.size, None, *extra)
+    steps = registry.exchange(variant).price(S, ep, tp, cl, 1, ep.size, None, chunks)  # the one signature
     assert isinstance(steps, ExchangeSteps) and all(isinstance(s, Step) for s in steps.steps)
     got = schedule.schedule_steps(variant, steps, cl)
     want = exchange_time(variant, S, LAYOUT, cl, chunks)
@@ -109,7 +108,7 @@ def test_a_token_level_exchange_goes_through_the_same_scheduler():
     layout = ParallelLayout(2, 4, tp=1, ep=8)
     for cl in _clusters(layout).values():
         ep, tp = layout_shapes(layout)
-        steps = variants.exchange("2dh").price(4.0 * MiB, ep, tp, cl, 2, 16, 8192.0)
+        steps = registry.exchange("2dh").price(4.0 * MiB, ep, tp, cl, 2, 16, 8192.0, 1)
         got = schedule.schedule_steps("2dh", steps, cl)
         assert got == routed_exchange_time("2dh", 4 * MiB, layout, cl, top_k=2, experts=16, row_bytes=8192)
         assert got.pack_us == pytest.approx(sum(o.end_us - o.start_us for o in got.ops if "regroup" in o.name))

@@ -317,7 +317,7 @@ def test_bad_degrees_and_presets_are_clear_errors():
         Strategy(tp=4, ep=4, dp=4).validate(16, 8, resolve_config("moe-2x70b"))
     with pytest.raises(ValueError, match="tp=3"):
         ParallelLayout(2, 8, tp=3)
-    with pytest.raises(ValueError, match="unknown exchange variant"):
+    with pytest.raises(ValueError, match="unknown exchange 'nccl'; choose one of legacy, deepspeed, monta"):
         exchange_time("nccl", MiB, LAYOUTS[0], "a800")
 
 

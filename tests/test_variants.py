@@ -162,15 +162,21 @@ def test_the_toy_plugin_is_installed_for_the_tests():
 
 
 def test_a_plugin_exchange_is_checked_when_it_registers(monkeypatch):
-    """A plugin cannot take a core exchange's name, must give its pass function, and can only be
-    priced as a core exchange; an unknown exchange names the plugins' too."""
+    """A plugin cannot take a core exchange's name, must give its pass function, can only be priced as
+    an exchange that has a price, and its price takes the one signature; an unknown exchange names the
+    plugins' too."""
     monkeypatch.setattr(registry, "_CURRENT_ORIGIN", ["someplugin"])
     with pytest.raises(ValueError, match="exchange 'monta' is the core's"):
         registry.add_exchange("monta", run_pass=lambda *a: None)
     with pytest.raises(ValueError, match="needs run_pass="):
         registry.add_exchange("mine")
-    with pytest.raises(ValueError, match="model_as='nccl' must be one of legacy, deepspeed, monta"):
+    with pytest.raises(ValueError, match="model_as='nccl' must name a priced exchange: legacy, deepspeed, monta, 2dh"):
         registry.add_exchange("mine", run_pass=lambda *a: None, model_as="nccl")
+    with pytest.raises(ValueError, match="model_as='toy-exchange' must name a priced exchange"):  # priced as another
+        registry.add_exchange("mine", run_pass=lambda *a: None, model_as="toy-exchange")
+    seven = lambda S, ep, tp, cluster, top_k, experts, row_bytes: []  # noqa: E731  (no chunks)
+    with pytest.raises(ValueError, match=r"price= must take \(S, ep, tp, cluster, top_k, experts, row_bytes, chunks\)"):
+        registry.add_exchange("mine", run_pass=lambda *a: None, price=seven)
     assert "mine" not in registry.exchanges()
     with pytest.raises(
         ValueError,
@@ -328,3 +334,44 @@ def test_a_schedule_is_refused_up_front_by_the_capability_it_needs():
             ValueError, match=f"schedule 'lancet' needs capacity-passes, which exchange '{ex}' does not offer; use "
         ):
             registry.get(f"exchange={ex},schedule=lancet")
+
+
+def test_the_core_registers_its_exchanges_as_a_plugin_does():
+    """legacy, deepspeed and monta come from the registry's first entry point (``monta.core_exchanges``,
+    origin monta) with the one price signature and the flags the model reads instead of their names."""
+    from monta.perfmodel.network.routed import reference_exchanges, routed_exchanges
+
+    assert registry.CORE_ENTRY_POINT == "monta.core_exchanges:register"
+    core = {n: e for n, e in registry.exchanges().items() if e.origin == "monta"}
+    assert tuple(core) == registry.EXCHANGES == ("legacy", "deepspeed", "monta")
+    assert {e.price.__module__ for e in core.values()} == {"monta.core_exchanges"}
+    assert [n for n, e in core.items() if e.chunked] == ["monta"] == list(registry.chunked_exchanges())
+    assert reference_exchanges() == ("deepspeed",) and not any(e.reads_routing for e in core.values())
+    assert not set(core) & set(routed_exchanges())  # the token-level ones: the plugins' that price themselves
+    assert {"2dh", "allgather", "node-dedup", "toy-dispatcher"} <= set(routed_exchanges())
+
+
+def test_best_chunks_searches_the_chunked_entry_it_is_given(monkeypatch):
+    """A plugin's chunked exchange is priced with the run's chunk count and searched by its own price (a
+    made-up one whose copy is least at 3 chunks); without a name, best_chunks searches the registry's
+    first chunked entry (the core's monta), as it did when it named monta."""
+    from monta.hardware.profile import get_cluster
+    from monta.parallel import ParallelLayout
+    from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, exchange_time, layout_shapes
+    from monta.perfmodel.network.steps import ExchangeSteps, Step
+
+    def price(S, ep, tp, cluster, top_k, experts, row_bytes, chunks):
+        return ExchangeSteps((Step("copy", "copy", nbytes=S * (1 + abs(chunks - 3))),), chunks)
+
+    monkeypatch.setattr(registry._R, "exchanges", dict(registry.exchanges()))
+    monkeypatch.setattr(registry, "_CURRENT_ORIGIN", ["someplugin"])
+    registry.add_exchange("chunky-test", run_pass=lambda *a: None, chunked=True, price=price, reads_routing=False)
+    layout = ParallelLayout(2, 4, tp=2, ep=4)
+    ep, tp = layout_shapes(layout)
+    cl = get_cluster("a800", 2, 4)
+    assert best_chunks(float(2**24), ep, tp, cl, candidates=(1, 2, 3, 4, 5), exchange="chunky-test") == 3
+    got = exchange_time("chunky-test", 2**24, layout, cl, "auto")
+    assert got.chunks == 3 and got.total_us == exchange_shapes("chunky-test", float(2**24), ep, tp, cl, 3).total_us
+    monta = [exchange_shapes("monta", float(2**24), ep, tp, cl, n).total_us for n in range(1, 17)]
+    assert best_chunks(float(2**24), ep, tp, cl) == best_chunks(float(2**24), ep, tp, cl, exchange="monta")
+    assert monta[best_chunks(float(2**24), ep, tp, cl) - 1] == pytest.approx(min(monta), rel=0.006)

@@ -149,13 +149,13 @@ def inter_formula(variant: str, inp: SizeInput, geo_nodes: int, per_node: int, t
     """(formula, bytes) of the payload this rank sends across nodes in one dispatch of exchange
     ``variant``, from its routing (its registered ``routing_inter_bytes``; ``("-", None)`` without one):
     P EP members on N nodes (L per node), buffer B = E C M bytes, token row b = M bytes, T tokens."""
-    from monta import variants
+    from monta import variants as registry
     from monta.exchanges import RoutingBytes
 
-    e = variants.exchanges().get(variant)
+    e = registry.exchanges().get(variant)
     if e is None or e.routing_inter_bytes is None:
         return "-", None
-    inp = inp.for_exchange(variants.CAPACITY_PASSES in e.capabilities)
+    inp = inp.for_exchange(registry.CAPACITY_PASSES in e.capabilities)
     E, C, M = inp.buffer.shape
     r = RoutingBytes(
         buffer_bytes=E * C * M * elsize,

@@ -218,11 +218,11 @@ def build_dispatcher(
     name: str, groups: ExchangeGroups, chunks: int = 1, expert_tp: bool = True, meter: TrafficMeter | None = None
 ) -> Dispatcher:
     """The dispatcher of exchange ``name`` (the core's or a plugin's) on this rank's groups."""
-    from monta import variants
+    from monta import variants as registry
     from monta.comm.exchange import validate_exchange
 
     validate_exchange(name, chunks)
-    entry = variants.exchange(name)
+    entry = registry.exchange(name)
     spec = DispatcherSpec(name, groups, chunks, expert_tp, meter)
     if entry.dispatcher is not None:
         d = entry.dispatcher(spec)
@@ -230,6 +230,6 @@ def build_dispatcher(
             raise TypeError(f"exchange {name!r}: its dispatcher= built {type(d).__name__}, not a Dispatcher")
     else:
         d = BufferDispatcher(spec, entry.run_pass, entry.chunked, entry.full_buffer)
-    if (d.capacity_passes is not None) != (variants.CAPACITY_PASSES in entry.capabilities):
+    if (d.capacity_passes is not None) != (registry.CAPACITY_PASSES in entry.capabilities):
         raise TypeError(f"exchange {name!r}: its dispatcher's capacity passes disagree with its registry entry")
     return d

@@ -206,9 +206,9 @@ def transpose_pass(
 
 
 def validate_exchange(name: str, chunks: Any) -> None:
-    from monta import variants
+    from monta import variants as registry
 
-    variants.exchange(name)  # ValueError naming the core's and the plugins' exchanges
+    registry.exchange(name)  # ValueError naming the core's and the plugins' exchanges
     if isinstance(chunks, bool) or not isinstance(chunks, int):
         raise ValueError(f"chunks={chunks!r} must be an integer >= 1 (or 'auto' where supported)")
     if chunks < 1:

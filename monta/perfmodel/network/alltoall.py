@@ -21,9 +21,9 @@ def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):
 def parse_variants(spec: str) -> list[str]:
     """A comma list of exchanges, ``all`` for every registered one (``monta.variants.exchanges``: the
     core's legacy, deepspeed and monta, the baselines' routed exchanges, and plugins')."""
-    from monta.variants import exchanges
+    from monta import variants as registry
 
-    known = list(exchanges())
+    known = list(registry.exchanges())
     out = known if str(spec).strip() == "all" else [v.strip() for v in str(spec).split(",") if v.strip()]
     bad = [v for v in out if v not in known]
     if bad or not out:

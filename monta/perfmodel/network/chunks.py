@@ -1,9 +1,11 @@
-"""``monta.chunking.Auto``'s chooser: the chunk count that minimizes MoNTA's predicted exchange time.
+"""``monta.chunking.Auto``'s chooser: the chunk count that minimizes the predicted time of the registry's
+chunked exchange (the core's ``monta``).
 
 Pure Python and cached, so the MoE layer can ask on every call without cost. The model's own
-search on group shapes is ``monta.perfmodel.network.exchange.best_chunks``; this module puts it on a
-``ParallelLayout`` (``choose_chunks``) and binds a cluster into a ``monta.chunking.Chooser``
-(``model_chooser``), which the benchmarks and the MoE layer inject where ``Auto`` is resolved.
+search on group shapes is ``monta.perfmodel.network.exchange.best_chunks`` (it asks the registry which
+entry is chunked); this module puts it on a ``ParallelLayout`` (``choose_chunks``) and binds a cluster
+into a ``monta.chunking.Chooser`` (``model_chooser``), which the benchmarks and the MoE layer inject
+where ``Auto`` is resolved.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def choose_chunks(
     max_chunks: int = 16,
     candidates: Iterable[int] | None = None,
 ) -> int:
-    """Chunk count for ``monta`` on ``layout`` (a ``ParallelLayout``).
+    """Chunk count for the registry's chunked exchange (``monta``) on ``layout`` (a ``ParallelLayout``).
 
     ``cluster``: a Cluster, a preset name, ``emulator:PATH`` / a link-profile path, or None for
     ``$MONTA_CLUSTER`` (default ``a800``). ``candidates`` restricts the choice (e.g. measured counts).

@@ -2,7 +2,8 @@
 (``monta.exchanges``; the baselines' are in ``monta_baselines.models``) returns the steps of ONE dispatch
 pass of one rank (the combine is its mirror: the same bytes the other way), and this module schedules
 them (``routed_shapes``) with the building blocks the hooks price their steps with (``call``,
-``gather``, ``counts``, ``flat_a2a``) and the flat reference (``"deepspeed"`` under these conventions).
+``gather``, ``counts``, ``flat_a2a``) and the flat reference (an entry flagged ``reference``, the core's
+deepspeed, under these conventions).
 
 Inputs: ``S`` = bytes of one rank's DeepSpeed dispatch buffer [E, C, M]; ``experts`` E (the whole EP
 group; default one per member); ``top_k`` k; the EP group (P members on N nodes, L = P/N per node) and
@@ -25,9 +26,9 @@ Conventions (documented decisions):
   at its nccl-tests size, the rank's buffer; a hierarchical AllToAll's inter phase on the emulator at
   the size of a flat one with the same message size, S x L, as the shaper's bursts see it), so fewer,
   larger messages pay off. The core's steps (``core_steps``) charge one latency per
-  collective, so the flat reference these models are compared with is priced here under the same
-  convention: ``"deepspeed"`` in :func:`routed_shapes` (at large sizes it is the core's deepspeed to
-  within the latencies).
+  collective, so the flat reference these models are compared with (an entry flagged ``reference``: the
+  core's deepspeed) is priced here under the same convention in :func:`routed_shapes` (at large sizes it is
+  the core's deepspeed to within the latencies).
 * Metadata rows: a step priced from ``row_bytes`` (one token row) is left out when it is None.
 * EP AllGathers that span nodes: a ring on real clusters (NCCL: the NICs carry the ring's bytes,
   ``collectives.allgather``; one latency per ring step), direct on the emulator (its duplex transport
@@ -36,7 +37,7 @@ Conventions (documented decisions):
   AllToAll-like call its ``a2a_cpu_us`` (fixed per call, per inter-node byte), a gather its
   ``ag_cpu_us`` (per message, per byte), copies at ``copy_GBps``; all in machine time.
 * Every step runs after the previous one (none is chunked or overlapped); one scheduler runs these
-  steps and the core exchanges' (``schedule.schedule_steps``, re-exported here).
+  steps and the core exchanges' (``schedule.schedule_steps``).
 """
 
 from __future__ import annotations
@@ -44,13 +45,12 @@ from __future__ import annotations
 from functools import lru_cache
 from math import comb
 
+from monta import variants as registry
 from monta.hardware.links import Cluster
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.collectives import ZERO, CollTime, GroupShape
 from monta.perfmodel.network.schedule import schedule_steps
 from monta.perfmodel.network.steps import Step  # the plugins' price hooks import it from here
-
-REFERENCE = "deepspeed"  # the flat exchange priced under the same conventions (see above)
 
 COUNT_BYTES = 8  # int64 row count per peer (the 'notify' of every uneven exchange)
 SLOT_BYTES = 8  # int64 slot (or token index, or source member) per route / row
@@ -66,31 +66,15 @@ NIC_MESSAGE_US = 1.0
 
 
 def routed_exchanges() -> tuple[str, ...]:
-    """The registered token-level exchanges: the plugins' priced by their own steps (a ``price`` hook), in
-    registration order (the core's price hooks take no routing: ``exchange.exchange_shapes``)."""
-    from monta import variants
-
-    return tuple(n for n, e in variants.exchanges().items() if e.price is not None and n not in variants.CORE)
+    """The registered token-level exchanges: those priced by their own steps that read the routing
+    (``reads_routing``; the core's do not), in registration order."""
+    return tuple(n for n, e in registry.exchanges().items() if e.price is not None and e.reads_routing)
 
 
-class _Priced:
-    """``ROUTED``: :func:`routed_exchanges` as a live collection (``name in ROUTED``), read at each use,
-    so a plugin's exchange registered later is in it."""
-
-    def __contains__(self, name: object) -> bool:
-        return name in routed_exchanges()
-
-    def __iter__(self):
-        return iter(routed_exchanges())
-
-    def __len__(self) -> int:
-        return len(routed_exchanges())
-
-    def __repr__(self) -> str:
-        return repr(routed_exchanges())
-
-
-ROUTED = _Priced()
+def reference_exchanges() -> tuple[str, ...]:
+    """The registered exchanges flagged ``reference`` (the core's deepspeed): the flat exchanges the
+    token-level ones are compared with, priced here under the same conventions (:func:`reference_price`)."""
+    return tuple(n for n, e in registry.exchanges().items() if e.reference)
 
 
 def touch_probability(experts: int, top_k: int, groups: int) -> float:
@@ -219,22 +203,26 @@ def reference_steps(S: float, ep: GroupShape, tp: GroupShape, cluster: Cluster) 
     return out
 
 
-def _price(variant: str):
-    """The steps function of ``variant``: the reference's, or its registered ``price`` hook."""
-    if variant == REFERENCE:
-        return lambda S, ep, tp, cluster, k, E, row: reference_steps(S, ep, tp, cluster)
-    from monta import variants
+def reference_price(S, ep, tp, cluster, top_k, experts, row_bytes, chunks) -> list[Step]:
+    """A reference exchange's price under this module's conventions (the one price signature)."""
+    return reference_steps(S, ep, tp, cluster)
 
-    if variant not in routed_exchanges():
-        raise ValueError(
-            f"no token-level model for {variant!r}: choose one of {', '.join(routed_exchanges() + (REFERENCE,))}"
-        )
-    return variants.exchange(variant).price
+
+def token_level_price(exchange: str):
+    """The price of ``exchange`` under this module's conventions: a reference's (:func:`reference_price`),
+    or a token-level exchange's registered ``price`` hook."""
+    e = registry.exchanges().get(exchange)
+    if e is not None and e.reference:
+        return reference_price
+    if exchange not in routed_exchanges():
+        have = routed_exchanges() + reference_exchanges()
+        raise ValueError(f"no token-level model for {exchange!r}: choose one of {', '.join(have)}")
+    return e.price
 
 
 @lru_cache(maxsize=16384)
 def routed_shapes(
-    variant: str,
+    exchange: str,
     S: float,
     ep: GroupShape,
     tp: GroupShape,
@@ -243,24 +231,30 @@ def routed_shapes(
     experts: int | None = None,
     row_bytes: float | None = None,
 ):
-    """One dispatch pass of ``variant`` (one of :func:`routed_exchanges`, or ``"deepspeed"``: the flat
-    reference under the same conventions) for a buffer of ``S`` bytes per rank, as a
-    ``exchange.Breakdown``: its registered steps, scheduled. ``experts``: E (default: one per EP member);
+    """One dispatch pass of ``exchange`` (one of :func:`routed_exchanges`, or a reference: the flat
+    exchange under the same conventions) for a buffer of ``S`` bytes per rank, as a
+    ``exchange.Breakdown``: its steps, scheduled. ``experts``: E (default: one per EP member);
     ``row_bytes``: bytes of one token row (hidden x element size), which the row metadata needs (None:
     only the count exchanges are priced as metadata)."""
-    price = _price(variant)
+    price = token_level_price(exchange)
     if S < 0:
         raise ValueError(f"S={S}: must be >= 0")
-    E = ep.size if experts is None else experts
-    check_routing(E, top_k, ep.size)
+    top_k, E, row_bytes = checked_routing(ep, top_k, experts, row_bytes)
+    return schedule_steps(exchange, price(float(S), ep, tp, cluster, top_k, E, row_bytes, 1), cluster)
+
+
+def checked_routing(ep: GroupShape, top_k: int, experts: int | None, row_bytes: float | None):
+    """(top_k, experts, row_bytes) with ``experts`` defaulting to one per EP member; ValueError for a
+    routing the EP group cannot hold or a row size that is not positive."""
+    experts = ep.size if experts is None else experts
+    check_routing(experts, top_k, ep.size)
     if row_bytes is not None and not row_bytes > 0:
         raise ValueError(f"row_bytes={row_bytes!r}: must be > 0 (or None)")
-    steps = price(float(S), ep, tp, cluster, top_k, E, row_bytes)
-    return schedule_steps(variant, steps, cluster)
+    return top_k, experts, row_bytes
 
 
 def routed_exchange_time(
-    variant: str,
+    exchange: str,
     bytes_per_rank: float,
     layout,
     cluster: Cluster | str | None = None,
@@ -275,24 +269,24 @@ def routed_exchange_time(
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
     ep, tp = layout_shapes(layout)
-    return routed_shapes(variant, float(bytes_per_rank), ep, tp, cluster, top_k, experts, row_bytes)
+    return routed_shapes(exchange, float(bytes_per_rank), ep, tp, cluster, top_k, experts, row_bytes)
 
 
 def inter_bytes_formula(
-    variant: str, bytes_per_rank: float, layout, *, top_k: int = 1, experts: int | None = None
+    exchange: str, bytes_per_rank: float, layout, *, top_k: int = 1, experts: int | None = None
 ) -> tuple[str, float]:
-    """Expected inter-node payload bytes one rank sends in one dispatch pass of ``variant`` (any registered
+    """Expected inter-node payload bytes one rank sends in one dispatch pass of ``exchange`` (any registered
     exchange with an ``inter_bytes`` formula): the formula as text (S: ``bytes_per_rank``, N nodes, L EP
     members per node, TP, E experts, k top-k) and its value on ``layout``."""
-    from monta import variants
+    from monta import variants as registry
     from monta.exchanges import LayoutBytes
     from monta.perfmodel.network.timeline import layout_shapes
 
     ep, tp = layout_shapes(layout)
     E = ep.size if experts is None else experts
     check_routing(E, top_k, ep.size)
-    e = variants.exchanges().get(variant)
+    e = registry.exchanges().get(exchange)
     if e is None or e.inter_bytes is None:
-        have = [n for n, x in variants.exchanges().items() if x.inter_bytes is not None]
-        raise ValueError(f"no inter-node byte formula for {variant!r}: choose one of {', '.join(have)}")
+        have = [n for n, x in registry.exchanges().items() if x.inter_bytes is not None]
+        raise ValueError(f"no inter-node byte formula for {exchange!r}: choose one of {', '.join(have)}")
     return e.inter_bytes(LayoutBytes(float(bytes_per_rank), ep.nodes, ep.ranks_per_node, tp.size, E, top_k))

@@ -20,13 +20,10 @@ from monta.perfmodel.network.steps import COPY_ROLES, ExchangeSteps, Step
 from monta.perfmodel.network.timeline import Breakdown, Timeline
 
 
-def schedule_steps(
-    variant: str, steps: Sequence[Step] | ExchangeSteps, cluster: Cluster, tp_size: int | None = None
-) -> Breakdown:
+def schedule_steps(exchange: str, steps: Sequence[Step] | ExchangeSteps, cluster: Cluster) -> Breakdown:
     """``steps`` (a price hook's answer: a list, or an ``ExchangeSteps``) scheduled on ``cluster``, as
-    ``variant``'s ``Breakdown``: bytes of its calls (payload and routing metadata apart), its makespan,
-    and per role the time of its steps as scheduled, or of its ``components`` alone. ``tp_size``: unused
-    (a step carries its own message count); callers from before the steps did may still pass it."""
+    ``exchange``'s ``Breakdown``: bytes of its calls (payload and routing metadata apart), its makespan,
+    and per role the time of its steps as scheduled, or of its ``components`` alone."""
     plan = steps if isinstance(steps, ExchangeSteps) else ExchangeSteps(tuple(steps))
     waits = _graph(plan.steps)
     ops = (_on_host if cluster.host_cores else _on_links)(plan.steps, waits, cluster)
@@ -45,7 +42,7 @@ def schedule_steps(
             into[0], into[1] = into[0] + s.ct.inter_bytes - s.riders[0], into[1] + s.ct.intra_bytes - s.riders[1]
             meta[0], meta[1] = meta[0] + s.riders[0], meta[1] + s.riders[1]
     return Breakdown(
-        variant,
+        exchange,
         plan.chunks,
         max((o.end_us for o in ops), default=0.0),
         role["a2a"],

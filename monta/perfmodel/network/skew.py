@@ -16,7 +16,7 @@ exchange at a point.
   over the mean (a link: one rank's where each GPU has its own, a node's where its ranks share one, as
   on the emulator: ``link_groups``), copies by the worst rank's routes received over the mean. The count
   exchanges (fixed size) are not scaled. The scaled steps are scheduled as the balanced ones are
-  (``routed.schedule_steps``). A balanced routing (W0) has every factor exactly 1, so its price is the
+  (``schedule.schedule_steps``). A balanced routing (W0) has every factor exactly 1, so its price is the
   balanced one.
 
 Inside a node routes, not bytes, are counted; across nodes an exchange that sends a token once per node
@@ -114,9 +114,9 @@ class SkewPrice:
 
 def is_capacity_exchange(variant: str) -> bool:
     """True for a buffer exchange (it offers capacity passes), False for a token-level one."""
-    from monta import variants
+    from monta import variants as registry
 
-    return variants.CAPACITY_PASSES in variants.exchange(variant).capabilities
+    return registry.CAPACITY_PASSES in registry.exchange(variant).capabilities
 
 
 def _sent_bytes(hook, routing, rank: int, tp: int) -> int:
@@ -165,10 +165,10 @@ def moves_what_routing_sends(variant: str, routing, tp: int) -> bool:
     """Whether a token-level exchange's bytes follow the routing: its registered ``routing_inter_bytes``
     differs between sources or from the balanced routing's (W0 of the same shape). An exchange without
     the hook is taken to follow it."""
-    from monta import variants
+    from monta import variants as registry
     from monta.routing import make_routing
 
-    hook = variants.exchange(variant).routing_inter_bytes
+    hook = registry.exchange(variant).routing_inter_bytes
     if hook is None:
         return True
     sent = {_sent_bytes(hook, routing, r, tp) for r in range(routing.ranks)}
@@ -208,10 +208,11 @@ def skew_price(
     exchange drops past C, and a token-level one moves the routing's T k routes of ``row_bytes`` (the
     whole buffer at capacity factor 1, 1/cf of it above; ``monta.routing.stats.tokens_per_rank``);
     without it, ``cf`` is the capacity factor a buffer exchange drops at and the routes fill the buffer."""
-    from monta import variants
+    from monta import variants as registry
     from monta.hardware.profile import get_cluster
     from monta.perfmodel.network import routed
     from monta.perfmodel.network.exchange import exchange_time
+    from monta.perfmodel.network.schedule import schedule_steps
     from monta.perfmodel.network.timeline import layout_shapes
 
     cluster = get_cluster(cluster, layout.nodes, layout.gpus_per_node)
@@ -228,16 +229,16 @@ def skew_price(
     if not moves_what_routing_sends(variant, routing, tp.size):  # e.g. a gather of every token: bytes fixed
         b = exchange_time(variant, bytes_per_rank, layout, cluster, chunks, top_k=k, experts=E, row_bytes=row_bytes)
         return SkewPrice(variant, True, b.total_us, b.total_us, 0, 0.0, b.inter_bytes)
-    if variant not in routed.ROUTED:
+    if variant not in routed.routed_exchanges():
         raise ValueError(f"exchange {variant!r} moves tokens but registers no price= steps to scale under skew")
-    steps = routed._price(variant)(float(bytes_per_rank), ep, tp, cluster, k, E, row_bytes)
-    balanced = routed.schedule_steps(variant, steps, cluster, tp.size)
+    steps = routed.token_level_price(variant)(float(bytes_per_rank), ep, tp, cluster, k, E, row_bytes, 1)
+    balanced = schedule_steps(variant, steps, cluster)
     inter_group, intra_group = link_groups(routing, cluster, tp.size)
     f = SkewFactors.of(routing, inter_group, intra_group)
-    hook = variants.exchange(variant).routing_inter_bytes
+    hook = registry.exchange(variant).routing_inter_bytes
     if hook is not None:  # its own bytes, not its routes, on the most-loaded link (module docstring)
         f = replace(f, inter=inter_bytes_factor(hook, routing, tp.size, inter_group))
-    worst = routed.schedule_steps(variant, scale_steps(steps, f), cluster, tp.size)
+    worst = schedule_steps(variant, scale_steps(steps, f), cluster)
     return SkewPrice(variant, True, balanced.total_us, worst.total_us, 0, 0.0, worst.inter_bytes)
 
 

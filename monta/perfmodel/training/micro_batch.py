@@ -16,7 +16,6 @@ from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
 from monta.perfmodel.network import collectives as C
 from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as, takes_chunks
-from monta.perfmodel.network.routed import ROUTED
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops
 from monta.perfmodel.training.strategy import Strategy
@@ -47,9 +46,8 @@ def _exchanges(
         # EP1: every rank holds (its TP slice of) every expert; tokens never leave the rank.
         ex = exchange_shapes("legacy", 0.0, g["ep"], g["tp"], cluster, 1)
         return ex, ex, chunks
-    # The token-level exchanges' own models read the routing (top-k, experts, a token row's bytes).
-    routing = (m.top_k, m.num_experts, m.hidden * elem_bytes) if xv in ROUTED else ()
-    ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks, *routing)
+    # The routing (top-k, experts, a token row's bytes) reaches the entries that read it (the token-level ones).
+    ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks, m.top_k, m.num_experts, m.hidden * elem_bytes)
     if pipeline_backward or not takes_chunks(xv):
         return ex, ex, chunks
     return ex, exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1), chunks

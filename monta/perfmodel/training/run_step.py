@@ -137,9 +137,9 @@ def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float
 def _published_exchange(dispatcher: str | None) -> str | None:
     """The registered exchange that stands for a published run's dispatcher (``Exchange.stands_for``), or None
     (the run's AllToAll is priced as stock deepspeed's)."""
-    from monta.variants import exchanges
+    from monta import variants as registry
 
-    return next((name for name, e in exchanges().items() if dispatcher and dispatcher in e.stands_for), None)
+    return next((name for name, e in registry.exchanges().items() if dispatcher and dispatcher in e.stands_for), None)
 
 
 def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:

@@ -67,7 +67,7 @@ def _toy_pass():
 
 
 # -- its model -------------------------------------------------------------------------------------------
-def steps(S, ep, tp, cluster, top_k, experts, row_bytes):
+def steps(S, ep, tp, cluster, top_k, experts, row_bytes, chunks):
     """One dispatch of one rank: encode (a copy of the buffer), pack the 1/TP slice, AllToAll over EP,
     AllGather over TP, copy into place; each after the previous (monta.perfmodel.network.routed)."""
     from monta.perfmodel.network.routed import Step, flat_a2a, gather
