@@ -22,10 +22,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from deepspeed.moe.sharded_moe import _route_slots, _sparse_encode, gumbel_rsample
 
-from monta.comm.timing import BACKWARD_CLOCK
-from monta.model import clock
 from monta.model.tp import DeferredWeightGrad
-from monta.moe import RoutingPlan
+from monta.moe import Observers, RoutingPlan
 from monta_baselines.pipeline import capacity_chunks, capacity_passes, launch_dispatch, pipeline_pieces
 
 
@@ -118,8 +116,9 @@ class DeferredDW:
     polling: with 8 ranks on 2 cores a sub-millisecond poll steals the cores the other ranks need.
     """
 
-    def __init__(self, clock=BACKWARD_CLOCK):
-        self.clock = clock
+    def __init__(self, observers: Observers):
+        self.observers = observers  # the model's: its backward clock opens/closes, its compute clock restarts
+        self.clock = observers.backward
         self._q: deque = deque()
         self._cond = threading.Condition()
         self._drain = False
@@ -170,7 +169,7 @@ class DeferredDW:
                             return  # drained and empty
                         fn = self._q.popleft()
                         in_a2a = self._in_flight > 0
-                    clock.restart()  # this thread waited for work: the dW's count starts now
+                    self.observers.restart()  # this thread waited for work: the dW's count starts now
                     fn()
                     self.during_alltoall += int(in_a2a)
         except BaseException as e:  # surfaced by end()
@@ -184,14 +183,15 @@ class LancetSchedule:
 
     ``control``: a process group over the same ranks as the EP group, used by nothing else, on which
     the EP ranks agree on each early window (every rank must send the same window size).
+    ``observers``: the model's ``monta.moe.Observers`` (its backward clock feeds the dW filler).
     """
 
-    def __init__(self, partitions: int = 2, control=None):
+    def __init__(self, partitions: int = 2, control=None, observers: Observers | None = None):
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"lancet partitions={partitions!r} must be an integer >= 1")
         self.partitions = partitions
         self.control = control
-        self.dw = DeferredDW()
+        self.dw = DeferredDW(observers if observers is not None else Observers())
         self.early_slots = 0  # capacity slots dispatched during attention, last forward
         self.capacity = 0
 
@@ -210,7 +210,7 @@ class LancetSchedule:
         """A whole decoder layer: norm, attention, norm, gate per batch partition, then the MoE."""
 
         def pre(xp):
-            with dl.timer("attention"):
+            with dl.observers.phase("attention"):
                 h = xp + dl.attn(dl.norm1(xp))
             return h, dl.norm2(h)
 

@@ -65,10 +65,8 @@ def pipelined_experts(
 
 
 def _record(layer, times: dict[str, float]) -> None:
-    """Add a pipeline's phase seconds to the layer's breakdown (when it records one)."""
-    if layer.record_times:
-        for k, v in times.items():
-            layer.times[k] = layer.times.get(k, 0.0) + v
+    """Add a pipeline's phase seconds to the layer's breakdown (its observers keep them when recording)."""
+    layer.observers.add_times(times)
 
 
 def window_plan(plan, lo: int, hi: int):
@@ -99,14 +97,15 @@ def routing_windows(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
 
     def comm(name, *args):
         with torch.set_grad_enabled(grad_on):  # grad mode is per thread
-            return (timed_dispatch if name == "dispatch" else timed_combine)(layer.exchange, *args)
+            fn = timed_dispatch if name == "dispatch" else timed_combine
+            return fn(layer.observers.backward, layer.exchange, *args)
 
     pending = _POOL.submit(comm, "dispatch", x_SM, plans[0])
     parts = []
     for i, p in enumerate(plans):
         t0 = time.perf_counter()
         got, handle = pending.result()
-        clock.restart()  # waited for the comm thread: not compute
+        layer.observers.restart()  # waited for the comm thread: not compute
         times["dispatch"] += time.perf_counter() - t0
         if i + 1 < len(plans):
             pending = _POOL.submit(comm, "dispatch", x_SM, plans[i + 1])
@@ -116,7 +115,7 @@ def routing_windows(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
         parts.append(_POOL.submit(comm, "combine", y, p, handle))
     t0 = time.perf_counter()
     outs = [f.result() for f in parts]
-    clock.restart()
+    layer.observers.restart()
     times["combine"] += time.perf_counter() - t0
     _record(layer, times)
     out = outs[0]
@@ -157,7 +156,7 @@ def pipeline_pieces(
 
     def comm(name, t):
         with torch.set_grad_enabled(grad_on):  # grad mode is per thread
-            return timed_pass(passes, name, t, exchange_chunks)
+            return timed_pass(layer.observers.backward, passes, name, t, exchange_chunks)
 
     return _forward(layer, pieces, comm, layer.run_experts, launched)
 
@@ -174,7 +173,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
     for i in range(len(pieces)):
         t0 = time.perf_counter()
         got = pending.result()
-        clock.restart()  # waited for the comm thread: not compute
+        layer.observers.restart()  # waited for the comm thread: not compute
         times["dispatch"] += time.perf_counter() - t0
         if i + 1 < len(pieces):
             pending = start(i + 1)
@@ -184,7 +183,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
         combined.append(_POOL.submit(comm, "combine", y))
     t0 = time.perf_counter()
     out = torch.cat([f.result() for f in combined], dim=1)
-    clock.restart()
+    layer.observers.restart()
     times["combine"] += time.perf_counter() - t0
     _record(layer, times)
     return out
@@ -233,7 +232,7 @@ class _PipelinedMoE(torch.autograd.Function):
 
         def comm(name, g):
             with torch.no_grad():
-                return timed_pass_backward(passes, name, g, exchange_chunks)
+                return timed_pass_backward(layer.observers.backward, passes, name, g, exchange_chunks)
 
         # Last chunk first: the order autograd's replay takes (the comm thread's nodes carry lower
         # sequence numbers than the experts'), so dW sums in the same order and equal bitwise.
@@ -247,7 +246,7 @@ class _PipelinedMoE(torch.autograd.Function):
         for j, i in enumerate(order):
             t0 = time.perf_counter()
             g_y = pending.result()
-            clock.restart()
+            layer.observers.restart()
             waited["combine_bwd_wait"] += time.perf_counter() - t0
             if j + 1 < len(order):
                 pending = _POOL.submit(comm, "combine", g_pieces[order[j + 1]])
@@ -268,7 +267,7 @@ class _PipelinedMoE(torch.autograd.Function):
             torch.autograd.backward([p for p, _ in ready], [g for _, g in ready])
         t0 = time.perf_counter()
         grads = [f.result() for f in dx]
-        clock.restart()
+        layer.observers.restart()
         waited["dispatch_bwd_wait"] += time.perf_counter() - t0
         _record(layer, waited)
         return None, None, None, *grads

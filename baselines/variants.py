@@ -30,7 +30,7 @@ def _lancet(ctx):
     pgs = ctx.pgs
     # its own communicator over the EP ranks for agreeing on early windows (never shared)
     control = new_groups(pgs.layout, "ep", pgs.rank) if pgs.layout.ep > 1 else None
-    return LancetSchedule(ctx.partitions, control)
+    return LancetSchedule(ctx.partitions, control, ctx.model.observers)
 
 
 def _lancet_check(cfg) -> None:

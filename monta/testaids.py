@@ -1,9 +1,11 @@
 """TEST AIDS: deliberate faults and slowdowns that check the checks. Nothing here acts unless a test
 or a test-aid flag turns it on, and every use is marked in the output and the records.
 
-- ``FAULT`` (``monta bench alltoall --inject-fault``, hidden): the exchange corrupts one element of
-  the first chunk it places on one rank, so ``--check`` must count wrong elements. The exchange
-  (``monta.comm.exchange.run_pass``) keeps only the hook that calls ``FAULT.corrupt``.
+- ``Fault`` (``monta bench alltoall --inject-fault``, hidden): the exchange corrupts one element of
+  the first chunk it places on one rank, so ``--check`` must count wrong elements. No process-wide
+  fault: the bench's ``Runner`` owns one and gives it to the traffic meters its exchanges report to
+  (``TrafficMeter(fault=...)``, its MoE layer's through ``monta.moe.Observers(fault=...)``); the exchange
+  (``monta.comm.exchange.run_pass``) keeps only the hook that calls ``meter.fault.corrupt``.
 - ``Slowdown`` (``monta bench alltoall --inject-slowdown VARIANT:FRACTION``): a measured delay after
   each timed call of one variant, added to its recorded time, so the regression gate must flag it.
 
@@ -29,9 +31,6 @@ class Fault:
         """The exchange's hook, called after chunk ``chunk`` is placed into ``out_view`` [E, tp, c, M]."""
         if self.enabled and chunk == 0 and rank == self.rank:
             out_view[0, 0, 0, 0] += 1.0
-
-
-FAULT = Fault()
 
 
 @dataclass(frozen=True)

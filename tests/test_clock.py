@@ -142,15 +142,15 @@ def test_a_late_piece_is_absorbed_by_the_next_pieces_slack_as_queued_kernels_wou
     assert s["overruns"] == {"attention": 1} and 0.009 < s["overrun_s"]["attention"] < 0.03
 
 
-def test_install_restarts_the_count_after_every_collective_and_wait():
+def test_dist_calls_restart_the_run_clock_after_every_collective_and_wait_and_only_inside():
+    import pytest
     import torch.distributed as dist
 
     from monta.model import clock
 
     ck = clock.ComputeClock({"head": 1.0})
     orig = dist.all_reduce
-    clock.install(ck)
-    try:
+    with clock.restarted_by_dist(ck):
         assert dist.all_reduce is not orig and dist.all_reduce.__wrapped__ is orig
         assert getattr(dist.distributed_c10d.Work.wait, "__wrapped__", None) is not None
         ck._local.start = 0.0
@@ -165,10 +165,12 @@ def test_install_restarts_the_count_after_every_collective_and_wait():
         th.start()
         th.join()
         assert seen == [None]
-    finally:
-        clock.install(None)
-    assert dist.all_reduce is orig and clock.CLOCK is None
+        with pytest.raises(RuntimeError, match="one clock per process"), clock.restarted_by_dist(ck):
+            pass
+    assert dist.all_reduce is orig and not hasattr(clock, "CLOCK")
     assert getattr(dist.distributed_c10d.Work.wait, "__wrapped__", None) is None
+    with clock.restarted_by_dist(None):  # no clock: torch.distributed as it is
+        assert dist.all_reduce is orig
 
 
 # -- contention: compute waited under the harness's exchange lasts (1 + c) x ----------------------------------

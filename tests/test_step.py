@@ -211,8 +211,7 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
     from monta.groups import build_process_groups, init_deepspeed_groups
     from monta.model.engine import make_tp_group
     from monta.model.layers import SwiGLUExpert
-    from monta.model.transformer import BACKWARD_CLOCK
-    from monta.moe import MoE
+    from monta.moe import MoE, Observers
     from monta.parallel import ParallelLayout
     from monta_baselines.lancet import DeferredDW
     from monta_baselines.pipeline import pipelined_experts
@@ -230,8 +229,10 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
         exchange="deepspeed",
         chunks=1,
         groups=pgs,
+        observers=Observers(),
     )
     layer = moe.deepspeed_moe
+    clock = layer.observers.backward
     local = layer.experts.deepspeed_experts
     ep_rank = torch.distributed.get_rank(pgs.ep)
     for j, expert in enumerate(local):
@@ -246,7 +247,7 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
     def run(chunks, pipelined, defer):
         for p in moe.parameters():
             p.grad = None
-        BACKWARD_CLOCK.clear()
+        clock.clear()
         early = []  # Lina's grad sync takes a post-accumulate hook as "final": one before the last dW is a bug
         hooks = [
             p.register_post_accumulate_grad_hook(lambda p: early.append(getattr(p, "_pending_dw", 0) > 0))
@@ -254,7 +255,7 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
         ]
         x = x0.clone().requires_grad_()
         y = pipelined_experts(layer, x, chunks, pipeline_backward=pipelined)
-        dw = DeferredDW() if defer else None
+        dw = DeferredDW(layer.observers) if defer else None
         if dw is not None:
             dw.begin()
         try:
@@ -269,12 +270,12 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
             "out": y.detach(),
             "x_grad": x.grad,
             "grads": grads,
-            "bwd_s": dict(BACKWARD_CLOCK.times),
+            "bwd_s": dict(clock.times),
             "deferred": dw.deferred if dw is not None else 0,
             "hook_before_final_dw": any(early),
         }
 
-    BACKWARD_CLOCK.enabled = True  # as a timed step: exchange backward stamped (and Lancet's listener fed)
+    layer.observers.record_times(True)  # as a timed step: exchange backward stamped (and Lancet's listener fed)
     try:
         return {
             n: {
@@ -285,8 +286,7 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
             for n in chunk_counts
         }
     finally:
-        BACKWARD_CLOCK.enabled = False
-        BACKWARD_CLOCK.clear()
+        layer.observers.record_times(False)
 
 
 def test_pipelined_backward_equals_autograd_replay(dist_world):

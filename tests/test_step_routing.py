@@ -110,6 +110,31 @@ def test_routing_w5_runs_to_the_end_and_equals_the_routing(runs):
         assert all(math.isfinite(rank[v]["loss"][0]) for rank in per_rank)
 
 
+def test_each_rank_routes_exactly_its_members_choices_and_the_observers_return_them(runs):
+    """The --routing walk's end (docs/routing.md): run_interleaved builds every variant's layers with EP
+    member r's ``WorkloadChoices`` (``choices=`` at construction), and what each rank's layers routed,
+    read back through the model's ``Observers``, is exactly that member's row of the routing: its
+    per-expert load and its drops at the capacity, in every layer and variant."""
+    from monta.bench.step_router import ep_members, step_routing
+
+    per_rank = runs["W5"]
+    layout, cfg = _layout_cfg()
+    routing, C = step_routing("W5", cfg, layout), _capacity(cfg)
+    rows = 0
+    for rank in range(4):
+        member = ep_members(layout, rank).index(rank)
+        choices, valid = routing.choices[member], routing.valid[member]
+        load = torch.bincount(choices[valid], minlength=cfg.num_experts).tolist()
+        dropped = int(routing.dropped(C)[member].sum())
+        for v in ("deepspeed", "monta", "lina"):
+            for t in per_rank[rank][v]["router"][0]:
+                assert t["counts"] == load and t["dropped_routes"] == dropped, (rank, v)
+                rows += 1
+        gate = runs["gate"][rank]["deepspeed"]["router"][0]
+        assert all(t["counts"] != load for t in gate)  # the gate's own choice was another: it was replaced
+    assert rows == 4 * 3 * cfg.num_layers
+
+
 def test_the_step_records_and_report_carry_the_router(runs, capsys):
     from monta.bench.step_records import variant_params
     from monta.bench.step_report import report

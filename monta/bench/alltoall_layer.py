@@ -105,7 +105,7 @@ class LayerRows:
         from monta.chunking import Fixed
         from monta.dtypes import torch_dtype
         from monta.groups import init_deepspeed_groups, reset_deepspeed_groups
-        from monta.moe import MoE
+        from monta.moe import MoE, Observers
 
         _init_deepspeed(runner.cfg.backend)
         cfg, pgs = runner.cfg, runner.pgs
@@ -125,7 +125,10 @@ class LayerRows:
         cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (alltoall_worker)
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
         ep_index = runner.groups.ep_ranks.index(runner.rank)
-        self.layer = MoE(expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, groups=pgs, **kw)
+        watch = Observers(fault=runner.fault)  # TEST AID: the runner's fault reaches the layer's exchange
+        self.layer = MoE(
+            expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, groups=pgs, observers=watch, **kw
+        )
         self.stock = StockMoE(expert=expert(cfg.hidden), **kw)
         self.layer.to(device=device, dtype=dtype)
         self.stock.to(device=device, dtype=dtype)

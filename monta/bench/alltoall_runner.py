@@ -24,7 +24,7 @@ from monta.comm.dispatcher import build_dispatcher
 from monta.groups import build_process_groups
 from monta.parallel import ParallelLayout
 from monta.progress import beat, live
-from monta.testaids import FAULT, Slowdown
+from monta.testaids import Fault, Slowdown
 from monta.units import format_bytes, format_size
 
 # The rows that are no exchange: the two halves of the core pass alone (for the overlap bound).
@@ -86,7 +86,8 @@ class Runner:
 
         self.transport = cfg.transport or transport_for(cfg.backend)
         self.groups = ex.exchange_groups(self.pgs.ep, self.pgs.tp, self.layout, self.pgs.rank, self.transport)
-        self.meter = TrafficMeter(self.layout, self.pgs.rank)
+        self.fault = Fault()  # TEST AID: --inject-fault's, on during the check only; every pass here reports to it
+        self.meter = TrafficMeter(self.layout, self.pgs.rank, fault=self.fault)
         self.rank = self.pgs.rank
         # every exchange (the core's or a plugin's) as the MoE layer builds it, once
         self.dispatchers = {v: build_dispatcher(v, self.groups, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
@@ -314,7 +315,7 @@ def check_routes(r: Runner, variants, shapes, sizes, dtype, device, inject_fault
     drop the same routes, all routes for a dropless one."""
     wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
     held = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
-    FAULT.enabled = inject_fault
+    r.fault.enabled = inject_fault
     try:
         for si, shp in enumerate(shapes):
             beat(f"checking size {format_size(sizes[si])}")
@@ -329,7 +330,7 @@ def check_routes(r: Runner, variants, shapes, sizes, dtype, device, inject_fault
                     held[si, vi] = int((got != 0).any(-1).sum())
             live(f"progress: checked {_point(sizes, si)}")
     finally:
-        FAULT.enabled = False
+        r.fault.enabled = False
     dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
     dist.all_reduce(held, op=dist.ReduceOp.SUM)
     return wrong, held
@@ -342,7 +343,7 @@ def check_layer(r: Runner, variants, shapes, sizes, dtype, device, inject_fault:
     from monta.bench.alltoall_layer import wrong_elements
 
     wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
-    FAULT.enabled = inject_fault  # TEST AID: corrupts the core's pass, never stock DeepSpeed's
+    r.fault.enabled = inject_fault  # TEST AID: corrupts the core's pass, never stock DeepSpeed's
     try:
         for si, shp in enumerate(shapes):
             beat(f"checking the layer at size {format_size(sizes[si])}")
@@ -357,6 +358,6 @@ def check_layer(r: Runner, variants, shapes, sizes, dtype, device, inject_fault:
                 wrong[si, vi] = wrong_elements(r.layer_rows.run(v, c, x), refs[cap])
             live(f"progress: checked the layer at {_point(sizes, si)}")
     finally:
-        FAULT.enabled = False
+        r.fault.enabled = False
     dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
     return wrong

@@ -33,25 +33,20 @@ def step_routing(text: str, cfg, layout: ParallelLayout):
     return make_routing(text, layout.ep, cfg.tokens_per_micro_batch, cfg.num_experts, cfg.top_k, ep_nodes(layout))
 
 
-def install_routing(model, routing, ep_rank: int) -> None:
-    """Every MoE layer of ``model`` routes by ``routing``'s choices for EP member ``ep_rank``."""
-    choices = routing.choices[ep_rank]
-    for moe in model.moe_layers():
-        moe.deepspeed_moe.forced_choices = choices
+def member_choices(routing, ep_rank: int):
+    """What every MoE layer of a variant built for EP member ``ep_rank`` routes by (``monta.moe.MoE``'s
+    ``choices=``): ``routing``'s choices for that member; None without a routing (the gates' own)."""
+    from monta.moe import WorkloadChoices
+
+    return None if routing is None else WorkloadChoices(routing.choices[ep_rank])
 
 
-def start_tallies(model) -> None:
-    for moe in model.moe_layers():
-        moe.deepspeed_moe.tallies = []
-
-
-def read_tallies(model) -> list[dict | None]:
-    """Per MoE layer, what its gate routed in the step (summed over its routing calls; None for a layer
-    whose schedule routes with a gate of its own, not ``ExchangeMOELayer.route``); recording stops."""
+def read_tallies(observers) -> list[dict | None]:
+    """Per MoE layer, what its gate routed since ``observers.record_routes()`` (summed over its routing
+    calls; None for a layer whose schedule routes with a gate of its own, not ``ExchangeMOELayer.route``);
+    recording stops."""
     out = []
-    for moe in model.moe_layers():
-        layer = moe.deepspeed_moe
-        tallies, layer.tallies = layer.tallies or [], None
+    for tallies in observers.take_routes():
         if not tallies:
             out.append(None)
             continue

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.model.clock import restarted_by_dist
 from monta.progress import Eta, beat
 from monta.variants import (
     LINA_CHUNK_BYTES,
@@ -48,10 +49,16 @@ def build_world(
     zero_stage: int = 1,
     lancet_partitions: int = PARTITIONS,
     lina_chunk_bytes: int = LINA_CHUNK_BYTES,
+    routes=None,
+    clock=None,
 ):
-    """Process groups and one engine per variant (collective; same order on every rank)."""
+    """Process groups and one engine per variant (collective; same order on every rank). ``routes``: a
+    ``monta.routing.Routing`` every gate routes by (None: the gates' own), the same for every variant so
+    every exchange sees the same tokens; ``clock``: the compute clock every variant's model charges."""
+    from monta.bench.step_router import member_choices
     from monta.groups import build_process_groups, init_deepspeed_groups
     from monta.model.engine import build_variant, make_tp_group
+    from monta.moe import Observers
 
     cfg.check_layout(layout.tp, layout.ep)
     pgs = build_process_groups(layout)  # exchange + DeepSpeed (mpu, expert groups)
@@ -60,6 +67,7 @@ def build_world(
     init_deepspeed_groups(pgs, expert_tp=True)
     beat("building the process groups and engines")
     tp = make_tp_group(model_pgs)
+    choices = member_choices(routes, dist.get_rank(pgs.ep) if pgs.ep is not None else 0)
     built = {}
     for name in variants:
         beat(f"building the {name} engine")
@@ -74,6 +82,8 @@ def build_world(
             sync_pgs=sync_pgs,
             lancet_partitions=lancet_partitions,
             lina_chunk_bytes=lina_chunk_bytes,
+            choices=choices,
+            observers=Observers(clock=clock),
         )
     return pgs, built
 
@@ -96,22 +106,33 @@ def run_interleaved(
     layer's gate routed (``step_router``) of this rank. ``clock``: a ``monta.model.clock.ComputeClock`` to
     run the compute on (None: the CPU's own speed). ``routing``: a workload spec every gate routes by."""
     from monta.bench import step_router
-    from monta.bench.hostload import HostLoad, own_run_delay_s
-    from monta.model import clock as compute_clock
-    from monta.model.engine import dp_rank_of, train_step
+    from monta.model.engine import dp_rank_of
 
-    pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
+    routes = None if routing is None else step_router.step_routing(routing, cfg, layout)
+    pgs, built = build_world(
+        layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions, routes=routes, clock=clock
+    )
     dp_rank = dp_rank_of(pgs)
-    if routing is not None:  # the same routing object for every variant: every exchange sees the same tokens
-        routes = step_router.step_routing(routing, cfg, layout)
-        ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
-        for v in built.values():
-            step_router.install_routing(v.model, routes, ep_rank)
+    with restarted_by_dist(clock):
+        out = _run_steps(built, cfg, variants, steps, warmup, seed, dp_rank, clock, routing)
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if torch.cuda.is_available():
+        out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+    for v in built.values():
+        v.engine.destroy() if hasattr(v.engine, "destroy") else None
+    return out
+
+
+def _run_steps(built, cfg, variants, steps, warmup, seed, dp_rank, clock, routing) -> dict[str, Any]:
+    """The interleaved steps (inside the clock's restarts): per variant its losses, times, clock and router."""
+    from monta.bench import step_router
+    from monta.bench.hostload import HostLoad, own_run_delay_s
+    from monta.model.engine import train_step
+
     out: dict[str, Any] = {
         v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": [], "router": []}
         for v in variants
     }
-    compute_clock.install(clock)
     # What CPU the steps had: the machine (rank 0 samples it) and this rank's own wait for a core.
     load = HostLoad().start() if dist.get_rank() == 0 else None
     spans: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
@@ -122,11 +143,12 @@ def run_interleaved(
             beat(where)
             if clock is not None:
                 clock.reset_stats()
-            step_router.start_tallies(built[name].model)
+            observers = built[name].model.observers
+            observers.record_routes()
             d0, t0 = own_run_delay_s(), time.perf_counter()
             r = train_step(built[name], cfg, step, seed, dp_rank, timed=step >= warmup)
             d1, t1 = own_run_delay_s(), time.perf_counter()
-            tallies = step_router.read_tallies(built[name].model)  # after the clock: no sync inside it
+            tallies = step_router.read_tallies(observers)  # after the clock: no sync inside it
             step_router.check_forced(name, tallies, routing)
             if eta is not None:  # rank 0's stdout is what the launcher streams live to the person watching
                 print(eta.advance(where), flush=True)
@@ -140,13 +162,7 @@ def run_interleaved(
                 spans[name].append((t0, t1))
                 if clock is not None:
                     out[name]["clock"].append(clock.stats())
-    compute_clock.install(None)
     if load is not None:
         load.stop()
         out["host_cpu"] = {v: load.window(spans[v]) for v in variants}
-    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if torch.cuda.is_available():
-        out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
-    for v in built.values():
-        v.engine.destroy() if hasattr(v.engine, "destroy") else None
     return out

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from monta.parallel import INTER, INTRA, ParallelLayout
 
 
 @dataclass
 class TrafficMeter:
-    """Bytes this rank sent, keyed by (link, op, phase); ``phase`` is e.g. 'dispatch/fwd'."""
+    """Bytes this rank sent, keyed by (link, op, phase); ``phase`` is e.g. 'dispatch/fwd'. ``fault``: TEST
+    AID, a ``monta.testaids.Fault`` the exchange's pass calls as it places each chunk (None: none)."""
 
     layout: ParallelLayout
     rank: int
     counts: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    fault: Any = None
 
     def _add(self, peers: tuple[int, ...], bytes_per_peer: int, op: str, phase: str) -> None:
         for peer in peers:

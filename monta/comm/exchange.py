@@ -24,7 +24,6 @@ from monta.chunking import monta_split
 from monta.comm import EXCHANGES, activity  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import Streams, all_gather, all_to_all
-from monta.testaids import FAULT  # TEST AID: --inject-fault's hook in run_pass (defined there)
 
 
 @dataclass(frozen=True)
@@ -146,8 +145,8 @@ def run_pass(
             out_view[:, :, offsets[i] : offsets[i] + sizes[i]].copy_(chunk.transpose(0, 1))
             streams.keep(chunk, stream)
             streams.keep(out, stream)
-            if FAULT.enabled:  # TEST AID (monta.testaids)
-                FAULT.corrupt(out_view, i, g.rank)
+            if meter is not None and meter.fault is not None:  # TEST AID (monta.testaids.Fault)
+                meter.fault.corrupt(out_view, i, g.rank)
 
     busy = g.ep_size > 1
     if busy:

@@ -1,5 +1,6 @@
-"""Timing an exchange's backward: ``BACKWARD_CLOCK`` collects the seconds from an exchange's output
-gradient to its input gradient, and the ``timed_*`` wrappers put its marks around a dispatcher's calls
+"""Timing an exchange's backward: a ``BackwardClock`` (one per model, its ``monta.moe.Observers``' own:
+no process-wide clock) collects the seconds from an exchange's output gradient to its input gradient, and
+the ``timed_*`` wrappers, given that clock, put its marks around a dispatcher's calls
 (``timed_dispatch``, ``timed_combine``) or around a capacity pass (``timed_pass``; run directly off
 autograd by a pipelined backward: ``timed_pass_backward``). The marks are identities: values never change.
 """
@@ -41,6 +42,7 @@ class BackwardClock:
         self.times: dict[str, float] = {}
         self.listeners: list[Callable[[str], None]] = []  # told "open"/"close" (Lancet's dW filler)
         self._open: dict[int, tuple[str, float]] = {}
+        self._keys = itertools.count()  # one per marked call: its open and close pair up
         self._lock = threading.Lock()  # stamps come from autograd's thread and from a comm thread
 
     @property
@@ -64,53 +66,52 @@ class BackwardClock:
         for fn in listeners:
             fn(role)
 
+    def key(self, name: str) -> tuple[int, str]:
+        return (next(self._keys), f"{name}_bwd")
+
     def clear(self) -> None:
         with self._lock:
             self.times.clear()
             self._open.clear()
 
 
-BACKWARD_CLOCK = BackwardClock()
-_KEYS = itertools.count()
-
-
-def _marked(name: str, fn, x: torch.Tensor, *args):
-    """``fn(x, *args)`` with its backward timed as ``<name>_bwd`` (when the clock listens and a graph is
-    built); ``fn`` returns a tensor or (tensor, handle)."""
-    clock = BACKWARD_CLOCK
+def _marked(clock: BackwardClock, name: str, fn, x: torch.Tensor, *args):
+    """``fn(x, *args)`` with its backward timed on ``clock`` as ``<name>_bwd`` (when the clock listens and a
+    graph is built); ``fn`` returns a tensor or (tensor, handle)."""
     if not (clock.active and torch.is_grad_enabled() and x.requires_grad):
         return fn(x, *args)
-    key = (next(_KEYS), f"{name}_bwd")
+    key = clock.key(name)
     got = fn(_BackwardMark.apply(x, clock, key, "close"), *args)
     if isinstance(got, tuple):
         return (_BackwardMark.apply(got[0], clock, key, "open"), *got[1:])
     return _BackwardMark.apply(got, clock, key, "open")
 
 
-def timed_dispatch(exchange, x_SM: torch.Tensor, plan):
-    """``exchange.dispatch(x_SM, plan)`` (a ``monta.comm.dispatcher.Dispatcher``), backward timed."""
-    return _marked("dispatch", exchange.dispatch, x_SM, plan)
+def timed_dispatch(clock: BackwardClock, exchange, x_SM: torch.Tensor, plan):
+    """``exchange.dispatch(x_SM, plan)`` (a ``monta.comm.dispatcher.Dispatcher``), backward timed on ``clock``."""
+    return _marked(clock, "dispatch", exchange.dispatch, x_SM, plan)
 
 
-def timed_combine(exchange, y_ECM: torch.Tensor, plan, handle):
-    """``exchange.combine(y_ECM, plan, handle)``, backward timed."""
-    return _marked("combine", exchange.combine, y_ECM, plan, handle)
+def timed_combine(clock: BackwardClock, exchange, y_ECM: torch.Tensor, plan, handle):
+    """``exchange.combine(y_ECM, plan, handle)``, backward timed on ``clock``."""
+    return _marked(clock, "combine", exchange.combine, y_ECM, plan, handle)
 
 
-def timed_pass(passes, name: str, x: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
+def timed_pass(clock: BackwardClock, passes, name: str, x: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
     """A capacity pass (``CapacityPasses.dispatch_pass`` / ``combine_pass``, by ``name``) of ``x`` in
-    ``chunks`` (None: the exchange's default), backward timed."""
-    return _marked(name, getattr(passes, f"{name}_pass"), x, chunks)
+    ``chunks`` (None: the exchange's default), backward timed on ``clock``."""
+    return _marked(clock, name, getattr(passes, f"{name}_pass"), x, chunks)
 
 
-def timed_pass_backward(passes, name: str, grad: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
-    """The transposed pass of ``grad`` run directly (a pipelined backward, off autograd), stamped as
-    ``timed_pass``'s backward is: ``<name>_bwd``, listeners told open/close."""
+def timed_pass_backward(
+    clock: BackwardClock, passes, name: str, grad: torch.Tensor, chunks: int | None = None
+) -> torch.Tensor:
+    """The transposed pass of ``grad`` run directly (a pipelined backward, off autograd), stamped on
+    ``clock`` as ``timed_pass``'s backward is: ``<name>_bwd``, listeners told open/close."""
     fn = getattr(passes, f"{name}_pass_backward")
-    clock = BACKWARD_CLOCK
     if not clock.active:
         return fn(grad, chunks)
-    key = (next(_KEYS), f"{name}_bwd")
+    key = clock.key(name)
     clock.stamp(key, "open")
     try:
         return fn(grad, chunks)

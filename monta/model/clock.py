@@ -4,8 +4,9 @@ performance model gives the same pieces of the full-size model on the real clust
 Per thread, the pieces between two communications form a run that lasts the sum of their targets, as kernels
 queued on a GPU stream do (``ComputeClock.charge``); the math the model does not price (norms, RoPE,
 activations, routing, the loss) runs inside that time. Communication is not compute: every collective and
-wait of ``torch.distributed`` ends the thread's run (``install``), as do the harness's own waits on its
-communication threads (``restart``). One process-wide clock, like autograd itself.
+wait of ``torch.distributed`` ends the thread's run (``restarted_by_dist``), as do the harness's own waits on
+its communication threads (``restart``). No process-wide clock: the run's owner gives its clock to the
+model it builds (``monta.moe.Observers(clock=...)``), whose priced pieces charge it (``ClockPiece``).
 
 Contention (``contention`` c > 0): on a GPU the exchange's kernels take SMs and memory bandwidth from the
 compute they overlap. Here compute advances at 1 / (1 + c) of its speed while the harness's MoE exchange is
@@ -19,6 +20,8 @@ import math
 import threading
 import time
 from collections import defaultdict, deque
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
@@ -204,47 +207,48 @@ class ComputeClock:
                 self._local.stretched = stretch
 
 
-CLOCK: ComputeClock | None = None
-_saved: dict[str, Any] = {}
+@dataclass(frozen=True, eq=False)
+class ClockPiece:
+    """What a GEMM weight is priced as (``weight.clock_piece``): piece ``name`` on ``owner``'s clock (the
+    model's ``monta.moe.Observers``, which charges nothing without a clock)."""
+
+    name: str
+    owner: Any
+
+    def charge(self, t0: float, flops: float | None = None, factor: float = 1.0) -> None:
+        self.owner.charge(self.name, t0, flops, factor)
 
 
-def _restarting(fn):
+def _restarting(fn, clock: ComputeClock):
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         finally:
-            if CLOCK is not None:
-                CLOCK.restart()
+            clock.restart()
 
     call.__wrapped__ = fn
     return call
 
 
-def install(clock: ComputeClock | None) -> None:
-    """Make ``clock`` the process's clock (None: compute at the CPU's own speed again)."""
-    global CLOCK
-    if clock is not None and not _saved:
-        work = dist.distributed_c10d.Work
-        _saved["Work.wait"] = work.wait
-        work.wait = _restarting(work.wait)
-        for name in _DIST_CALLS:
-            if hasattr(dist, name):
-                _saved[name] = getattr(dist, name)
-                setattr(dist, name, _restarting(_saved[name]))
-    elif clock is None and _saved:
-        dist.distributed_c10d.Work.wait = _saved.pop("Work.wait")
-        for name, fn in _saved.items():
+@contextmanager
+def restarted_by_dist(clock: ComputeClock | None):
+    """While inside, every ``torch.distributed`` call of ``_DIST_CALLS`` and every wait on a work handle
+    restarts the calling thread's run on ``clock`` (time spent there is communication); restored on exit.
+    None: nothing changes (compute at the CPU's own speed)."""
+    if clock is None:
+        yield
+        return
+    work = dist.distributed_c10d.Work
+    if hasattr(work.wait, "__wrapped__"):
+        raise RuntimeError("torch.distributed already restarts a compute clock: one clock per process at a time")
+    saved = {name: getattr(dist, name) for name in _DIST_CALLS if hasattr(dist, name)}
+    saved_wait = work.wait
+    work.wait = _restarting(saved_wait, clock)
+    for name, fn in saved.items():
+        setattr(dist, name, _restarting(fn, clock))
+    try:
+        yield
+    finally:
+        work.wait = saved_wait
+        for name, fn in saved.items():
             setattr(dist, name, fn)
-        _saved.clear()
-    CLOCK = clock
-
-
-def restart() -> None:
-    """A wait on a communication thread (a future, a join) just ended in this thread."""
-    if CLOCK is not None:
-        CLOCK.restart()
-
-
-def charge(piece: str, t0: float, flops: float | None = None, factor: float = 1.0) -> None:
-    if CLOCK is not None and CLOCK.priced(piece):
-        CLOCK.charge(piece, t0, flops, factor)

@@ -17,7 +17,6 @@ import torch.distributed as dist
 
 from monta import variants as registry
 from monta.groups import MPU, ProcessGroups
-from monta.model import clock
 from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
 from monta.model.tp import TPGroup
@@ -100,15 +99,28 @@ def build_variant(
     sync_pgs: ProcessGroups | None = None,
     lina_chunk_bytes: int = LINA_CHUNK_BYTES,
     lancet_partitions: int = PARTITIONS,
+    choices=None,
+    observers=None,
 ) -> Variant:
-    """Construct the model, its DeepSpeed engine and the variant's schedule (collective: all ranks)."""
+    """Construct the model, its DeepSpeed engine and the variant's schedule (collective: all ranks).
+    ``choices`` (a workload's ``monta.moe.WorkloadChoices``: every MoE layer routes them; None: the gates'
+    own) and ``observers`` (``monta.moe.Observers``: what watches the model; None: its own) go to the model."""
     import deepspeed
     from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
 
     spec = registry.get(name)  # ValueError names the choices
     if spec.schedule.check_model is not None:
         spec.schedule.check_model(cfg)
-    model = MoETransformer(cfg, pgs, model_tp, exchange=spec.exchange, chunks=spec.exchange_chunks(chunks), seed=seed)
+    model = MoETransformer(
+        cfg,
+        pgs,
+        model_tp,
+        exchange=spec.exchange,
+        chunks=spec.exchange_chunks(chunks),
+        seed=seed,
+        choices=choices,
+        observers=observers,
+    )
     bf16 = torch.cuda.is_available()
     if bf16:
         model = model.cuda()
@@ -141,11 +153,12 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     tokens, labels = synthetic_batch(cfg, seed, step, dp_rank, device)
     torch.manual_seed(seed * 1000 + step)  # gate noise: identical for every variant and TP rank
     engine, model = v.engine, v.model
-    model.record_times(timed)
+    obs = model.observers  # its phase timers, backward clock and compute clock
+    obs.record_times(timed)
     sync = lambda: torch.cuda.synchronize() if torch.cuda.is_available() else None  # noqa: E731
     sync()
     t0 = time.perf_counter()
-    clock.restart()
+    obs.restart()
     loss, lm_loss = engine(tokens, labels)
     sync()
     t1 = time.perf_counter()
@@ -161,7 +174,7 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     finally:
         if hooks is not None:
             hooks.end_backward()
-    clock.restart()  # end_backward waited for the dW worker thread
+    obs.restart()  # end_backward waited for the dW worker thread
     sync()
     t2 = time.perf_counter()
     if v.grad_sync is not None:
@@ -173,14 +186,14 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
         engine.allreduce_gradients()
     sync()
     t3 = time.perf_counter()
-    clock.restart()  # the gradient sync was communication
+    obs.restart()  # the gradient sync was communication
     engine.step()
-    clock.charge("optimizer", t3)
+    obs.charge("optimizer", t3)
     sync()
     t4 = time.perf_counter()
     out = {"loss": float(loss.detach()), "lm_loss": float(lm_loss), "step_s": t4 - t0}
     if timed:
-        ph = model.phase_times()
+        ph = obs.phase_times()
         # Communication the step waited for: the forward exchanges (a pipelined schedule's are its
         # waits), the backward exchanges (for a pipelined backward only its waits: the rest overlapped
         # expert backward) and what gradient synchronization left after the backward.

@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from monta.model import clock
 from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, copy_to_tp
 
 
@@ -49,16 +48,16 @@ def _core_flops(q_BNSD: torch.Tensor) -> float:
 
 
 class _ClockedCore(torch.autograd.Function):
-    """Causal SDPA whose forward and backward each run on the emulated clock (the same math and grads:
-    the backward differentiates the forward's own graph)."""
+    """Causal SDPA whose forward and backward each run on the emulated clock (``clock``: the model's
+    ``monta.moe.Observers``; the same math and grads: the backward differentiates the forward's own graph)."""
 
     @staticmethod
-    def forward(ctx, q, k, v):
+    def forward(ctx, q, k, v, clock):
         t0 = time.perf_counter()
         with torch.enable_grad():
             ins = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
             o = F.scaled_dot_product_attention(*ins, is_causal=True)
-        ctx.graph = (ins, o)
+        ctx.graph, ctx.clock = (ins, o), clock
         clock.charge("attention_core", t0, _core_flops(q))
         return o.detach()
 
@@ -70,16 +69,17 @@ class _ClockedCore(torch.autograd.Function):
         got = iter(torch.autograd.grad(o, need, grad))
         grads = tuple(next(got) if t.requires_grad else None for t in ins)
         del ctx.graph
-        clock.charge("attention_core", t0, _core_flops(ins[0]), factor=2.0)
-        return grads
+        ctx.clock.charge("attention_core", t0, _core_flops(ins[0]), factor=2.0)
+        return (*grads, None)
 
 
-def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Tensor) -> torch.Tensor:
-    """softmax(QK^T / sqrt(D)) V, causal; on the emulated clock when one is installed."""
-    if clock.CLOCK is None or not clock.CLOCK.priced("attention_core"):
+def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Tensor, clock=None) -> torch.Tensor:
+    """softmax(QK^T / sqrt(D)) V, causal; on the emulated clock when ``clock`` (the model's
+    ``monta.moe.Observers``) has one that prices it."""
+    if clock is None or not clock.priced("attention_core"):
         return F.scaled_dot_product_attention(q_BNSD, k_BNSD, v_BNSD, is_causal=True)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BNSD, k_BNSD, v_BNSD)):
-        return _ClockedCore.apply(q_BNSD, k_BNSD, v_BNSD)
+        return _ClockedCore.apply(q_BNSD, k_BNSD, v_BNSD, clock)
     t0 = time.perf_counter()
     o = F.scaled_dot_product_attention(q_BNSD, k_BNSD, v_BNSD, is_causal=True)
     clock.charge("attention_core", t0, _core_flops(q_BNSD))
@@ -87,10 +87,14 @@ def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Ten
 
 
 class Attention(nn.Module):
-    """Causal grouped-query attention; heads split over TP (q/k/v column-, o row-parallel)."""
+    """Causal grouped-query attention; heads split over TP (q/k/v column-, o row-parallel). ``observers``:
+    the model's ``monta.moe.Observers``, whose clock prices the attention core (None: not priced)."""
 
-    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, tp: TPGroup, rope: bool, theta: float):
+    def __init__(
+        self, hidden: int, num_heads: int, num_kv_heads: int, tp: TPGroup, rope: bool, theta: float, observers=None
+    ):
         super().__init__()
+        self.observers = observers
         self.head_dim = hidden // num_heads
         self.hq, self.hkv = num_heads // tp.size, num_kv_heads // tp.size
         self.rope, self.theta = rope, theta
@@ -111,7 +115,7 @@ class Attention(nn.Module):
         rep = self.hq // self.hkv
         k = k.repeat_interleave(rep, dim=2)
         v = v.repeat_interleave(rep, dim=2)
-        o = attention_core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        o = attention_core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.observers)
         return self.wo(o.transpose(1, 2).reshape(B, S, self.hq * self.head_dim))
 
 

@@ -15,8 +15,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from monta.model import clock
-
 
 @dataclass(eq=False)
 class TPGroup:
@@ -96,10 +94,11 @@ def accumulate_grad(param: nn.Parameter, g: torch.Tensor) -> None:
 
 def _charge(weight: torch.Tensor, x: torch.Tensor, t0: float) -> None:
     """One GEMM of x [.., in] by weight [out, in] (forward, dX or dW: the same FLOPs) on the emulated
-    clock, as the piece its weight belongs to (``weight.clock_piece``; none: not priced)."""
+    clock, as the piece its weight belongs to (``weight.clock_piece``, a ``monta.model.clock.ClockPiece``
+    naming the model's clock; none: not priced)."""
     piece = getattr(weight, "clock_piece", None)
-    if piece is not None and clock.CLOCK is not None:
-        clock.charge(piece, t0, 2.0 * (x.numel() // x.shape[-1]) * weight.numel())
+    if piece is not None:
+        piece.charge(t0, 2.0 * (x.numel() // x.shape[-1]) * weight.numel())
 
 
 class _Linear(torch.autograd.Function):

@@ -2,22 +2,24 @@
 
 Weights are drawn from the full (unsharded) matrices seeded by name, so a model is the same
 function whatever its TP/EP split; the MoE is ``monta.moe.MoE`` with a swappable schedule.
+
+What the model routes by (``choices``: a workload's ``monta.moe.WorkloadChoices``, or the gates' own) and
+what watches it (``observers``: ``monta.moe.Observers``: phase timers, the backward clock, route tallies,
+the compute clock) are given when it is built and passed down to every layer and priced piece.
 """
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Callable
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from monta.comm.timing import BACKWARD_CLOCK, BackwardClock  # noqa: F401  (re-exported: the step reads it)
 from monta.groups import ProcessGroups
+from monta.model.clock import ClockPiece
 from monta.model.config import ModelConfig
 from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
 from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, linear
@@ -35,40 +37,16 @@ def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return out, layer.l_aux
 
 
-class PhaseTimer:
-    """Wall time per phase name, summed over a step (CUDA-synchronized when on GPU)."""
-
-    def __init__(self):
-        self.enabled = False
-        self.times: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        if not self.enabled:
-            yield
-            return
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
-
-    def add(self, name: str, seconds: float) -> None:
-        self.times[name] = self.times.get(name, 0.0) + seconds
-
-
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: TPGroup, pgs: ProcessGroups, exchange: str, chunks, timer: PhaseTimer):
+    def __init__(self, cfg: ModelConfig, tp: TPGroup, pgs: ProcessGroups, exchange: str, chunks, choices, observers):
         super().__init__()
         from monta.moe import MoE  # deepspeed import deferred to model construction
 
-        self.timer = timer
+        self.observers = observers
         self.norm1 = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.attn = Attention(cfg.hidden, cfg.num_heads, cfg.num_kv_heads, tp, cfg.rope, cfg.rope_theta)
+        self.attn = Attention(
+            cfg.hidden, cfg.num_heads, cfg.num_kv_heads, tp, cfg.rope, cfg.rope_theta, observers=observers
+        )
         self.norm2 = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.moe = MoE(
             cfg.hidden,
@@ -83,6 +61,8 @@ class DecoderLayer(nn.Module):
             exchange=exchange,
             chunks=chunks,
             groups=pgs,
+            choices=choices,
+            observers=observers,
         )
         self.schedule: MoESchedule = stock_schedule
 
@@ -90,33 +70,48 @@ class DecoderLayer(nn.Module):
         layer_forward = getattr(self.schedule, "layer_forward", None)
         if layer_forward is not None:  # a schedule that interleaves the attention with the MoE (Lancet)
             return layer_forward(self, x)
-        with self.timer("attention"):
+        with self.observers.phase("attention"):
             h = x + self.attn(self.norm1(x))
         out, l_aux = self.schedule(self.moe, self.norm2(h))
         return h + out, l_aux
 
 
 class MoETransformer(nn.Module):
-    """Llama-shaped decoder with MoE FFNs; ``forward(tokens, labels) -> (loss, lm_loss)``."""
+    """Llama-shaped decoder with MoE FFNs; ``forward(tokens, labels) -> (loss, lm_loss)``.
+
+    ``choices``: a routing workload's ``monta.moe.WorkloadChoices`` for this EP member, which every MoE
+    layer routes in place of its gate's choice (None: the gates' own); ``observers``: the
+    ``monta.moe.Observers`` every layer and priced piece reports to (None: the model's own, silent until
+    asked; give one with ``clock=`` to run the compute on the emulated clock).
+    """
 
     def __init__(
-        self, cfg: ModelConfig, pgs: ProcessGroups, tp: TPGroup, exchange: str = "deepspeed", chunks=1, seed: int = 1234
+        self,
+        cfg: ModelConfig,
+        pgs: ProcessGroups,
+        tp: TPGroup,
+        exchange: str = "deepspeed",
+        chunks=1,
+        seed: int = 1234,
+        *,
+        choices=None,
+        observers=None,
     ):
         super().__init__()
+        from monta.moe import Observers
+
         cfg.check_layout(pgs.layout.tp, pgs.layout.ep)
         self.cfg = cfg
-        self.timer = PhaseTimer()
+        self.observers = observers if observers is not None else Observers()
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, tp, pgs, exchange, chunks, self.timer) for _ in range(cfg.num_layers)
+            DecoderLayer(cfg, tp, pgs, exchange, chunks, choices, self.observers) for _ in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.head = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))  # replicated over TP
         ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
         self._init_weights(seed, ep_rank)
         self._tag_clock_pieces()
-        for layer in self.layers:
-            layer.moe.deepspeed_moe.record_times = False
 
     def _init_weights(self, seed: int, ep_rank: int) -> None:
         def full(name: str, shape, std: float = 0.02) -> torch.Tensor:
@@ -140,15 +135,15 @@ class MoETransformer(nn.Module):
                         m.load_full(full(f"layers.{i}.expert{e}.{proj}", m.full_shape))
 
     def _tag_clock_pieces(self) -> None:
-        """Name the compute piece each GEMM weight belongs to (``monta.model.clock`` prices it as that
-        piece of the full-size model). After construction: DeepSpeed deep-copies the experts."""
-        self.head.clock_piece = "head"
+        """Name the compute piece each GEMM weight belongs to (the observers' clock prices it as that piece of
+        the full-size model). After construction: DeepSpeed deep-copies the experts."""
+        self.head.clock_piece = ClockPiece("head", self.observers)
         for layer in self.layers:
             for proj in ("wq", "wk", "wv", "wo"):
-                getattr(layer.attn, proj).weight.clock_piece = "attention"
+                getattr(layer.attn, proj).weight.clock_piece = ClockPiece("attention", self.observers)
             for expert in layer.moe.deepspeed_moe.experts.deepspeed_experts:
                 for proj in ("w1", "w3", "w2"):
-                    getattr(expert, proj).weight.clock_piece = "experts"
+                    getattr(expert, proj).weight.clock_piece = ClockPiece("experts", self.observers)
 
     def set_schedule(self, schedule: MoESchedule) -> None:
         for layer in self.layers:
@@ -156,25 +151,6 @@ class MoETransformer(nn.Module):
 
     def moe_layers(self):
         return [layer.moe for layer in self.layers]
-
-    def record_times(self, on: bool) -> None:
-        self.timer.enabled = on
-        self.timer.times.clear()
-        BACKWARD_CLOCK.enabled = on
-        BACKWARD_CLOCK.clear()
-        for moe in self.moe_layers():
-            moe.deepspeed_moe.record_times = on
-            moe.deepspeed_moe.times.clear()
-
-    def phase_times(self) -> dict[str, float]:
-        """Phase seconds of the last step: forward attention and the MoE's gate/dispatch/experts/combine,
-        and the backward of the exchanges (dispatch_bwd, combine_bwd)."""
-        out = dict(self.timer.times)
-        out.update(BACKWARD_CLOCK.times)
-        for moe in self.moe_layers():
-            for k, v in moe.deepspeed_moe.times.items():
-                out[k] = out.get(k, 0.0) + v
-        return out
 
     def forward(self, tokens_BS: torch.Tensor, labels_BS: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.embed(tokens_BS)
@@ -190,9 +166,7 @@ class MoETransformer(nn.Module):
 __all__ = [
     "MoETransformer",
     "DecoderLayer",
-    "PhaseTimer",
     "stock_schedule",
-    "BACKWARD_CLOCK",
     "ColumnParallelLinear",
     "RowParallelLinear",
 ]

@@ -7,6 +7,9 @@ the gate's weights still get gradients through the combine and the auxiliary los
 by DeepSpeed's ``drop_policy="position"`` (first come by token order), the rule ``monta.routing`` uses,
 so a rank's slots are exactly ``Routing.slots(rank, C)``.
 
+``WorkloadChoices``: a workload's choices for one EP member, given to ``monta.moe.MoE(choices=...)`` when the
+layer is built (the routing source: the gate's own choice without it).
+
 ``RouteTally``: per routing call, the per-expert load the gate chose (its ``exp_counts``, before the
 capacity) and what the capacity dropped, as tensors: reading them costs no sync inside the timed step.
 """
@@ -17,6 +20,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadChoices:
+    """A routing workload's [S, k] expert choices for this EP member (``Routing.choices[ep_rank]``; -1: a
+    route to no expert), which the layer routes in place of its gate's choice."""
+
+    choices_Sk: torch.Tensor
+
+    def __deepcopy__(self, memo):  # read-only and shared by every layer of a model
+        return self
 
 
 def workload_gate(gate, x_SM: torch.Tensor, choices_Sk: torch.Tensor, capacity: int):

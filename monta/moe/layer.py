@@ -6,7 +6,6 @@ phases (route, dispatch, experts, combine) are separate for schedulers.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,8 @@ from monta.comm.dispatcher import Dispatcher, build_dispatcher
 from monta.comm.exchange import exchange_groups, validate_exchange
 from monta.comm.timing import timed_combine, timed_dispatch
 from monta.groups import ProcessGroups, init_deepspeed_groups
-from monta.moe.gate_routing import RouteTally, workload_gate
+from monta.moe.gate_routing import WorkloadChoices, workload_gate
+from monta.moe.observers import Observers
 
 log = logging.getLogger(__name__)
 _REDUCED: set[tuple[int, int]] = set()  # (chunks asked, capacity slice) already reported by this process
@@ -58,6 +58,10 @@ class ExchangeMOELayer(MOELayer):
     ``chunks`` (``monta.chunking``): ``Fixed(n)`` or ``Auto``, resolved per call by ``route`` into
     ``RoutingPlan.chunks``, which a chunked exchange's calls read. ``chooser`` picks ``Auto``'s count;
     the top of the stack injects it (``monta.perfmodel.network.chunks.model_chooser``: the model).
+
+    Given at construction, never written afterwards: ``choices`` (a workload's ``WorkloadChoices``, which
+    replace the gate's expert choice; None: the gate's own) and ``observers`` (``monta.moe.Observers``:
+    phase timers, the backward clock, route tallies; the layer registers with it).
     """
 
     def __init__(
@@ -68,6 +72,8 @@ class ExchangeMOELayer(MOELayer):
         groups: ProcessGroups | None,
         expert_tp: bool,
         chooser: Chooser | None = None,
+        choices: WorkloadChoices | None = None,
+        observers: Observers | None = None,
     ):
         super().__init__(base.gate, base.experts, base.ep_group_name, base.ep_size, base.num_local_experts)
         self.exchange_name = exchange
@@ -82,13 +88,9 @@ class ExchangeMOELayer(MOELayer):
         self.expert_tp = expert_tp
         self.exchange: Dispatcher | None = None
         self.meter: TrafficMeter | None = None
-        self.record_times = False
-        self.times: dict[str, float] = {}
-        # A routing workload's [S, k] expert choices for this rank (monta bench step --routing), which
-        # replace the gate's choice (monta.moe.gate_routing); None: the gate's own.
-        self.forced_choices: torch.Tensor | None = None
-        # A list while the step records what the gate routed (one RouteTally per routing call); None: off.
-        self.tallies: list[RouteTally] | None = None
+        self.choices = choices
+        self.observers = observers if observers is not None else Observers()
+        self.index = self.observers.register_layer()  # this layer's place in the observers' route tallies
 
     # -- groups ---------------------------------------------------------------------------
     def _set_ep_group(self, ep_group):
@@ -96,7 +98,7 @@ class ExchangeMOELayer(MOELayer):
         if self.pgs is None:
             raise ValueError("monta.moe.MoE needs groups=ProcessGroups (monta.groups.build_process_groups(layout))")
         g = exchange_groups(ep_group, self.pgs.tp, self.pgs.layout, self.pgs.rank)
-        self.meter = TrafficMeter(self.pgs.layout, self.pgs.rank)
+        self.meter = TrafficMeter(self.pgs.layout, self.pgs.rank, fault=self.observers.fault)
         default = self.chunks.n if isinstance(self.chunks, Fixed) else 1  # a call without a plan's count
         self.exchange = build_dispatcher(self.exchange_name, g, default, self.expert_tp and g.tp_size > 1, self.meter)
 
@@ -146,10 +148,11 @@ class ExchangeMOELayer(MOELayer):
         if expected is not None:  # fail before the gate's or the exchange's collectives
             chunks = self.chunks_for(expected, x_SM)
             self.exchange.check_capacity(expected, chunks)
-        if self.forced_choices is not None:
+        workload = self.choices.choices_Sk if self.choices is not None else None
+        if workload is not None:
             if expected is None:
                 raise ValueError("a routing workload needs the gate's drop_tokens=True (a fixed capacity)")
-            gate_out = workload_gate(self.gate, x_SM, self.forced_choices, expected)
+            gate_out = workload_gate(self.gate, x_SM, workload, expected)
         else:
             gate_out = self.gate(x_SM, used_token, True, False)
         l_aux, C, E, indices, locations, gates, exp_counts = gate_out
@@ -159,8 +162,7 @@ class ExchangeMOELayer(MOELayer):
             self.exchange.check_capacity(C, chunks)
         slots = _route_slots(indices, locations, E, C)
         plan = RoutingPlan(slots, gates, C, E, x_SM.shape[0], l_aux, exp_counts, chunks)
-        if self.tallies is not None:
-            self.tallies.append(RouteTally.of(plan, self.forced_choices))
+        self.observers.tally(self.index, plan, workload)
         return plan
 
     def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
@@ -169,16 +171,9 @@ class ExchangeMOELayer(MOELayer):
         return out.reshape(E, C, M)
 
     def _timed(self, name: str, fn, *args):
-        if not self.record_times:
+        """``fn(*args)`` timed as phase ``name`` (when the observers record times)."""
+        with self.observers.phase(name):
             return fn(*args)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn(*args)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
-        return out
 
     def forward(self, *input: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         x = input[0]
@@ -186,9 +181,10 @@ class ExchangeMOELayer(MOELayer):
         x_SM = x.reshape(-1, x.shape[-1])
         plan = self._timed("gate", self.route, x_SM, used_token)
         self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
-        dispatched, handle = self._timed("dispatch", timed_dispatch, self.exchange, x_SM, plan)
+        bwd = self.observers.backward
+        dispatched, handle = self._timed("dispatch", timed_dispatch, bwd, self.exchange, x_SM, plan)
         expert_out = self._timed("experts", self.run_experts, dispatched)
-        out = self._timed("combine", timed_combine, self.exchange, expert_out, plan, handle)
+        out = self._timed("combine", timed_combine, bwd, self.exchange, expert_out, plan, handle)
         return out.reshape(x.shape)
 
 
@@ -200,6 +196,9 @@ class MoE(ds_layer.MoE):
     differs, so variants compare apples to apples. ``groups`` carries the layout's process groups.
     ``chunks``: an integer, ``"auto"`` or a ``monta.chunking`` value; ``chunk_chooser`` resolves
     ``"auto"`` (required with it: ``monta.perfmodel.network.chunks.model_chooser(cluster)``, say).
+    ``choices``: a routing workload's ``WorkloadChoices`` for this EP member, routed in place of the gate's
+    choice (None: the gate's own); ``observers``: the ``monta.moe.Observers`` that watch this layer (None:
+    its own, silent until asked). Both are fixed here: nothing outside ``monta.moe`` sets them later.
     """
 
     def __init__(
@@ -224,6 +223,8 @@ class MoE(ds_layer.MoE):
         chunks: int | str | Chunks = 4,
         groups: ProcessGroups | None = None,
         chunk_chooser: Chooser | None = None,
+        choices: WorkloadChoices | None = None,
+        observers: Observers | None = None,
     ) -> None:
         validate_exchange(exchange, 1)  # the name first; the chunks by monta.chunking
         chunks = parse_chunks(chunks)
@@ -255,7 +256,14 @@ class MoE(ds_layer.MoE):
         )
         self.pgs = groups
         self.deepspeed_moe = ExchangeMOELayer(
-            self.deepspeed_moe, exchange, chunks, groups, enable_expert_tensor_parallelism, chunk_chooser
+            self.deepspeed_moe,
+            exchange,
+            chunks,
+            groups,
+            enable_expert_tensor_parallelism,
+            chunk_chooser,
+            choices,
+            observers,
         )
         if groups is not None:
             self.set_deepspeed_parallelism()

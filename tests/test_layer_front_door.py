@@ -1,0 +1,98 @@
+"""The MoE layer's front door (issue 45, docs/routing.md "The --routing walk"): what it routes by and what
+watches it are given when it is built (``monta.moe.MoE(choices=, observers=)``), so no module outside
+``monta/moe`` writes the layer's steering attributes, and no module-level mutable clock or fault carries
+a run. AST checks over the source; each is shown to catch a planted offence."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCANNED = ("monta", "baselines", "analysis", "workflows", "tools")
+# How the step once steered the layer from outside (step_router, transformer, pipeline).
+STEERING = {"forced_choices", "tallies", "record_times"}
+# What the layer keeps from its constructor: only its own code (self.X) may set them.
+CONSTRUCTED = {"choices", "observers"}
+GLOBALS = {"monta/model/clock.py": "CLOCK", "monta/comm/timing.py": "BACKWARD_CLOCK", "monta/testaids.py": "FAULT"}
+
+
+def _targets(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            yield from node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            yield node.target
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                yield ast.copy_location(ast.Attribute(value=node.args[0], attr=node.args[1].value), node)
+
+
+def steering_writes(source: str) -> list[str]:
+    """``X.attr = ...`` writes of the layer's steering attributes (any X), or of its constructed ones on
+    anything but ``self``, in one module's source."""
+    out = []
+    for t in _targets(ast.parse(source)):
+        for node in ast.walk(t):
+            if not isinstance(node, ast.Attribute):
+                continue
+            own = isinstance(node.value, ast.Name) and node.value.id == "self"
+            if node.attr in STEERING or (node.attr in CONSTRUCTED and not own):
+                out.append(f"{ast.unparse(node)} (line {node.lineno})")
+    return out
+
+
+def module_globals(source: str, name: str) -> list[str]:
+    """Module-level bindings of ``name`` (an assignment, or a ``global name`` in a function)."""
+    tree = ast.parse(source)
+    out = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+            isinstance(t, ast.Name) and t.id == name for t in targets
+        ):
+            out.append(f"{name} = ... (line {node.lineno})")
+    out += [f"global {name} (line {n.lineno})" for n in ast.walk(tree) if isinstance(n, ast.Global) and name in n.names]
+    return out
+
+
+def _sources():
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if not rel.startswith("monta/moe/"):
+                yield rel, path.read_text()
+
+
+def test_no_module_outside_monta_moe_writes_the_layers_steering_attributes():
+    offences = {rel: w for rel, src in _sources() if (w := steering_writes(src))}
+    assert not offences, offences
+
+
+def test_no_module_level_clock_backward_clock_or_fault():
+    for rel, name in GLOBALS.items():
+        assert not module_globals((ROOT / rel).read_text(), name), rel
+
+
+@pytest.mark.parametrize(
+    "source, caught",
+    [
+        ("for moe in model.moe_layers():\n    moe.deepspeed_moe.forced_choices = c\n", 1),
+        ("layer.tallies, x = None, 1\n", 1),
+        ("m.deepspeed_moe.record_times += True\n", 1),
+        ("setattr(layer, 'tallies', [])\n", 1),
+        ("layer.observers = Observers()\nself.observers = o\nself.choices = c\n", 1),
+        ("layer.observers.record_times(True)\nx = layer.choices\n", 0),
+    ],
+)
+def test_the_steering_check_catches_a_planted_write(source, caught):
+    assert len(steering_writes(source)) == caught
+
+
+def test_the_global_check_catches_a_planted_clock():
+    assert module_globals("CLOCK = None\n", "CLOCK")
+    assert module_globals("CLOCK: int | None = None\n", "CLOCK")
+    assert module_globals("def install(c):\n    global CLOCK\n", "CLOCK")
+    assert not module_globals("def f():\n    CLOCK = 1\n", "CLOCK") and not module_globals("X = 1\n", "CLOCK")
