@@ -548,6 +548,9 @@ def test_no_progress_from_any_rank_names_the_one_behind(tmp_path, monkeypatch):
     from monta.emulate.ranks import layout
 
     s = _supervisor(tmp_path, stall_s=30)
+    # An empty extensions root of its own: another run on this machine loading DeepSpeed's op holds a build
+    # lock in the shared one, which the supervisor rightly reads as "waiting on a build", not a stall.
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "torch-extensions"))
     ranks = layout(1, 2, ["127.0.0.1"], ["node0"], "lo")
     procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
