@@ -108,12 +108,12 @@ class LayerRows:
         from monta.moe import MoE
 
         _init_deepspeed(runner.cfg.backend)
-        cfg, pgs = runner.cfg, runner.pgs
+        cfg, mesh = runner.cfg, runner.mesh
         self.runner, self._fixed = runner, Fixed
         expert_tp = cfg.tp > 1
         # This layout's groups in DeepSpeed (a test world hosts several layouts: forget the last one's).
         reset_deepspeed_groups()
-        init_deepspeed_groups(pgs, expert_tp)
+        init_deepspeed_groups(mesh, expert_tp)
         kw = dict(
             hidden_size=cfg.hidden,
             num_experts=cfg.experts,
@@ -124,8 +124,8 @@ class LayerRows:
         dtype = torch_dtype(cfg.dtype)
         cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (alltoall_worker)
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-        ep_index = runner.groups.ep_ranks.index(runner.rank)
-        self.layer = MoE(expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, groups=pgs, **kw)
+        ep_index = runner.exchange_mesh.ep.index
+        self.layer = MoE(expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, mesh=mesh, **kw)
         self.stock = StockMoE(expert=expert(cfg.hidden), **kw)
         self.layer.to(device=device, dtype=dtype)
         self.stock.to(device=device, dtype=dtype)

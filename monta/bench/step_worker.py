@@ -48,32 +48,32 @@ def build_world(
     lina_chunk_bytes: int = LINA_CHUNK_BYTES,
 ):
     """Process groups and one engine per variant (collective; same order on every rank)."""
-    from monta.groups import build_process_groups, init_deepspeed_groups
-    from monta.model.engine import build_variant, make_tp_group
+    from monta.groups import init_deepspeed_groups
+    from monta.mesh import build_mesh
+    from monta.model.engine import build_variant
 
     cfg.check_layout(layout.tp, layout.ep)
-    pgs = build_process_groups(layout)  # exchange + DeepSpeed (mpu, expert groups)
-    model_pgs = build_process_groups(layout)  # the model's TP linears: a separate communicator
-    sync_pgs = build_process_groups(layout)  # background gradient sync: a separate communicator
-    init_deepspeed_groups(pgs, expert_tp=True)
+    mesh = build_mesh(layout)  # exchange + DeepSpeed (mpu, expert groups)
+    tp = build_mesh(layout).tp  # the model's TP linears: communicators of their own
+    sync_mesh = build_mesh(layout)  # background gradient sync: communicators of their own
+    init_deepspeed_groups(mesh, expert_tp=True)
     beat("building the process groups and engines")
-    tp = make_tp_group(model_pgs)
     built = {}
     for name in variants:
         beat(f"building the {name} engine")
         built[name] = build_variant(
             name,
             cfg,
-            pgs,
+            mesh,
             tp,
             chunks=chunks,
             seed=seed,
             zero_stage=zero_stage,
-            sync_pgs=sync_pgs,
+            sync_mesh=sync_mesh,
             lancet_partitions=lancet_partitions,
             lina_chunk_bytes=lina_chunk_bytes,
         )
-    return pgs, built
+    return mesh, built
 
 
 def run_interleaved(
@@ -98,13 +98,12 @@ def run_interleaved(
     from monta.model import clock as compute_clock
     from monta.model.engine import dp_rank_of, train_step
 
-    pgs, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
-    dp_rank = dp_rank_of(pgs)
+    mesh, built = build_world(layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions)
+    dp_rank = dp_rank_of(mesh)
     if routing is not None:  # the same routing object for every variant: every exchange sees the same tokens
         routes = step_router.step_routing(routing, cfg, layout)
-        ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
         for v in built.values():
-            step_router.install_routing(v.model, routes, ep_rank)
+            step_router.install_routing(v.model, routes, mesh.ep.index)
     out: dict[str, Any] = {
         v: {"loss": [], "step_s": [], "breakdown_s": [], "wait_s": [], "wall_s": [], "clock": [], "router": []}
         for v in variants

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from monta.mesh import MeshAxis
 from monta.model import clock
-from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, copy_to_tp
+from monta.model.tp import ColumnParallelLinear, RowParallelLinear, copy_to_tp
 
 
 class RMSNorm(nn.Module):
@@ -89,7 +90,7 @@ def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Ten
 class Attention(nn.Module):
     """Causal grouped-query attention; heads split over TP (q/k/v column-, o row-parallel)."""
 
-    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, tp: TPGroup, rope: bool, theta: float):
+    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, tp: MeshAxis, rope: bool, theta: float):
         super().__init__()
         self.head_dim = hidden // num_heads
         self.hq, self.hkv = num_heads // tp.size, num_kv_heads // tp.size
@@ -118,7 +119,7 @@ class Attention(nn.Module):
 class SwiGLUExpert(nn.Module):
     """One expert: w2(silu(w1 x) * w3 x), ffn split over TP (w1/w3 column-, w2 row-parallel)."""
 
-    def __init__(self, hidden: int, ffn: int, tp: TPGroup):
+    def __init__(self, hidden: int, ffn: int, tp: MeshAxis):
         super().__init__()
         self.w1 = ColumnParallelLinear(hidden, ffn, tp)
         self.w3 = ColumnParallelLinear(hidden, ffn, tp)

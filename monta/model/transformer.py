@@ -12,15 +12,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from monta.comm.timing import BACKWARD_CLOCK, BackwardClock  # noqa: F401  (re-exported: the step reads it)
-from monta.groups import ProcessGroups
+from monta.mesh import Mesh, MeshAxis
 from monta.model.config import ModelConfig
 from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
-from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, linear
+from monta.model.tp import ColumnParallelLinear, RowParallelLinear, linear
 
 # A schedule runs one MoE layer: (moe module, x [B, S, M]) -> (out [B, S, M], l_aux). One with a
 # ``layer_forward(decoder_layer, x) -> (x_next, l_aux)`` method runs the whole decoder layer instead.
@@ -62,7 +61,7 @@ class PhaseTimer:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: TPGroup, pgs: ProcessGroups, exchange: str, chunks, timer: PhaseTimer):
+    def __init__(self, cfg: ModelConfig, tp: MeshAxis, mesh: Mesh, exchange: str, chunks, timer: PhaseTimer):
         super().__init__()
         from monta.moe import MoE  # deepspeed import deferred to model construction
 
@@ -74,7 +73,7 @@ class DecoderLayer(nn.Module):
             cfg.hidden,
             SwiGLUExpert(cfg.hidden, cfg.ffn, tp),
             num_experts=cfg.num_experts,
-            ep_size=pgs.layout.ep,
+            ep_size=mesh.layout.ep,
             k=cfg.top_k,
             capacity_factor=cfg.capacity_factor,
             eval_capacity_factor=cfg.capacity_factor,
@@ -82,7 +81,7 @@ class DecoderLayer(nn.Module):
             enable_expert_tensor_parallelism=True,
             exchange=exchange,
             chunks=chunks,
-            groups=pgs,
+            mesh=mesh,
         )
         self.schedule: MoESchedule = stock_schedule
 
@@ -100,20 +99,19 @@ class MoETransformer(nn.Module):
     """Llama-shaped decoder with MoE FFNs; ``forward(tokens, labels) -> (loss, lm_loss)``."""
 
     def __init__(
-        self, cfg: ModelConfig, pgs: ProcessGroups, tp: TPGroup, exchange: str = "deepspeed", chunks=1, seed: int = 1234
+        self, cfg: ModelConfig, mesh: Mesh, tp: MeshAxis, exchange: str = "deepspeed", chunks=1, seed: int = 1234
     ):
         super().__init__()
-        cfg.check_layout(pgs.layout.tp, pgs.layout.ep)
+        cfg.check_layout(mesh.layout.tp, mesh.layout.ep)
         self.cfg = cfg
         self.timer = PhaseTimer()
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, tp, pgs, exchange, chunks, self.timer) for _ in range(cfg.num_layers)
+            DecoderLayer(cfg, tp, mesh, exchange, chunks, self.timer) for _ in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.head = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))  # replicated over TP
-        ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
-        self._init_weights(seed, ep_rank)
+        self._init_weights(seed, mesh.ep.index)
         self._tag_clock_pieces()
         for layer in self.layers:
             layer.moe.deepspeed_moe.record_times = False
