@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from monta.parallel import ParallelLayout
+from monta.parallel import GroupShape, ParallelLayout
 
 AXES = ("tp", "dp", "ep", "edp")
 
@@ -82,6 +82,11 @@ class MeshAxis:
     @property
     def my_local(self) -> int:
         return self.local[self.index]
+
+    @property
+    def shape(self) -> GroupShape:
+        """How the axis sits on the nodes, as the performance model prices it (no communicator in it)."""
+        return GroupShape(self.size, self.per_node, self.layout.gpus_per_node)
 
     def member(self, node: int, local: int) -> int:
         """The member index at (node, local index)."""

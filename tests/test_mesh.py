@@ -86,3 +86,37 @@ def test_a_mesh_is_shared_not_copied_and_rebinds_an_axis():
     with pytest.raises(ValueError, match="a solo mesh is one rank"):
         solo_mesh(ParallelLayout(1, 2))
 
+
+def test_the_models_shapes_from_degrees_are_the_layouts_counted_ones():
+    """``axis_shapes`` (degrees only: the performance model's strategies) and ``ParallelLayout.shape`` (a
+    real layout's groups counted) agree on TP, EP and DP for every layout whose groups tile the nodes."""
+    from monta.parallel import GroupShape, axis_shapes
+
+    checked = 0
+    for nodes in range(1, 7):
+        for gpn in (1, 2, 4, 6, 8):
+            for tp in (t for t in range(1, gpn + 1) if gpn % t == 0):
+                for ep in range(1, nodes * gpn // tp + 1):
+                    try:
+                        layout = ParallelLayout(nodes, gpn, tp=tp, ep=ep)
+                    except ValueError:
+                        continue
+                    model = axis_shapes(gpn, tp=tp, ep=ep, lanes=layout.dp)
+                    for kind in ("tp", "ep", "dp"):
+                        try:
+                            counted = layout.shape(kind)
+                        except ValueError:  # a group uneven over the nodes: the model's shape is conservative
+                            continue
+                        assert model[kind] == counted, (layout.describe(), kind)
+                        checked += 1
+    assert checked > 500
+    assert ParallelLayout(2, 4, tp=2, ep=4).shape("ep") == GroupShape(4, 2, 4)
+    assert axis_shapes(8, ep=16) == {**axis_shapes(8, ep=16, lanes=16)}  # lanes default: the EP group's
+    assert axis_shapes(8, ep=16)["edp"] == GroupShape(1, 1, 8)
+
+
+def test_a_mesh_axis_shape_is_its_layouts():
+    layout = ParallelLayout(2, 4, tp=2, ep=4)
+    for rank in range(layout.world_size):
+        mesh = mesh_from_groups(layout, rank, {})
+        assert all(mesh[kind].shape == layout.shape(kind, rank) for kind in AXES)

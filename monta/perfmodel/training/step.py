@@ -9,8 +9,8 @@ from functools import lru_cache
 from typing import Any
 
 from monta.model.config import ModelConfig
+from monta.parallel import GroupShape, axis_shapes
 from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.links import Cluster
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import optimizer_us
@@ -81,13 +81,7 @@ def shapes(s: Strategy, gpn: int) -> dict[str, GroupShape]:
 
 @lru_cache(maxsize=4096)
 def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupShape]:
-    return {
-        "tp": GroupShape.strided(tp, 1, gpn),
-        "cp": GroupShape.strided(cp, tp, gpn),
-        "ep": GroupShape.strided(ep, tp, gpn),
-        "dp": GroupShape.strided(lanes, tp, gpn),
-        "edp": GroupShape.strided(lanes // ep, tp * ep, gpn),
-    }
+    return axis_shapes(gpn, tp=tp, ep=ep, lanes=lanes, cp=cp)
 
 
 def _priority_sync_us(
