@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 
 from monta.comm.exchange import run_pass
-from monta.comm.routing import EPGeometry
-from monta.comm.rows import a2av, ep_comm
+from monta.comm.rows import a2av
 
 
 class _Done:
@@ -26,37 +25,36 @@ class _Done:
         return True
 
 
-def hierarchical_all_to_all(recv: torch.Tensor, send: torch.Tensor, g, meter, phase: str) -> _Done:
+def hierarchical_all_to_all(recv: torch.Tensor, send: torch.Tensor, mesh, meter, phase: str) -> _Done:
     """``recv`` = the flat AllToAll of ``send`` over the EP group ([P blocks, ...] along dim 0), in two
     phases: intra-node (to the node's member of local index j: the blocks of every node's local-j
     member), then inter-node among same-local-index members (the node's blocks for each remote one)."""
-    geo = EPGeometry.of(g)
-    c = ep_comm(g)
-    P, N, L = geo.size, geo.nodes, geo.per_node
+    ep = mesh.ep  # the EP axis: its communicator and its node geometry
+    P, N, L = ep.size, ep.nodes, ep.per_node
     blk = send.reshape(P, -1)
     out = recv.view(P, -1)
-    n0, l0 = geo.my_node, geo.my_local
-    dest = [[geo.member(n, j) for n in range(N)] for j in range(L)]  # dest[j]: local-j members per node
+    n0, l0 = ep.my_node, ep.my_local
+    dest = [[ep.member(n, j) for n in range(N)] for j in range(L)]  # dest[j]: local-j members per node
     # phase 1: to local peer j, the blocks for (n, j) for every node n: [N, b]
     sends = [blk.new_empty((0, blk.shape[1])) for _ in range(P)]
     for j in range(L):
-        sends[geo.member(n0, j)] = blk[dest[j]]
-    rows = [N if geo.node[p] == n0 else 0 for p in range(P)]
-    got = a2av(sends, c, rows, meter, "alltoall", phase)
+        sends[ep.member(n0, j)] = blk[dest[j]]
+    rows = [N if ep.node[p] == n0 else 0 for p in range(P)]
+    got = a2av(sends, ep, rows, meter, "alltoall", phase)
     # got[(n0, l)]: source (n0, l)'s blocks for (n, l0), n = 0..N-1
     sends = [blk.new_empty((0, blk.shape[1])) for _ in range(P)]
     for n in range(N):
-        sends[geo.member(n, l0)] = torch.stack([got[geo.member(n0, j)][n] for j in range(L)])
-    rows = [L if geo.local[p] == l0 else 0 for p in range(P)]
-    got = a2av(sends, c, rows, meter, "alltoall", phase)
+        sends[ep.member(n, l0)] = torch.stack([got[ep.member(n0, j)][n] for j in range(L)])
+    rows = [L if ep.local[p] == l0 else 0 for p in range(P)]
+    got = a2av(sends, ep, rows, meter, "alltoall", phase)
     # got[(n, l0)]: the blocks for this rank from sources (n, l), l = 0..L-1
     for n in range(N):
-        part = got[geo.member(n, l0)]
+        part = got[ep.member(n, l0)]
         for j in range(L):
-            out[geo.member(n, j)].copy_(part[j])
+            out[ep.member(n, j)].copy_(part[j])
     return _Done()
 
 
-def run_pass_2dh(x, spec, g, chunks, meter=None, phase=""):
+def run_pass_2dh(x, spec, mesh, chunks, meter=None, phase=""):
     """The core pass (drop, AllToAll, AllGather over TP) with the 2DH AllToAll; never chunked."""
-    return run_pass(x, spec, g, 1, meter, phase, alltoall=hierarchical_all_to_all)
+    return run_pass(x, spec, mesh, 1, meter, phase, alltoall=hierarchical_all_to_all)

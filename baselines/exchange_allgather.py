@@ -16,11 +16,9 @@ import torch
 from monta.comm.dispatcher import TokenDispatcher
 from monta.comm.routing import expert_rows, place_rows, used_rows, weighted_partials
 from monta.comm.rows import (
-    ep_comm,
     ep_gather,
     ep_reduce_scatter,
     gather_ints,
-    tp_comm,
     tp_gather,
     tp_select,
     tp_shard,
@@ -41,8 +39,8 @@ def _shard_routes(plan, tp) -> tuple[torch.Tensor, torch.Tensor]:
     return plan.slots[:, lo : lo + sh], sh
 
 
-def dispatch(x_SM, plan, g, meter=None, phase=""):
-    ep, tp = ep_comm(g), tp_comm(g)
+def dispatch(x_SM, plan, mesh, meter=None, phase=""):
+    ep, tp = mesh.ep, mesh.tp
     P, E, C = ep.size, plan.num_experts, plan.capacity
     xs = tp_shard(x_SM, tp, meter, phase)  # [Sh, M]
     slots, sh = _shard_routes(plan, tp)  # [k, Sh]
@@ -67,8 +65,8 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     return out, Handle([u for u, _ in shares], shares[tp.index][1], gates.t())
 
 
-def combine(y_ECM, plan, handle, g, meter=None, phase=""):
-    ep, tp = ep_comm(g), tp_comm(g)
+def combine(y_ECM, plan, handle, mesh, meter=None, phase=""):
+    ep, tp = mesh.ep, mesh.tp
     E, C, M = y_ECM.shape
     ys = tp_select(y_ECM.reshape(E * C, M), handle.used, tp, meter, phase)  # the rows this TP shard reads
     partial = weighted_partials(ys, handle.local, handle.gates)  # [P * Sh, M]
@@ -77,10 +75,10 @@ def combine(y_ECM, plan, handle, g, meter=None, phase=""):
 
 
 class AllGatherDispatcher(TokenDispatcher):
-    """Megatron-Core's AllGather dispatcher on this rank's groups (``monta.comm.dispatcher.Dispatcher``)."""
+    """Megatron-Core's AllGather dispatcher on this rank's mesh (``monta.comm.dispatcher.Dispatcher``)."""
 
     def dispatch(self, x_SM, plan):
-        return dispatch(x_SM, plan, self.groups, self.meter, "dispatch")
+        return dispatch(x_SM, plan, self.mesh, self.meter, "dispatch")
 
     def combine(self, y_ECM, plan, handle):
-        return combine(y_ECM, plan, handle, self.groups, self.meter, "combine")
+        return combine(y_ECM, plan, handle, self.mesh, self.meter, "combine")

@@ -20,13 +20,11 @@ from dataclasses import dataclass
 import torch
 
 from monta.comm.dispatcher import TokenDispatcher
-from monta.comm.routing import EPGeometry, expert_rows, place_rows, route_members, used_rows, weighted_partials
+from monta.comm.routing import expert_rows, place_rows, route_members, used_rows, weighted_partials
 from monta.comm.rows import (
     a2av_rows,
     a2av_rows_with,
-    ep_comm,
     exchange_counts,
-    tp_comm,
     tp_gather,
     tp_gather_v_with,
     tp_select,
@@ -57,9 +55,9 @@ def _send_plan(need: torch.Tensor, targets: list[int], P: int) -> tuple[torch.Te
     return torch.cat(idx), [int(i.numel()) for i in idx]
 
 
-def dispatch(x_SM, plan, g, meter=None, phase=""):
-    ep, tp, geo = ep_comm(g), tp_comm(g), EPGeometry.of(g)
-    P, N = geo.size, geo.nodes
+def dispatch(x_SM, plan, mesh, meter=None, phase=""):
+    ep, tp = mesh.ep, mesh.tp  # the EP axis carries the node geometry (rails, node members)
+    P, N = ep.size, ep.nodes
     E, C, M = plan.num_experts, plan.capacity, x_SM.shape[-1]
     meta = phase + "/fwd"
     xs = tp_shard(x_SM, tp, meter, phase)  # [Sh, M]
@@ -68,11 +66,11 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     slots = plan.slots[:, tp.index * sh : (tp.index + 1) * sh]  # [k, Sh]
     k = slots.shape[0]
     dev = x_SM.device
-    node_of = torch.tensor(geo.node + (-1,), device=dev)  # member -1 (dropped) -> node -1
+    node_of = torch.tensor(ep.node + (-1,), device=dev)  # member -1 (dropped) -> node -1
     mem = route_members(slots, E, C, P)
     nd = node_of[mem]
     # 1. rails: one row per (token, touched node), to the node's member of this rank's local index
-    gateways = [geo.member(n, geo.my_local) for n in range(N)]
+    gateways = [ep.member(n, ep.my_local) for n in range(N)]
     idx1, send1 = _send_plan(torch.stack([(nd == n).any(0) for n in range(N)]), gateways, P)
     recv1 = exchange_counts(send1, ep, meter, meta, dev)
     m1 = torch.cat([idx1.unsqueeze(1), slots[:, idx1].t()], 1)  # [n, 1 + k]: token, slots
@@ -84,7 +82,7 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     # 2. forward inside the node: one copy per (row, destination member on this node)
     slots1 = m1[:, 1:].t()
     mem1 = route_members(slots1, E, C, P)
-    local = geo.node_members(geo.my_node)
+    local = ep.node_members(ep.my_node)
     idx2, send2 = _send_plan(torch.stack([(mem1 == q).any(0) for q in local]), local, P)
     m2 = torch.cat([src1[idx2].unsqueeze(1), m1[idx2, 1:]], 1)  # [n, 1 + k]: source member, slots
     x2, g2 = x1.index_select(0, idx2), g1.index_select(0, idx2)
@@ -104,8 +102,8 @@ def dispatch(x_SM, plan, g, meter=None, phase=""):
     return out, handle
 
 
-def combine(y_ECM, plan, h: Handle, g, meter=None, phase=""):
-    ep, tp = ep_comm(g), tp_comm(g)
+def combine(y_ECM, plan, h: Handle, mesh, meter=None, phase=""):
+    ep, tp = mesh.ep, mesh.tp
     E, C, M = y_ECM.shape
     ys = tp_select(y_ECM.reshape(E * C, M), h.used, tp, meter, phase)  # the rows this TP rank's routes read
     part = weighted_partials(ys, h.local, h.gates)  # [R2, M] per received row
@@ -117,10 +115,10 @@ def combine(y_ECM, plan, h: Handle, g, meter=None, phase=""):
 
 
 class NodeDedupDispatcher(TokenDispatcher):
-    """Node-deduplicated dispatch on this rank's groups (``monta.comm.dispatcher.Dispatcher``)."""
+    """Node-deduplicated dispatch on this rank's mesh (``monta.comm.dispatcher.Dispatcher``)."""
 
     def dispatch(self, x_SM, plan):
-        return dispatch(x_SM, plan, self.groups, self.meter, "dispatch")
+        return dispatch(x_SM, plan, self.mesh, self.meter, "dispatch")
 
     def combine(self, y_ECM, plan, handle):
-        return combine(y_ECM, plan, handle, self.groups, self.meter, "combine")
+        return combine(y_ECM, plan, handle, self.mesh, self.meter, "combine")

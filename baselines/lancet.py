@@ -224,8 +224,8 @@ class LancetSchedule:
                 "the lancet variant carries capacity for DeepSpeed's top-2 gate with dropping; use --topk 2"
             )
         passes = capacity_passes(layer)  # the capability the registry requires of its exchange (needs=)
-        g = passes.groups
-        if g.ep_size > 1 and self.control is None:
+        g = passes.mesh
+        if g.ep.size > 1 and self.control is None:
             raise ValueError("LancetSchedule needs control= (a spare group over the EP ranks) when EP > 1")
         B, M = x_BSM.shape[0], x_BSM.shape[-1]
         S, E = x_BSM.numel() // M, layer.ep_size * layer.num_local_experts
@@ -245,7 +245,7 @@ class LancetSchedule:
             final = layer._timed("gate", lambda: router.add(F.linear(ms[-1].float(), gate.wg.weight.float())))
             if p + 1 == len(parts):
                 break
-            hi = self._agree(final, x_BSM.device) // g.tp_size * g.tp_size
+            hi = self._agree(final, x_BSM.device) // g.tp.size * g.tp.size
             if hi > lo:  # send what is final now; the next partition's attention runs meanwhile
                 piece = encode_window(torch.cat(ms), router.first_slots(), E, C, lo, hi)
                 pieces.append(piece)
@@ -260,8 +260,8 @@ class LancetSchedule:
         x_SM = torch.cat(ms)
         if lo < C:
             rest = passes.encode(x_SM, plan)[:, lo:]  # slots [0, lo) left early, from their windows
-            chunks = min(self.partitions, (C - lo) // g.tp_size)
-            pieces += list(rest.split(capacity_chunks(C - lo, g.tp_size, chunks), dim=1))
+            chunks = min(self.partitions, (C - lo) // g.tp.size)
+            pieces += list(rest.split(capacity_chunks(C - lo, g.tp.size, chunks), dim=1))
         y_ECM = pipeline_pieces(layer, pieces, launched)
         out = passes.decode(y_ECM, plan).reshape(x_BSM.shape)
         h = torch.cat(hs) if hs[0] is not None else None

@@ -52,13 +52,13 @@ def pipelined_experts(
 ) -> torch.Tensor:
     """dispatch -> experts -> combine per capacity chunk, exchanges overlapped with expert compute.
 
-    The exchange uses its own communicators (the layer's ProcessGroups), the experts the model's
+    The exchange uses its own communicators (the layer's mesh), the experts the model's
     TP communicator, so the two threads never interleave collectives on one group. With
     ``pipeline_backward`` (and a graph to build) the backward is pipelined too
     (``_PipelinedMoE``); without it autograd replays the chunks one after another (the reference).
     ``exchange_chunks``: each piece's exchange chunks (the plan's; None: the exchange's default).
     """
-    tp = capacity_passes(layer).groups.tp_size
+    tp = capacity_passes(layer).mesh.tp.size
     sizes = capacity_chunks(x_ECM.shape[1], tp, chunks)
     pieces = list(x_ECM.split(sizes, dim=1))
     return pipeline_pieces(layer, pieces, pipeline_backward=pipeline_backward, exchange_chunks=exchange_chunks)

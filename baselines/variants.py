@@ -24,12 +24,12 @@ def _lina(ctx):
 
 
 def _lancet(ctx):
-    from monta.groups import new_groups
+    from monta.mesh import new_groups
     from monta_baselines.lancet import LancetSchedule
 
-    pgs = ctx.pgs
+    mesh = ctx.mesh
     # its own communicator over the EP ranks for agreeing on early windows (never shared)
-    control = new_groups(pgs.layout, "ep", pgs.rank) if pgs.layout.ep > 1 else None
+    control = new_groups(mesh.layout, "ep", mesh.rank) if mesh.layout.ep > 1 else None
     return LancetSchedule(ctx.partitions, control, ctx.model.observers)
 
 

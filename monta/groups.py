@@ -1,93 +1,49 @@
-"""torch.distributed process groups for a ParallelLayout, and the DeepSpeed ``mpu`` adapter.
+"""DeepSpeed's view of a ``monta.mesh.Mesh``: the Megatron-style ``mpu`` adapter and its expert groups.
 
-Groups are passed around explicitly as a ``ProcessGroups`` object, never read from globals;
-DeepSpeed's own registry is filled from the same layout so stock and monta layers share groups.
+Groups are passed around explicitly as the mesh, never read from globals; DeepSpeed's own registry
+is filled from the same layout so stock and monta layers share groups.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-import torch.distributed as dist
-
-from monta.parallel import ParallelLayout
-
-
-@dataclass
-class ProcessGroups:
-    """This rank's groups: tensor parallel, data parallel, expert parallel, expert data parallel."""
-
-    layout: ParallelLayout
-    rank: int
-    tp: Any
-    dp: Any
-    ep: Any
-    edp: Any
-
-    @property
-    def tp_rank(self) -> int:
-        return self.layout.tp_rank(self.rank)
-
-
-def new_groups(layout: ParallelLayout, kind: str, rank: int) -> Any:
-    """Fresh communicators for every ``kind`` group of the layout (collective); returns this rank's."""
-    mine = None
-    # Every rank must call new_group for every group, in the same order.
-    for g in layout.groups_of(kind):
-        handle = dist.new_group(list(g.ranks))
-        if rank in g.ranks:
-            mine = handle
-    return mine
-
-
-def build_process_groups(layout: ParallelLayout) -> ProcessGroups:
-    """Create this layout's groups (collective: every rank must call it)."""
-    if not dist.is_initialized():
-        raise RuntimeError("torch.distributed is not initialized; call deepspeed.init_distributed() first")
-    if dist.get_world_size() != layout.world_size:
-        raise ValueError(
-            f"layout {layout.describe()} needs {layout.world_size} ranks, but the world has {dist.get_world_size()}"
-        )
-    rank = dist.get_rank()
-    return ProcessGroups(layout, rank, *(new_groups(layout, k, rank) for k in ("tp", "dp", "ep", "edp")))
+from monta.mesh import Mesh
 
 
 class MPU:
     """The Megatron-style ``mpu`` object DeepSpeed queries for tensor/data parallel groups."""
 
-    def __init__(self, pgs: ProcessGroups):
-        self._pgs = pgs
+    def __init__(self, mesh: Mesh):
+        self._mesh = mesh
 
     def get_tensor_model_parallel_world_size(self) -> int:
-        return self._pgs.layout.tp
+        return self._mesh.layout.tp
 
     def get_tensor_model_parallel_rank(self) -> int:
-        return self._pgs.tp_rank
+        return self._mesh.tp.index
 
     def get_tensor_model_parallel_group(self):
-        return self._pgs.tp
+        return self._mesh.tp.group
 
     def get_model_parallel_world_size(self) -> int:
-        return self._pgs.layout.tp
+        return self._mesh.layout.tp
 
     def get_model_parallel_rank(self) -> int:
-        return self._pgs.tp_rank
+        return self._mesh.tp.index
 
     def get_model_parallel_group(self):
-        return self._pgs.tp
+        return self._mesh.tp.group
 
     def get_data_parallel_world_size(self) -> int:
-        return self._pgs.layout.dp
+        return self._mesh.layout.dp
 
     def get_data_parallel_rank(self) -> int:
-        return self._pgs.rank // self._pgs.layout.tp
+        return self._mesh.rank // self._mesh.layout.tp
 
     def get_data_parallel_group(self):
-        return self._pgs.dp
+        return self._mesh.dp.group
 
     def get_data_parallel_group_ranks(self):
-        return list(self._pgs.layout.group_of("dp", self._pgs.rank).ranks)
+        return list(self._mesh.dp.ranks)
 
     def get_pipeline_model_parallel_world_size(self) -> int:
         return 1
@@ -105,7 +61,7 @@ def reset_deepspeed_groups() -> None:
     groups.expert_tensor_parallel_world_size = 1
 
 
-def init_deepspeed_groups(pgs: ProcessGroups, expert_tp: bool) -> None:
+def init_deepspeed_groups(mesh: Mesh, expert_tp: bool) -> None:
     """Register this layout with DeepSpeed: its mpu and its expert groups (named ``ep_size_<ep>``).
 
     DeepSpeed's non-expert-TP path with an mpu builds consecutive EP groups that ignore TP, so
@@ -115,9 +71,9 @@ def init_deepspeed_groups(pgs: ProcessGroups, expert_tp: bool) -> None:
     """
     from deepspeed.utils import groups
 
-    layout = pgs.layout
+    layout = mesh.layout
     if layout.tp > 1:
-        groups.mpu = MPU(pgs)
+        groups.mpu = MPU(mesh)
     if layout.tp > 1 and expert_tp:
         groups._create_expert_data_and_model_parallel(layout.ep, mpu=groups.mpu)
     elif layout.tp > 1:
@@ -126,6 +82,6 @@ def init_deepspeed_groups(pgs: ProcessGroups, expert_tp: bool) -> None:
         groups._create_expert_and_data_parallel(layout.ep)
     name = f"ep_size_{layout.ep}"
     got = sorted(groups._get_expert_parallel_group_ranks(name))
-    want = sorted(layout.group_of("ep", pgs.rank).ranks)
+    want = sorted(mesh.ep.ranks)
     if got != want:  # internal invariant: our layout mirrors DeepSpeed's construction
         raise RuntimeError(f"DeepSpeed built EP group {got} but the layout says {want}")

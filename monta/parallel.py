@@ -1,6 +1,8 @@
-"""The rank layout (nodes x ranks per node; TP, EP, DP degrees) and the process groups built from it.
+"""The rank layout (nodes x ranks per node; TP, EP, DP degrees), its groups' ranks, and their shapes on
+the nodes (``GroupShape``: what the performance model prices a collective on).
 
-Pure Python at import: the performance model enumerates thousands of layouts without torch.
+Pure data, pure Python at import: the performance model enumerates thousands of layouts without torch;
+the process groups themselves are built from a layout as one ``monta.mesh.Mesh``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,54 @@ def expert_parallel_ranks(world_size: int, tp: int, ep: int, pp: int = 1) -> tup
         ep_groups.extend(parts)
         edp_groups.extend([list(x) for x in zip(*parts)])
     return ep_groups, edp_groups
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """How a group sits on the nodes: size, ranks per node, concurrent ranks per node (every rank of a
+    node runs a same-shaped collective at the same time in SPMD code)."""
+
+    size: int
+    ranks_per_node: int
+    concurrent_per_node: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.ranks_per_node < 1 or self.size % self.ranks_per_node:
+            raise ValueError(f"group of {self.size} ranks cannot have {self.ranks_per_node} on each node")
+
+    @property
+    def nodes(self) -> int:
+        return self.size // self.ranks_per_node
+
+    @property
+    def link(self) -> str:
+        return INTRA if self.nodes == 1 else INTER
+
+    @classmethod
+    def strided(cls, size: int, stride: int, gpus_per_node: int) -> GroupShape:
+        """Ranks r, r+stride, ... (Megatron/DeepSpeed rank order): a node holds gpn/stride of them."""
+        per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
+        while size % per_node:  # a group that does not tile nodes evenly: be conservative
+            per_node -= 1
+        return cls(size, per_node, gpus_per_node)
+
+
+def axis_shapes(
+    gpus_per_node: int, tp: int = 1, ep: int = 1, lanes: int | None = None, cp: int = 1
+) -> dict[str, GroupShape]:
+    """The shapes of a layout's axes from its degrees alone, in Megatron/DeepSpeed rank order (TP
+    innermost, then CP, EP over the ``lanes`` data-parallel lanes that stride by TP, expert-DP the rest;
+    ``lanes`` None: just the EP group's): what the performance model prices a strategy on without a world
+    to count (``ParallelLayout.shape`` counts a real layout's groups; both agree on TP, EP and DP wherever
+    the groups tile the nodes evenly, tests/test_mesh.py)."""
+    lanes = ep if lanes is None else lanes
+    return {
+        "tp": GroupShape.strided(tp, 1, gpus_per_node),
+        "cp": GroupShape.strided(cp, tp, gpus_per_node),
+        "ep": GroupShape.strided(ep, tp, gpus_per_node),
+        "dp": GroupShape.strided(lanes, tp, gpus_per_node),
+        "edp": GroupShape.strided(lanes // ep, tp * ep, gpus_per_node),
+    }
 
 
 @dataclass(frozen=True)
@@ -148,6 +198,13 @@ class ParallelLayout:
 
     def tp_rank(self, rank: int) -> int:
         return rank % self.tp
+
+    def shape(self, kind: str, rank: int = 0) -> GroupShape:
+        """How ``rank``'s ``kind`` group sits on the nodes, counted (ranks on its first node); every
+        group of a kind has the same shape in these layouts, so rank 0's stands for all."""
+        ranks = self.group_of(kind, rank).ranks
+        first = self.node_of(ranks[0])
+        return GroupShape(len(ranks), sum(1 for r in ranks if self.node_of(r) == first), self.gpus_per_node)
 
     def to_dict(self) -> dict[str, Any]:
         return {

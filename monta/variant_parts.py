@@ -27,11 +27,11 @@ class OverlapInputs:
 @dataclass
 class ScheduleContext:
     """What a schedule's ``build`` gets on each rank: the model (``MoETransformer``), its config, the
-    exchange's process groups, the pipeline's chunk count and Lancet-style batch partitions."""
+    exchange's mesh (``monta.mesh.Mesh``), the pipeline's chunk count and Lancet-style batch partitions."""
 
     model: Any
     cfg: Any
-    pgs: Any
+    mesh: Any
     chunks: int
     partitions: int
 

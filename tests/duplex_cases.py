@@ -62,19 +62,19 @@ def collectives_case(*, pattern, dtype: str, rows: int) -> dict[str, Any]:
 
 
 def transport_case(*, nodes, gpn, tp, ep, transport: str) -> dict[str, Any]:
-    """Which groups ``exchange_groups`` binds under $MONTA_GLOO_TRANSPORT, and a pass on them."""
+    """Which groups ``exchange_mesh`` binds under $MONTA_GLOO_TRANSPORT, and a pass on them."""
     from monta.comm import exchange as ex
     from monta.comm.duplex import DuplexGroup
-    from monta.groups import build_process_groups
+    from monta.mesh import build_mesh
     from monta.parallel import ParallelLayout
 
     layout = ParallelLayout(nodes, gpn, tp, ep)
-    pgs = build_process_groups(layout)
+    mesh = build_mesh(layout)
     old = os.environ.get("MONTA_GLOO_TRANSPORT")
     os.environ["MONTA_GLOO_TRANSPORT"] = transport
     try:
         try:
-            g = ex.exchange_groups(pgs.ep, pgs.tp, layout, pgs.rank)
+            g = ex.exchange_mesh(mesh)
         except ValueError as e:
             return {"error": str(e)}
     finally:
@@ -82,11 +82,11 @@ def transport_case(*, nodes, gpn, tp, ep, transport: str) -> dict[str, Any]:
             os.environ.pop("MONTA_GLOO_TRANSPORT")
         else:
             os.environ["MONTA_GLOO_TRANSPORT"] = old
-    x = torch.arange(4 * 8 * 3, dtype=torch.float32).view(4, 8, 3) + 1000 * (pgs.rank // tp)
+    x = torch.arange(4 * 8 * 3, dtype=torch.float32).view(4, 8, 3) + 1000 * (mesh.rank // tp)
     out = ex.run_pass(x, ex.PassSpec(True, True), g, 2)
     return {
         "error": None,
-        "ep_duplex": isinstance(g.ep, DuplexGroup),
-        "tp_duplex": isinstance(g.tp, DuplexGroup),
+        "ep_duplex": isinstance(g.ep.group, DuplexGroup),
+        "tp_duplex": isinstance(g.tp.group, DuplexGroup),
         "out": out.tolist(),
     }

@@ -63,10 +63,10 @@ def step_case(variants: list[str]) -> dict:
 
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     cfg = resolve_config("moe-2x70b-mini", **STEP_OVERRIDES)
-    pgs, built = build_world(layout, cfg, variants, chunks=2, seed=1234, lancet_partitions=2)
+    mesh, built = build_world(layout, cfg, variants, chunks=2, seed=1234, lancet_partitions=2)
     out = {}
     for v in variants:
-        losses = [float(train_step(built[v], cfg, s, 1234, dp_rank_of(pgs))["loss"]).hex() for s in range(STEPS)]
+        losses = [float(train_step(built[v], cfg, s, 1234, dp_rank_of(mesh))["loss"]).hex() for s in range(STEPS)]
         meters = [layer.moe.traffic for layer in built[v].model.layers]
         params = [p.detach().double() for p in built[v].model.parameters()]
         out[v] = {

@@ -14,26 +14,27 @@ import torch.distributed as dist
 from monta.chunking import is_auto
 from monta.dtypes import DTYPE_BYTES, torch_dtype
 
-_state: dict[str, Any] = {"layout_key": None, "pgs": {}, "refs": {}}
+_state: dict[str, Any] = {"layout_key": None, "mesh": {}, "refs": {}}
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_BYTES}
 
 
 def setup_layout(nodes: int, gpn: int, tp: int, ep: int, expert_tp: bool):
     """Build (once per layout) and register this layout's groups with DeepSpeed."""
-    from monta.groups import build_process_groups, init_deepspeed_groups, reset_deepspeed_groups
+    from monta.groups import init_deepspeed_groups, reset_deepspeed_groups
+    from monta.mesh import build_mesh
     from monta.parallel import ParallelLayout
 
     key = (nodes, gpn, tp, ep, expert_tp)
     layout = ParallelLayout(nodes, gpn, tp, ep)
-    if layout not in _state["pgs"]:
-        _state["pgs"][layout] = build_process_groups(layout)
-    pgs = _state["pgs"][layout]
+    if layout not in _state["mesh"]:
+        _state["mesh"][layout] = build_mesh(layout)
+    mesh = _state["mesh"][layout]
     if _state["layout_key"] != key:
         reset_deepspeed_groups()
-        init_deepspeed_groups(pgs, expert_tp)
+        init_deepspeed_groups(mesh, expert_tp)
         _state["layout_key"] = key
-    return pgs
+    return mesh
 
 
 def _expert(hidden: int) -> torch.nn.Module:
@@ -42,9 +43,9 @@ def _expert(hidden: int) -> torch.nn.Module:
     )
 
 
-def _inputs(pgs, tokens: int, hidden: int, dtype: torch.dtype):
+def _inputs(mesh, tokens: int, hidden: int, dtype: torch.dtype):
     # Every TP rank of a group holds the same tokens (no sequence parallelism): seed by DP index.
-    g = torch.Generator().manual_seed(1000 + pgs.rank // pgs.layout.tp)
+    g = torch.Generator().manual_seed(1000 + mesh.rank // mesh.layout.tp)
     x = torch.randn(2, tokens // 2, hidden, generator=g).to(dtype)
     w = torch.randn(2, tokens // 2, hidden, generator=g).to(dtype)
     return x, w
@@ -89,21 +90,21 @@ def _ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity)
     )
 
 
-def reference(pgs, *, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed):
+def reference(mesh, *, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed):
     """Stock DeepSpeed MoE on this layout (cached per configuration)."""
     from deepspeed.moe.layer import MoE as DSMoE
 
     from monta.compat import gloo_safe_deepspeed_gather
 
-    key = (pgs.layout, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed)
+    key = (mesh.layout, k, expert_tp, tokens, hidden, experts, dtype, capacity_factor, min_capacity, seed)
     if key not in _state["refs"]:
         torch.manual_seed(seed)
         layer = DSMoE(
             expert=_expert(hidden),
-            **_ds_kwargs(hidden, experts, pgs.layout.ep, k, expert_tp, capacity_factor, min_capacity),
+            **_ds_kwargs(hidden, experts, mesh.layout.ep, k, expert_tp, capacity_factor, min_capacity),
         ).to(DTYPES[dtype])
         layer.set_deepspeed_parallelism()
-        x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
+        x, w = _inputs(mesh, tokens, hidden, DTYPES[dtype])
         with gloo_safe_deepspeed_gather():
             res = _run_layer(layer, x, w, seed)
         res["state"] = copy.deepcopy(layer.state_dict())
@@ -133,7 +134,7 @@ def compare_case(
     """monta.moe.MoE with ``exchange``/``chunks`` vs stock DeepSpeed: max abs differences and traffic."""
     from monta.moe import MoE
 
-    pgs = setup_layout(nodes, gpn, tp, ep, expert_tp)
+    mesh = setup_layout(nodes, gpn, tp, ep, expert_tp)
     common = dict(
         k=k,
         expert_tp=expert_tp,
@@ -145,7 +146,7 @@ def compare_case(
         min_capacity=min_capacity,
         seed=seed,
     )
-    ref = reference(pgs, **common)
+    ref = reference(mesh, **common)
     chooser = None
     if is_auto(chunks):  # the test is the top of the stack: it injects the model's chooser
         from monta.perfmodel.network.chunks import model_chooser
@@ -155,13 +156,13 @@ def compare_case(
         expert=_expert(hidden),
         exchange=exchange,
         chunks=chunks,
-        groups=pgs,
+        mesh=mesh,
         chunk_chooser=chooser,
         **_ds_kwargs(hidden, experts, ep, k, expert_tp, capacity_factor, min_capacity),
     ).to(DTYPES[dtype])
     layer.load_state_dict(ref["state"])
     plans = _plans(layer)
-    x, w = _inputs(pgs, tokens, hidden, DTYPES[dtype])
+    x, w = _inputs(mesh, tokens, hidden, DTYPES[dtype])
     res = _run_layer(layer, x, w, seed)
 
     def diff(a, b):
@@ -170,7 +171,7 @@ def compare_case(
     grad_diffs = {n: diff(g, ref["grads"][n]) for n, g in res["grads"].items()}
     missing = sorted(set(ref["grads"]) ^ set(res["grads"]))
     return {
-        "rank": pgs.rank,
+        "rank": mesh.rank,
         "ref_scale": max(float(ref["out"].float().abs().max()), float(ref["x_grad"].float().abs().max())),
         "dtype": str(res["out"].dtype),
         "out_diff": diff(res["out"], ref["out"]),
@@ -199,17 +200,17 @@ def bad_input_case(
     from monta.comm import activity
     from monta.moe import MoE
 
-    pgs = setup_layout(nodes, gpn, tp, ep, expert_tp)
+    mesh = setup_layout(nodes, gpn, tp, ep, expert_tp)
     err, layer = None, None
     try:
         layer = MoE(
             expert=_expert(hidden),
             exchange=exchange,
             chunks=chunks,
-            groups=pgs,
+            mesh=mesh,
             **_ds_kwargs(hidden, experts, layout_ep or ep, 1, expert_tp, 1.0, 4),
         )
-        x, _ = _inputs(pgs, tokens, hidden, torch.float32)
+        x, _ = _inputs(mesh, tokens, hidden, torch.float32)
         layer(x)
     except ValueError as e:
         err = str(e)
@@ -222,11 +223,11 @@ def bad_input_case(
 
 def wrong_group_case(*, nodes, gpn, tp, ep) -> str | None:
     """An EP group that does not match the layout (here: the TP group) must be refused."""
-    from monta.comm.exchange import exchange_groups
+    from monta.comm.exchange import exchange_mesh
 
-    pgs = setup_layout(nodes, gpn, tp, ep, True)
+    mesh = setup_layout(nodes, gpn, tp, ep, True)
     try:
-        exchange_groups(pgs.tp, pgs.tp, pgs.layout, pgs.rank)
+        exchange_mesh(mesh, ep=mesh.tp.group)
     except ValueError as e:
         return str(e)
     return None
@@ -234,11 +235,11 @@ def wrong_group_case(*, nodes, gpn, tp, ep) -> str | None:
 
 def exchange_dtype_case(*, nodes, gpn, tp, ep, dtype, chunks) -> dict[str, Any]:
     """The pipelined exchange moves bytes only: bf16/fp16 results equal the fp32 results cast."""
-    from monta.comm.exchange import PassSpec, exchange_groups, run_pass
+    from monta.comm.exchange import PassSpec, exchange_mesh, run_pass
 
-    pgs = setup_layout(nodes, gpn, tp, ep, True)
-    g = exchange_groups(pgs.ep, pgs.tp, pgs.layout, pgs.rank)
-    gen = torch.Generator().manual_seed(5 + pgs.rank // tp)
+    mesh = setup_layout(nodes, gpn, tp, ep, True)
+    g = exchange_mesh(mesh)
+    gen = torch.Generator().manual_seed(5 + mesh.rank // tp)
     x = torch.randn(4, 8 * tp, 6, generator=gen)
     spec = PassSpec(True, True)
     ref = run_pass(x, spec, g, 1)
@@ -260,7 +261,7 @@ def shrinking_capacity_case(
     from monta.moe import MoE
     from monta.moe import layer as monta_layer
 
-    pgs = setup_layout(nodes, gpn, tp, ep, True)
+    mesh = setup_layout(nodes, gpn, tp, ep, True)
     common = dict(
         k=1,
         expert_tp=True,
@@ -272,8 +273,8 @@ def shrinking_capacity_case(
         seed=seed,
     )
     kwargs = dict(_ds_kwargs(hidden, experts, ep, 1, True, 1.0, 4), eval_capacity_factor=eval_capacity_factor)
-    layer = MoE(expert=_expert(hidden), exchange="monta", chunks=chunks, groups=pgs, **kwargs)
-    layer.load_state_dict(reference(pgs, tokens=tokens, **common)["state"])  # same weights for any token count
+    layer = MoE(expert=_expert(hidden), exchange="monta", chunks=chunks, mesh=mesh, **kwargs)
+    layer.load_state_dict(reference(mesh, tokens=tokens, **common)["state"])  # same weights for any token count
     monta_layer._REDUCED.clear()  # "once per process": this world's earlier cases must not count
     plans = _plans(layer)
     logged: list[str] = []
@@ -283,16 +284,16 @@ def shrinking_capacity_case(
     calls = []
     try:
         for name, n in (("full", tokens), ("short", short_tokens)):
-            ref = reference(pgs, tokens=n, **common)
+            ref = reference(mesh, tokens=n, **common)
             layer.zero_grad(set_to_none=True)  # each call's gradients against the reference's own
-            res = _run_layer(layer, *_inputs(pgs, n, hidden, torch.float32), seed)
+            res = _run_layer(layer, *_inputs(mesh, n, hidden, torch.float32), seed)
             same = all(torch.equal(res[key], ref[key]) for key in ("out", "x_grad"))
             same &= all(torch.equal(g, ref["grads"][p]) for p, g in res["grads"].items())
             calls.append((name, layer.deepspeed_moe.expected_capacity(n), plans[-1].chunks, bool(same)))
         stock = DSMoE(expert=_expert(hidden), **kwargs)
         stock.set_deepspeed_parallelism()
         stock.load_state_dict(layer.state_dict())
-        x, _ = _inputs(pgs, tokens, hidden, torch.float32)
+        x, _ = _inputs(mesh, tokens, hidden, torch.float32)
         outs = []
         for m in (stock, layer):
             m.eval()
@@ -308,8 +309,8 @@ def shrinking_capacity_case(
             )
         )
         layer.train()
-        res = _run_layer(layer, *_inputs(pgs, tokens, hidden, torch.float32), seed)
-        ref = reference(pgs, tokens=tokens, **common)
+        res = _run_layer(layer, *_inputs(mesh, tokens, hidden, torch.float32), seed)
+        ref = reference(mesh, tokens=tokens, **common)
         calls.append(
             (
                 "full again",

@@ -15,20 +15,19 @@ def dispatch_bytes_case(*, nodes, gpn, tp, ep, experts, k, hidden=16, capacity=3
     from monta.comm import exchange as ex
     from monta.comm.accounting import TrafficMeter
     from monta.comm.dispatcher import build_dispatcher
-    from monta.comm.routing import EPGeometry
 
-    pgs = setup_layout(nodes, gpn, tp, ep, True)
-    g = ex.exchange_groups(pgs.ep, pgs.tp, pgs.layout, pgs.rank)
-    geo = EPGeometry.of(g)
-    inp = make_input(pgs.rank // tp, 0, (experts, capacity, hidden), torch.float32, k)
-    out: dict[str, Any] = {"rank": pgs.rank}
+    mesh = setup_layout(nodes, gpn, tp, ep, True)
+    g = ex.exchange_mesh(mesh)
+    geo = g.ep
+    inp = make_input(mesh.rank // tp, 0, (experts, capacity, hidden), torch.float32, k)
+    out: dict[str, Any] = {"rank": mesh.rank}
     ref = None
     for name in ("deepspeed", "2dh", "allgather", "node-dedup"):
-        meter = TrafficMeter(pgs.layout, pgs.rank)
+        meter = TrafficMeter(mesh.layout, mesh.rank)
         # one interface: tokens and routing in, the expert input out (a buffer exchange encodes first)
         got = build_dispatcher(name, g, 1, tp > 1, meter).dispatch(inp.tokens, inp.plan)[0]
         ref = got if ref is None else ref
-        text, value = inter_formula(name, inp, geo.nodes, geo.per_node, tp, 4) if pgs.rank == 0 else (None, None)
+        text, value = inter_formula(name, inp, geo.nodes, geo.per_node, tp, 4) if mesh.rank == 0 else (None, None)
         out[name] = {
             "payload": meter.payload("inter"),
             "formula": value,

@@ -72,9 +72,9 @@ def test_the_name_check_finds_a_branch_on_a_plugin_name():
 
 def test_every_exchange_is_a_dispatcher_with_the_capabilities_it_registered():
     from monta.comm.dispatcher import CapacityPasses, Dispatcher, build_dispatcher
-    from monta.comm.exchange import ExchangeGroups
+    from monta.mesh import solo_mesh
 
-    g = ExchangeGroups(ep=None, ep_ranks=(0,), tp=None, tp_ranks=(0,), rank=0)
+    g = solo_mesh()
     for name, e in registry.exchanges().items():
         d = build_dispatcher(name, g)
         assert isinstance(d, Dispatcher) and d.name == name

@@ -102,7 +102,7 @@ def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
 
     layout = ParallelLayout(2, 2, tp=2, ep=2)
     cfg = resolve_config("moe-2x70b-mini", **overrides)
-    pgs, built = build_world(layout, cfg, variants, chunks=2, seed=1234, lancet_partitions=2)
+    mesh, built = build_world(layout, cfg, variants, chunks=2, seed=1234, lancet_partitions=2)
     if wrong is True:
         built["lina"].model.set_schedule(_SkewedLina(2))
     elif wrong:  # a variant's name: its own schedule, skewed
@@ -111,7 +111,7 @@ def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
     breakdown = {}
     for step in range(steps):
         for v in variants:
-            r = train_step(built[v], cfg, step, 1234, dp_rank_of(pgs), timed=step == steps - 1)
+            r = train_step(built[v], cfg, step, 1234, dp_rank_of(mesh), timed=step == steps - 1)
             losses[v].append(r["loss"])
             breakdown[v] = r.get("breakdown_s")
     params = {v: {n: p.detach().clone() for n, p in built[v].model.named_parameters()} for v in variants}
@@ -208,8 +208,8 @@ def test_breakdown_times_exchanges_forward_and_backward(runs):
 def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, capacity=12):
     """One SwiGLU MoE on the 2x2 (TP 2, EP 2) layout through ``pipelined_experts``: autograd's replay
     of the chunks, the pipelined backward, and the pipelined backward with Lancet's dW deferral."""
-    from monta.groups import build_process_groups, init_deepspeed_groups
-    from monta.model.engine import make_tp_group
+    from monta.groups import init_deepspeed_groups
+    from monta.mesh import build_mesh
     from monta.model.layers import SwiGLUExpert
     from monta.moe import MoE, Observers
     from monta.parallel import ParallelLayout
@@ -217,30 +217,30 @@ def _pipelined_backward_job(chunk_counts=(2, 3), hidden=32, ffn=64, experts=4, c
     from monta_baselines.pipeline import pipelined_experts
 
     layout = ParallelLayout(2, 2, tp=2, ep=2)
-    pgs, model_pgs = build_process_groups(layout), build_process_groups(layout)
-    init_deepspeed_groups(pgs, expert_tp=True)
+    mesh, model_mesh = build_mesh(layout), build_mesh(layout)
+    init_deepspeed_groups(mesh, expert_tp=True)
     moe = MoE(
         hidden,
-        SwiGLUExpert(hidden, ffn, make_tp_group(model_pgs)),
+        SwiGLUExpert(hidden, ffn, model_mesh.tp),
         num_experts=experts,
         ep_size=2,
         k=2,
         enable_expert_tensor_parallelism=True,
         exchange="deepspeed",
         chunks=1,
-        groups=pgs,
+        mesh=mesh,
         observers=Observers(),
     )
     layer = moe.deepspeed_moe
     clock = layer.observers.backward
     local = layer.experts.deepspeed_experts
-    ep_rank = torch.distributed.get_rank(pgs.ep)
+    ep_rank = mesh.ep.index
     for j, expert in enumerate(local):
         for k, proj in enumerate(("w1", "w3", "w2")):
             m = getattr(expert, proj)
             g = torch.Generator().manual_seed(100 * (ep_rank * len(local) + j) + k)
             m.load_full(torch.randn(m.full_shape, generator=g) * 0.1)
-    g = torch.Generator().manual_seed(min(layout.group_of("tp", pgs.rank).ranks))  # TP-replicated tokens
+    g = torch.Generator().manual_seed(min(mesh.tp.ranks))  # TP-replicated tokens
     x0 = torch.randn(experts, capacity, hidden, generator=g)
     w = torch.randn(experts, capacity, hidden, generator=g)
 

@@ -13,8 +13,8 @@ sys.path.insert(0, ".")
 from baselines import exchange_allgather, exchange_node_dedup  # noqa: E402  (the folder, not the installed monta_baselines)
 from baselines.exchange_2dh import run_pass_2dh  # noqa: E402
 from monta.bench.routes import make_input  # noqa: E402
-from monta.comm.exchange import ExchangeGroups, PassSpec  # noqa: E402
-from monta.parallel import ParallelLayout  # noqa: E402
+from monta.comm.exchange import PassSpec  # noqa: E402
+from monta.mesh import solo_mesh  # noqa: E402
 
 
 def decode(y, slots, gates, S):
@@ -24,7 +24,7 @@ def decode(y, slots, gates, S):
 
 
 def run(mod, device, E=8, C=16, M=32, k=2):
-    g = ExchangeGroups(None, (0,), None, (0,), 0, ParallelLayout(1, 1))
+    g = solo_mesh()
     inp = make_input(0, 0, (E, C, M), torch.float32, k)
     x = inp.tokens.to(device).float().requires_grad_(True)
     gates = inp.plan.gates.to(device).requires_grad_(True)
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         dx, dg = float((gx - cx).abs().max()), float((gg - cg).abs().max())
         print(f"{name}: dispatch == encode, combine == decode on {dev.type}; grads vs CPU: x {dx:.3g}, gates {dg:.3g}")
         assert torch.allclose(gx, cx, rtol=1e-5, atol=1e-5) and torch.allclose(gg, cg, rtol=1e-5, atol=1e-4)
-    g = ExchangeGroups(None, (0,), None, (0,), 0, ParallelLayout(1, 1))
+    g = solo_mesh()
     buf = make_input(0, 0, (8, 16, 32), torch.float32, 2).buffer.to(dev)
     assert torch.equal(run_pass_2dh(buf, PassSpec(True, True), g, 1), buf)
     print("2dh: the pass (CUDA streams) returns its input at EP 1")

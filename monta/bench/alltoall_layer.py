@@ -108,12 +108,12 @@ class LayerRows:
         from monta.moe import MoE, Observers
 
         _init_deepspeed(runner.cfg.backend)
-        cfg, pgs = runner.cfg, runner.pgs
+        cfg, mesh = runner.cfg, runner.mesh
         self.runner, self._fixed = runner, Fixed
         expert_tp = cfg.tp > 1
         # This layout's groups in DeepSpeed (a test world hosts several layouts: forget the last one's).
         reset_deepspeed_groups()
-        init_deepspeed_groups(pgs, expert_tp)
+        init_deepspeed_groups(mesh, expert_tp)
         kw = dict(
             hidden_size=cfg.hidden,
             num_experts=cfg.experts,
@@ -124,10 +124,10 @@ class LayerRows:
         dtype = torch_dtype(cfg.dtype)
         cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (alltoall_worker)
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-        ep_index = runner.groups.ep_ranks.index(runner.rank)
+        ep_index = runner.exchange_mesh.ep.index
         watch = Observers(fault=runner.fault)  # TEST AID: the runner's fault reaches the layer's exchange
         self.layer = MoE(
-            expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, groups=pgs, observers=watch, **kw
+            expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, mesh=mesh, observers=watch, **kw
         )
         self.stock = StockMoE(expert=expert(cfg.hidden), **kw)
         self.layer.to(device=device, dtype=dtype)

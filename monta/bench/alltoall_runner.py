@@ -21,7 +21,7 @@ from monta.comm import exchange as ex
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather
 from monta.comm.dispatcher import build_dispatcher
-from monta.groups import build_process_groups
+from monta.mesh import build_mesh
 from monta.parallel import ParallelLayout
 from monta.progress import beat, live
 from monta.testaids import Fault, Slowdown
@@ -81,16 +81,16 @@ class Runner:
     def __init__(self, cfg: AlltoallConfig):
         self.cfg = cfg
         self.layout = ParallelLayout(cfg.nodes, cfg.gpus_per_node, cfg.tp, cfg.ep)
-        self.pgs = build_process_groups(self.layout)
+        self.mesh = build_mesh(self.layout)
         from monta.comm.duplex import transport_for
 
         self.transport = cfg.transport or transport_for(cfg.backend)
-        self.groups = ex.exchange_groups(self.pgs.ep, self.pgs.tp, self.layout, self.pgs.rank, self.transport)
+        self.exchange_mesh = ex.exchange_mesh(self.mesh, transport=self.transport)  # EP/TP on the bench's transport
         self.fault = Fault()  # TEST AID: --inject-fault's, on during the check only; every pass here reports to it
-        self.meter = TrafficMeter(self.layout, self.pgs.rank, fault=self.fault)
-        self.rank = self.pgs.rank
+        self.meter = TrafficMeter(self.layout, self.mesh.rank, fault=self.fault)
+        self.rank = self.mesh.rank
         # every exchange (the core's or a plugin's) as the MoE layer builds it, once
-        self.dispatchers = {v: build_dispatcher(v, self.groups, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
+        self.dispatchers = {v: build_dispatcher(v, self.exchange_mesh, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
         self.routing_spec = getattr(cfg, "routing", "W0")
         self._layer = None  # layer mode's MoE layer (alltoall_layer.LayerRows), built on first use
 
@@ -131,14 +131,14 @@ class Runner:
             return self.layer_rows.run(variant, chunks, inp)[0]
         x = inp.buffer
         if variant == "a2a":
-            return ex.run_pass(x, A2A_SPEC, self.groups, chunks, self.meter, variant)
+            return ex.run_pass(x, A2A_SPEC, self.exchange_mesh, chunks, self.meter, variant)
         if variant == "ag":
-            tp = self.groups.tp_size
+            tp = self.exchange_mesh.tp
             E, C, M = x.shape
-            local = x.view(E, tp, C // tp, M)[:, self.groups.tp_rank].contiguous()
-            out = local.new_empty((tp,) + tuple(local.shape))
-            self.meter.all_gather(self.groups.tp_ranks, local.numel() * local.element_size(), "ag")
-            all_gather(out, local, self.groups.tp).wait()
+            local = x.view(E, tp.size, C // tp.size, M)[:, tp.index].contiguous()
+            out = local.new_empty((tp.size,) + tuple(local.shape))
+            self.meter.all_gather(tp.ranks, local.numel() * local.element_size(), "ag")
+            all_gather(out, local, tp.group).wait()
             return out
         d = self.dispatchers[variant]
         passes = d.capacity_passes
@@ -151,12 +151,12 @@ class Runner:
     def expected(self, variant: str, size_idx: int, shape, dtype, salt: int) -> torch.Tensor:
         """What ``run`` must return, rebuilt from the deterministic inputs of the peers."""
         E, C, M = shape
-        tp, tpr, k = self.groups.tp_size, self.groups.tp_rank, self.cfg.topk
+        tp, tpr, k = self.exchange_mesh.tp.size, self.exchange_mesh.tp.index, self.cfg.topk
         pr, cap = self.point(shape), self.capacity_based(variant)
         if variant == "ag":
             x = rank_input(self.rank // tp, size_idx, shape, dtype, salt, k, pr).buffer
             return x.view(E, tp, C // tp, M).transpose(0, 1).contiguous()
-        ep_ranks = self.groups.ep_ranks
+        ep_ranks = self.exchange_mesh.ep.ranks
         me = ep_ranks.index(self.rank)
         nle = E // len(ep_ranks)
         blocks = [
@@ -326,7 +326,7 @@ def check_routes(r: Runner, variants, shapes, sizes, dtype, device, inject_fault
                 x = rank_input(r.rank // r.cfg.tp, si, shp, dtype, 1, r.cfg.topk, pr).to(device)  # fresh data
                 got = r.run(v, c, x).cpu()
                 wrong[si, vi] = int((got != r.expected(v, si, shp, dtype, salt=1)).sum())
-                if v not in COMPONENTS and r.groups.tp_rank == 0:
+                if v not in COMPONENTS and r.exchange_mesh.tp.index == 0:
                     held[si, vi] = int((got != 0).any(-1).sum())
             live(f"progress: checked {_point(sizes, si)}")
     finally:

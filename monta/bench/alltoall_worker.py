@@ -134,9 +134,8 @@ def add_formulas(records, cfg: AlltoallConfig, r: Runner, inputs, tm, variants) 
     """Each record's inter-node payload (bytes without routing metadata) beside its exchange's formula,
     evaluated on this rank's routing (rank 0: member 0 of its EP group, node 0)."""
     from monta.bench.routes import inter_formula
-    from monta.comm.routing import EPGeometry
 
-    geo = EPGeometry.of(r.groups)
+    geo = r.exchange_mesh.ep  # the EP axis: its nodes and members per node
     elsize = DTYPE_BYTES[cfg.dtype]
     at = {(size, v, c): (si, vi) for si, size in enumerate(cfg.sizes) for vi, (v, c) in enumerate(variants)}
     for rec in records:

@@ -52,40 +52,40 @@ def build_world(
     routes=None,
     clock=None,
 ):
-    """Process groups and one engine per variant (collective; same order on every rank). ``routes``: a
+    """The mesh and one engine per variant (collective; same order on every rank). ``routes``: a
     ``monta.routing.Routing`` every gate routes by (None: the gates' own), the same for every variant so
     every exchange sees the same tokens; ``clock``: the compute clock every variant's model charges."""
     from monta.bench.step_router import member_choices
-    from monta.groups import build_process_groups, init_deepspeed_groups
-    from monta.model.engine import build_variant, make_tp_group
+    from monta.groups import init_deepspeed_groups
+    from monta.mesh import build_mesh
+    from monta.model.engine import build_variant
     from monta.moe import Observers
 
     cfg.check_layout(layout.tp, layout.ep)
-    pgs = build_process_groups(layout)  # exchange + DeepSpeed (mpu, expert groups)
-    model_pgs = build_process_groups(layout)  # the model's TP linears: a separate communicator
-    sync_pgs = build_process_groups(layout)  # background gradient sync: a separate communicator
-    init_deepspeed_groups(pgs, expert_tp=True)
+    mesh = build_mesh(layout)  # exchange + DeepSpeed (mpu, expert groups)
+    tp = build_mesh(layout).tp  # the model's TP linears: communicators of their own
+    sync_mesh = build_mesh(layout)  # background gradient sync: communicators of their own
+    init_deepspeed_groups(mesh, expert_tp=True)
     beat("building the process groups and engines")
-    tp = make_tp_group(model_pgs)
-    choices = member_choices(routes, dist.get_rank(pgs.ep) if pgs.ep is not None else 0)
+    choices = member_choices(routes, mesh.ep.index)
     built = {}
     for name in variants:
         beat(f"building the {name} engine")
         built[name] = build_variant(
             name,
             cfg,
-            pgs,
+            mesh,
             tp,
             chunks=chunks,
             seed=seed,
             zero_stage=zero_stage,
-            sync_pgs=sync_pgs,
+            sync_mesh=sync_mesh,
             lancet_partitions=lancet_partitions,
             lina_chunk_bytes=lina_chunk_bytes,
             choices=choices,
             observers=Observers(clock=clock),
         )
-    return pgs, built
+    return mesh, built
 
 
 def run_interleaved(
@@ -109,10 +109,10 @@ def run_interleaved(
     from monta.model.engine import dp_rank_of
 
     routes = None if routing is None else step_router.step_routing(routing, cfg, layout)
-    pgs, built = build_world(
+    mesh, built = build_world(
         layout, cfg, variants, chunks, seed, zero_stage, lancet_partitions, routes=routes, clock=clock
     )
-    dp_rank = dp_rank_of(pgs)
+    dp_rank = dp_rank_of(mesh)
     with restarted_by_dist(clock):
         out = _run_steps(built, cfg, variants, steps, warmup, seed, dp_rank, clock, routing)
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

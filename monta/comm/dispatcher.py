@@ -27,31 +27,32 @@ if TYPE_CHECKING:
     import torch
 
     from monta.comm.accounting import TrafficMeter
-    from monta.comm.exchange import ExchangeGroups
+    from monta.mesh import Mesh
 
 
 @dataclass(frozen=True)
 class DispatcherSpec:
-    """What a rank builds an exchange from: its registered ``name``, its groups, ``chunks`` (the count a
+    """What a rank builds an exchange from: its registered ``name``, its ``mesh`` (``monta.mesh.Mesh``: the
+    EP and TP axes it runs on, ``monta.comm.exchange.exchange_mesh``), ``chunks`` (the count a
     call runs unless its plan says otherwise; a chunked exchange only), ``expert_tp`` (experts are
     tensor-parallel: each TP rank needs the full capacity) and the byte meter."""
 
     name: str
-    groups: ExchangeGroups
+    mesh: Mesh
     chunks: int = 1
     expert_tp: bool = True
     meter: TrafficMeter | None = None
 
 
 class Dispatcher(ABC):
-    """A token exchange bound to its groups (module docstring). Subclasses implement ``dispatch`` and
+    """A token exchange bound to its mesh (module docstring). Subclasses implement ``dispatch`` and
     ``combine``; the checks run before any collective (``check_tokens``, ``check_capacity``)."""
 
     chunked = False  # takes the run's chunk count (a plan's ``chunks``)
 
     def __init__(self, spec: DispatcherSpec):
         self.name = spec.name
-        self.groups = spec.groups
+        self.mesh = spec.mesh
         self.expert_tp = spec.expert_tp
         self.meter = spec.meter
         self._chunks = spec.chunks if self.chunked else 1
@@ -96,7 +97,7 @@ class CapacityPasses(Protocol):
     backward (``dispatch_pass_backward``, ``combine_pass_backward``); ``encode`` / ``decode`` between
     the tokens and the buffer; ``run_pass``: one dispatch pass off autograd (what the AllToAll bench times)."""
 
-    groups: ExchangeGroups
+    mesh: Mesh
 
     def encode(self, x_SM: torch.Tensor, plan) -> torch.Tensor: ...
     def decode(self, y_ECM: torch.Tensor, plan) -> torch.Tensor: ...
@@ -131,7 +132,7 @@ class BufferDispatcher(Dispatcher):
 
     def check_capacity(self, capacity: int, chunks: int | None = None) -> None:
         n = self.count(chunks)
-        tp = self.groups.tp_size
+        tp = self.mesh.tp.size
         if tp > 1 and capacity % tp:
             raise ValueError(
                 f"expert capacity {capacity} is not divisible by the tensor-parallel size {tp}; "
@@ -164,19 +165,19 @@ class BufferDispatcher(Dispatcher):
 
     def run_pass(self, x_ECM: torch.Tensor, chunks: int | None = None, phase: str = "dispatch") -> torch.Tensor:
         """One dispatch pass off autograd, as the AllToAll bench times it (the encode is the layer's compute)."""
-        return self._fn(x_ECM, self.dispatch_spec, self.groups, self.count(chunks), self.meter, phase)
+        return self._fn(x_ECM, self.dispatch_spec, self.mesh, self.count(chunks), self.meter, phase)
 
     def dispatch_pass(self, x_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
         from monta.comm.exchange import _PassFn
 
         n = self.count(chunks)
-        return _PassFn.apply(x_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
+        return _PassFn.apply(x_ECM, self.dispatch_spec, self.mesh, n, self.meter, "dispatch", self._fn)
 
     def combine_pass(self, y_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
         from monta.comm.exchange import _PassFn
 
         n = self.count(chunks)
-        return _PassFn.apply(y_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
+        return _PassFn.apply(y_ECM, self.combine_spec, self.mesh, n, self.meter, "combine", self._fn)
 
     # The transposed passes, called directly by schedules that run a backward off autograd's thread
     # (the Lina/Lancet pipelined backward): the same pass autograd would run.
@@ -184,13 +185,13 @@ class BufferDispatcher(Dispatcher):
         from monta.comm.exchange import transpose_pass
 
         n = self.count(chunks)
-        return transpose_pass(grad_ECM, self.dispatch_spec, self.groups, n, self.meter, "dispatch", self._fn)
+        return transpose_pass(grad_ECM, self.dispatch_spec, self.mesh, n, self.meter, "dispatch", self._fn)
 
     def combine_pass_backward(self, grad_ECM: torch.Tensor, chunks: int | None = None) -> torch.Tensor:
         from monta.comm.exchange import transpose_pass
 
         n = self.count(chunks)
-        return transpose_pass(grad_ECM, self.combine_spec, self.groups, n, self.meter, "combine", self._fn)
+        return transpose_pass(grad_ECM, self.combine_spec, self.mesh, n, self.meter, "combine", self._fn)
 
 
 class TokenDispatcher(Dispatcher):
@@ -199,14 +200,14 @@ class TokenDispatcher(Dispatcher):
 
     def __init__(self, spec: DispatcherSpec):
         super().__init__(spec)
-        if spec.groups.tp_size > 1 and not spec.expert_tp:
+        if spec.mesh.tp.size > 1 and not spec.expert_tp:
             raise ValueError(
-                f"exchange {spec.name!r} moves tokens to tensor-parallel experts: under TP {spec.groups.tp_size} "
+                f"exchange {spec.name!r} moves tokens to tensor-parallel experts: under TP {spec.mesh.tp.size} "
                 "it needs expert tensor parallelism (enable_expert_tensor_parallelism=True)"
             )
 
     def check_tokens(self, num_tokens: int) -> None:
-        tp = self.groups.tp_size
+        tp = self.mesh.tp.size
         if num_tokens % tp:
             raise ValueError(
                 f"exchange {self.name!r}: {num_tokens} tokens per rank do not split over TP {tp}; "
@@ -215,15 +216,15 @@ class TokenDispatcher(Dispatcher):
 
 
 def build_dispatcher(
-    name: str, groups: ExchangeGroups, chunks: int = 1, expert_tp: bool = True, meter: TrafficMeter | None = None
+    name: str, mesh: Mesh, chunks: int = 1, expert_tp: bool = True, meter: TrafficMeter | None = None
 ) -> Dispatcher:
-    """The dispatcher of exchange ``name`` (the core's or a plugin's) on this rank's groups."""
+    """The dispatcher of exchange ``name`` (the core's or a plugin's) on this rank's mesh."""
     from monta import variants as registry
     from monta.comm.exchange import validate_exchange
 
     validate_exchange(name, chunks)
     entry = registry.exchange(name)
-    spec = DispatcherSpec(name, groups, chunks, expert_tp, meter)
+    spec = DispatcherSpec(name, mesh, chunks, expert_tp, meter)
     if entry.dispatcher is not None:
         d = entry.dispatcher(spec)
         if not isinstance(d, Dispatcher):

@@ -1,7 +1,7 @@
 """The pass of the buffer exchanges for the MoE dispatch/combine under tensor parallelism: ``legacy``
 (redundant full AllToAll), ``deepspeed`` (drop, AllToAll, AllGather) and ``monta`` (chunked pipeline),
-and the groups every exchange binds (``exchange_groups``). A rank's exchange is built around it as a
-``monta.comm.dispatcher.Dispatcher``.
+and the mesh every exchange binds (``exchange_mesh``: the ``monta.mesh.Mesh`` with its EP and TP axes on
+the exchange's communicators). A rank's exchange is built around it as a ``monta.comm.dispatcher.Dispatcher``.
 
 Notation: E experts (all EP ranks), C capacity, Cl = C / TP the capacity slice a TP rank owns,
 M model dim, n chunks. Buffers are [E, C, M]; dim 0 splits evenly over the EP group.
@@ -14,7 +14,7 @@ MoNTA's chunked overlap applies to dispatch and combine, forward and backward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ from monta.chunking import monta_split
 from monta.comm import EXCHANGES, activity  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import Streams, all_gather, all_to_all
+from monta.mesh import Mesh
 
 
 @dataclass(frozen=True)
@@ -37,41 +38,17 @@ class PassSpec:
         return PassSpec(drop_in=self.gather_out, gather_out=self.drop_in)
 
 
-@dataclass(frozen=True)
-class ExchangeGroups:
-    """The groups one exchange uses, with their global ranks (for byte accounting)."""
-
-    ep: Any
-    ep_ranks: tuple[int, ...]
-    tp: Any
-    tp_ranks: tuple[int, ...]
-    rank: int
-    layout: Any = field(default=None, compare=False)  # the ParallelLayout (where each rank's node is)
-
-    @property
-    def tp_size(self) -> int:
-        return len(self.tp_ranks)
-
-    @property
-    def tp_rank(self) -> int:
-        return self.tp_ranks.index(self.rank)
-
-    @property
-    def ep_size(self) -> int:
-        return len(self.ep_ranks)
-
-
-def flat_all_to_all(recv: torch.Tensor, send: torch.Tensor, g: ExchangeGroups, meter, phase: str):
+def flat_all_to_all(recv: torch.Tensor, send: torch.Tensor, g: Mesh, meter, phase: str):
     """The pass's AllToAll over the EP group (one collective); returns its async handle."""
     if meter is not None:
-        meter.all_to_all(g.ep_ranks, send.numel() * send.element_size(), phase)
-    return all_to_all(recv, send, g.ep)
+        meter.all_to_all(g.ep.ranks, send.numel() * send.element_size(), phase)
+    return all_to_all(recv, send, g.ep.group)
 
 
-def _own_slice(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int) -> tuple[torch.Tensor, int]:
+def _own_slice(x: torch.Tensor, spec: PassSpec, g: Mesh, chunks: int) -> tuple[torch.Tensor, int]:
     """The part of ``x`` [E, Cin, M] this rank sends (its 1/TP capacity slice when the pass drops to it)
     and that part's capacity; ValueError when the shapes, TP, EP or ``chunks`` do not fit together."""
-    tp = g.tp_size
+    tp = g.tp.size
     drop = spec.drop_in and tp > 1
     E, c_in, M = x.shape
     if drop and c_in % tp:
@@ -79,20 +56,20 @@ def _own_slice(x: torch.Tensor, spec: PassSpec, g: ExchangeGroups, chunks: int) 
     cl = c_in // tp if drop else c_in
     if not 1 <= chunks <= cl:
         raise ValueError(f"chunks={chunks} must be between 1 and the capacity slice {cl}")
-    if E % g.ep_size:
-        raise ValueError(f"{E} experts do not split over the expert-parallel group of {g.ep_size}")
-    return (x.view(E, tp, cl, M)[:, g.tp_rank] if drop else x), cl
+    if E % g.ep.size:
+        raise ValueError(f"{E} experts do not split over the expert-parallel group of {g.ep.size}")
+    return (x.view(E, tp, cl, M)[:, g.tp.index] if drop else x), cl
 
 
-def _gather_over_tp(recv: torch.Tensor, g: ExchangeGroups, streams, meter, phase: str, alive: list) -> torch.Tensor:
+def _gather_over_tp(recv: torch.Tensor, g: Mesh, streams, meter, phase: str, alive: list) -> torch.Tensor:
     """The AllGather of one received chunk over the TP group on the "ag" stream, the copy stream waiting
     for it; the gathered [TP, ...] chunk (kept in ``alive`` until the pass joins)."""
     with streams.use("ag"):
-        gathered = recv.new_empty((g.tp_size,) + tuple(recv.shape))
+        gathered = recv.new_empty((g.tp.size,) + tuple(recv.shape))
         alive.append(gathered)
         if meter is not None:
-            meter.all_gather(g.tp_ranks, recv.numel() * recv.element_size(), phase)
-        work_ag = all_gather(gathered, recv, g.tp)
+            meter.all_gather(g.tp.ranks, recv.numel() * recv.element_size(), phase)
+        work_ag = all_gather(gathered, recv, g.tp.group)
     with streams.use("copy"):
         work_ag.wait()
     return gathered
@@ -101,7 +78,7 @@ def _gather_over_tp(recv: torch.Tensor, g: ExchangeGroups, streams, meter, phase
 def run_pass(
     x: torch.Tensor,
     spec: PassSpec,
-    g: ExchangeGroups,
+    g: Mesh,
     chunks: int,
     meter: TrafficMeter | None = None,
     phase: str = "",
@@ -114,7 +91,7 @@ def run_pass(
     runs on that group's own threads; on CUDA each step has its own stream. ``alltoall(recv, send,
     g, meter, phase)``: how the EP AllToAll runs (a plugin's hierarchical one, say); returns a handle.
     """
-    tp = g.tp_size
+    tp = g.tp.size
     gather = spec.gather_out and tp > 1
     x_local, cl = _own_slice(x, spec, g, chunks)
     E, M = x.shape[0], x.shape[2]
@@ -133,7 +110,7 @@ def run_pass(
         with streams.use("a2a"):
             send = x_local[:, offsets[i] : offsets[i] + sizes[i]].contiguous()
             alive.append(send)
-            if g.ep_size == 1:
+            if g.ep.size == 1:
                 return send, None
             recv = torch.empty_like(send)
             alive.append(recv)
@@ -148,7 +125,7 @@ def run_pass(
             if meter is not None and meter.fault is not None:  # TEST AID (monta.testaids.Fault)
                 meter.fault.corrupt(out_view, i, g.rank)
 
-    busy = g.ep_size > 1
+    busy = g.ep.size > 1
     if busy:
         activity.ALLTOALL.enter()
     try:
@@ -181,20 +158,20 @@ class _PassFn(torch.autograd.Function):
     exchange's pass function, ``run_pass`` or a plugin's)."""
 
     @staticmethod
-    def forward(ctx, x, spec, groups, chunks, meter, phase, fn):  # noqa: D401
-        ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase, ctx.fn = spec, groups, chunks, meter, phase, fn
-        return fn(x, spec, groups, chunks, meter, phase + "/fwd")
+    def forward(ctx, x, spec, mesh, chunks, meter, phase, fn):  # noqa: D401
+        ctx.spec, ctx.mesh, ctx.chunks, ctx.meter, ctx.phase, ctx.fn = spec, mesh, chunks, meter, phase, fn
+        return fn(x, spec, mesh, chunks, meter, phase + "/fwd")
 
     @staticmethod
     def backward(ctx, grad):
-        dx = transpose_pass(grad, ctx.spec, ctx.groups, ctx.chunks, ctx.meter, ctx.phase, ctx.fn)
+        dx = transpose_pass(grad, ctx.spec, ctx.mesh, ctx.chunks, ctx.meter, ctx.phase, ctx.fn)
         return dx, None, None, None, None, None, None
 
 
 def transpose_pass(
     grad: torch.Tensor,
     spec: PassSpec,
-    g: ExchangeGroups,
+    g: Mesh,
     chunks: int,
     meter: TrafficMeter | None = None,
     phase: str = "",
@@ -214,10 +191,10 @@ def validate_exchange(name: str, chunks: Any) -> None:
         raise ValueError(f"chunks={chunks} must be >= 1")
 
 
-def exchange_groups(
-    ep_group: Any, tp_group: Any, layout, rank: int | None = None, transport: str | None = None
-) -> ExchangeGroups:
-    """Bind the EP/TP groups, checking them against the layout before any collective runs.
+def exchange_mesh(mesh: Mesh, ep: Any = None, transport: str | None = None, tp: Any = None) -> Mesh:
+    """The mesh an exchange binds: ``mesh`` with its EP axis on ``ep`` (a communicator: DeepSpeed's expert
+    group; None: the mesh's own) and its TP axis on ``tp`` (None: the mesh's), checked against the layout
+    before any collective runs.
 
     On gloo the exchange's collectives then run over ``DuplexGroup``s (one TCP connection per
     direction, ``monta.comm.duplex``); building them is collective, so every rank of the world
@@ -226,21 +203,21 @@ def exchange_groups(
     """
     from monta.comm.duplex import TRANSPORTS, duplex_groups, transport_for
 
-    rank = dist.get_rank() if rank is None else rank
+    layout, rank = mesh.layout, mesh.rank
     transport = transport or transport_for()
     if transport not in TRANSPORTS:
         raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    ep_group = mesh.ep.group if ep is None else ep
+    tp_group = mesh.tp.group if tp is None else tp
     ep_ranks = tuple(dist.get_process_group_ranks(ep_group)) if ep_group is not None else (rank,)
     tp_ranks = tuple(dist.get_process_group_ranks(tp_group)) if tp_group is not None else (rank,)
-    want_ep = layout.group_of("ep", rank).ranks
-    want_tp = layout.group_of("tp", rank).ranks
-    if tuple(sorted(ep_ranks)) != tuple(sorted(want_ep)):
+    if tuple(sorted(ep_ranks)) != tuple(sorted(mesh.ep.ranks)):
         raise ValueError(
             f"rank {rank}: EP group {list(ep_ranks)} does not match the layout's "
-            f"{list(want_ep)} ({layout.describe()}); build groups from the same layout"
+            f"{list(mesh.ep.ranks)} ({layout.describe()}); build groups from the same layout"
         )
-    if tuple(sorted(tp_ranks)) != tuple(sorted(want_tp)):
-        raise ValueError(f"rank {rank}: TP group {list(tp_ranks)} does not match the layout's {list(want_tp)}")
+    if tuple(sorted(tp_ranks)) != tuple(sorted(mesh.tp.ranks)):
+        raise ValueError(f"rank {rank}: TP group {list(tp_ranks)} does not match the layout's {list(mesh.tp.ranks)}")
     if transport == "duplex":
         # Members in sorted order, as new_group orders them: block p of a duplex AllToAll goes
         # where all_to_all_single would send it.
@@ -250,4 +227,4 @@ def exchange_groups(
         if len(tp_ranks) > 1:
             tp_group = duplex_groups([sorted(g.ranks) for g in layout.groups_of("tp")], rank)
             tp_ranks = tp_group.ranks
-    return ExchangeGroups(ep_group, ep_ranks, tp_group, tp_ranks, rank, layout)
+    return mesh.replace(ep=mesh.ep.rebind(ep_group, ep_ranks), tp=mesh.tp.rebind(tp_group, tp_ranks))

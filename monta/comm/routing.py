@@ -1,5 +1,5 @@
-"""Where a route goes, for exchanges that move tokens rather than capacity buffers: the EP group's
-nodes and rails (``EPGeometry``) and a batch's routes as member / node / expert-buffer positions.
+"""Where a route goes, for exchanges that move tokens rather than capacity buffers: a batch's routes as
+member / node / expert-buffer positions (the EP group's nodes and rails: the mesh's ``ep`` axis).
 
 A route is (token s, choice j) with flat slot q = e * C + c in DeepSpeed's [E * C] buffer (q = E * C:
 dropped, DeepSpeed's scratch slot). Expert e lives on EP member e // (E / P); on that member the
@@ -9,67 +9,7 @@ member p) is (p * E/P + e % (E/P)) * C + c.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-
 import torch
-
-
-@dataclass(frozen=True)
-class EPGeometry:
-    """The EP group on the nodes: member i's node (0.. in order of appearance) and local index (its
-    position among its node's members). Every node holds the same number of members (``per_node``)."""
-
-    ranks: tuple[int, ...]
-    node: tuple[int, ...]
-    local: tuple[int, ...]
-    nodes: int
-    per_node: int
-    index: int  # this rank's member index
-
-    @classmethod
-    def of(cls, g) -> EPGeometry:
-        """The geometry of ``g``'s EP group (computed once per group and rank: exchanges ask per call)."""
-        if g.layout is None:
-            raise ValueError("this exchange needs the layout in its groups (monta.comm.exchange.exchange_groups)")
-        return _geometry(tuple(g.ep_ranks), g.rank, g.layout)
-
-    @classmethod
-    def build(cls, ep_ranks: tuple[int, ...], rank: int, layout) -> EPGeometry:
-        phys = [layout.node_of(r) for r in ep_ranks]
-        order = list(dict.fromkeys(phys))
-        node = tuple(order.index(n) for n in phys)
-        local = tuple(sum(1 for q in range(i) if node[q] == node[i]) for i in range(len(node)))
-        counts = {n: node.count(n) for n in set(node)}
-        if len(set(counts.values())) != 1:
-            raise ValueError(f"EP group {list(ep_ranks)} holds different rank counts per node {counts}")
-        return cls(ep_ranks, node, local, len(order), counts[0], ep_ranks.index(rank))
-
-    @property
-    def size(self) -> int:
-        return len(self.ranks)
-
-    @property
-    def my_node(self) -> int:
-        return self.node[self.index]
-
-    @property
-    def my_local(self) -> int:
-        return self.local[self.index]
-
-    def member(self, node: int, local: int) -> int:
-        for i, (n, j) in enumerate(zip(self.node, self.local)):
-            if n == node and j == local:
-                return i
-        raise ValueError(f"no EP member at node {node}, local index {local}")
-
-    def node_members(self, node: int) -> list[int]:
-        return [i for i, n in enumerate(self.node) if n == node]
-
-
-@lru_cache(maxsize=256)
-def _geometry(ep_ranks: tuple[int, ...], rank: int, layout) -> EPGeometry:
-    return EPGeometry.build(ep_ranks, rank, layout)
 
 
 def route_members(slots: torch.Tensor, experts: int, capacity: int, members: int) -> torch.Tensor:

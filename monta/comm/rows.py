@@ -8,50 +8,22 @@ gather takes the own part; that of a shard gathers). EP gathers are real: their 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 import torch.distributed as dist
 
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import all_gather, all_to_all
 from monta.comm.duplex import DuplexGroup
+from monta.mesh import MeshAxis
 
 
-@dataclass(frozen=True)
-class Comm:
-    """One group as the row collectives use it: the group object, its members' global ranks in
-    member order, and this rank."""
-
-    group: Any
-    ranks: tuple[int, ...]
-    rank: int
-
-    @property
-    def size(self) -> int:
-        return len(self.ranks)
-
-    @property
-    def index(self) -> int:
-        return self.ranks.index(self.rank)
-
-
-def ep_comm(g) -> Comm:
-    return Comm(g.ep, g.ep_ranks, g.rank)
-
-
-def tp_comm(g) -> Comm:
-    return Comm(g.tp, g.tp_ranks, g.rank)
-
-
-def _meter(meter: TrafficMeter | None, c: Comm, nbytes: list[int], op: str, phase: str) -> None:
+def _meter(meter: TrafficMeter | None, c: MeshAxis, nbytes: list[int], op: str, phase: str) -> None:
     if meter is not None:
         meter.sends({c.ranks[p]: n for p, n in enumerate(nbytes)}, op, phase)
 
 
 def exchange_counts(
-    counts: list[int], c: Comm, meter: TrafficMeter | None, phase: str, device: torch.device | str = "cpu"
+    counts: list[int], c: MeshAxis, meter: TrafficMeter | None, phase: str, device: torch.device | str = "cpu"
 ) -> list[int]:
     """Rows this rank will receive from each member, given the rows it sends to each (an int64
     AllToAll: the 'notify' step of an uneven exchange; metered as ``meta``; on ``device``, the data's:
@@ -67,7 +39,7 @@ def exchange_counts(
 
 def a2av(
     sends: list[torch.Tensor],
-    c: Comm,
+    c: MeshAxis,
     recv_rows: list[int] | None = None,
     meter: TrafficMeter | None = None,
     op: str = "alltoall",
@@ -82,7 +54,7 @@ def a2av(
 
 def a2av_parts(
     parts: list[list[torch.Tensor]],
-    c: Comm,
+    c: MeshAxis,
     recv_rows: list[int],
     meter: TrafficMeter | None = None,
     ops: list[str] | None = None,
@@ -151,7 +123,7 @@ class _A2AV(torch.autograd.Function):
 def a2av_rows(
     x: torch.Tensor,
     send_rows: list[int],
-    c: Comm,
+    c: MeshAxis,
     recv_rows: list[int],
     meter: TrafficMeter | None = None,
     op: str = "alltoall",
@@ -166,7 +138,7 @@ def a2av_rows_with(
     x: torch.Tensor,
     riders: tuple[torch.Tensor, ...],
     send_rows: list[int],
-    c: Comm,
+    c: MeshAxis,
     recv_rows: list[int],
     meter: TrafficMeter | None = None,
     op: str = "alltoall",
@@ -202,7 +174,7 @@ class _TPGather(torch.autograd.Function):
         return grad[c.index * n : (c.index + 1) * n].clone(), None, None, None
 
 
-def _gather_even(x: torch.Tensor, c: Comm, meter, op: str, phase: str) -> torch.Tensor:
+def _gather_even(x: torch.Tensor, c: MeshAxis, meter, op: str, phase: str) -> torch.Tensor:
     if c.size == 1:
         return x.clone()
     out = x.new_empty((c.size * x.shape[0],) + tuple(x.shape[1:]))
@@ -211,7 +183,7 @@ def _gather_even(x: torch.Tensor, c: Comm, meter, op: str, phase: str) -> torch.
     return out
 
 
-def _reduce_scatter(x: torch.Tensor, c: Comm, meter, phase: str) -> torch.Tensor:
+def _reduce_scatter(x: torch.Tensor, c: MeshAxis, meter, phase: str) -> torch.Tensor:
     """Sum over members of block ``index`` of every member's ``x`` (blocks along dim 0): the direct
     algorithm, one AllToAll then a sum in member order (the per-rank bytes of a ring ReduceScatter)."""
     if c.size == 1:
@@ -268,14 +240,14 @@ class _TPGatherV(torch.autograd.Function):
         return (None,) * 4 + (grad[lo : lo + rows[c.index]].clone(),) + (None,) * len(rest)
 
 
-def tp_gather_v(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> tuple[torch.Tensor, list[int]]:
+def tp_gather_v(x: torch.Tensor, c: MeshAxis, meter=None, phase: str = "") -> tuple[torch.Tensor, list[int]]:
     """Every TP member's rows (any count each), concatenated in member order, and the counts."""
     (out, *_), rows = tp_gather_v_with(x, (), c, meter, phase)
     return out, rows
 
 
 def tp_gather_v_with(
-    x: torch.Tensor, riders: tuple[torch.Tensor, ...], c: Comm, meter=None, phase: str = ""
+    x: torch.Tensor, riders: tuple[torch.Tensor, ...], c: MeshAxis, meter=None, phase: str = ""
 ) -> tuple[tuple[torch.Tensor, ...], list[int]]:
     """``tp_gather_v`` of ``x`` and, in the same batch, ``riders`` with the same rows (routes; metered as
     ``meta``, no gradient): every member's rows of each, and the counts."""
@@ -304,7 +276,7 @@ class _TPSelect(torch.autograd.Function):
         return full, None, None, None, None
 
 
-def tp_select(x: torch.Tensor, used: list[torch.Tensor], c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+def tp_select(x: torch.Tensor, used: list[torch.Tensor], c: MeshAxis, meter=None, phase: str = "") -> torch.Tensor:
     """``x[used[own member]]`` of a TP-replicated ``x`` whose rows the TP members divide among them
     (``used``: every member's row indices, disjoint); backward: the members' gradients gathered."""
     if c.size == 1:
@@ -312,30 +284,30 @@ def tp_select(x: torch.Tensor, used: list[torch.Tensor], c: Comm, meter=None, ph
     return _TPSelect.apply(x, list(used), c, meter, phase)
 
 
-def tp_shard(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+def tp_shard(x: torch.Tensor, c: MeshAxis, meter=None, phase: str = "") -> torch.Tensor:
     """This TP rank's 1/TP of the rows of a TP-replicated ``x`` (backward: AllGather over TP)."""
     if x.shape[0] % c.size:
         raise ValueError(f"{x.shape[0]} tokens do not split over the tensor-parallel group of {c.size}")
     return _TPShard.apply(x, c, meter, phase) if c.size > 1 else x
 
 
-def tp_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+def tp_gather(x: torch.Tensor, c: MeshAxis, meter=None, phase: str = "") -> torch.Tensor:
     """AllGather over TP of equal shards into a TP-replicated whole (backward: the own shard)."""
     return _TPGather.apply(x, c, meter, phase) if c.size > 1 else x
 
 
-def ep_gather(x: torch.Tensor, c: Comm, meter=None, phase: str = "", op: str = "allgather") -> torch.Tensor:
+def ep_gather(x: torch.Tensor, c: MeshAxis, meter=None, phase: str = "", op: str = "allgather") -> torch.Tensor:
     """AllGather over EP (members' rows in member order); backward: ReduceScatter (sum). ``op``: how the
     meter books it (``meta`` for routing data such as gates)."""
     return _EPGather.apply(x, c, meter, phase, op) if c.size > 1 else x
 
 
-def ep_reduce_scatter(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+def ep_reduce_scatter(x: torch.Tensor, c: MeshAxis, meter=None, phase: str = "") -> torch.Tensor:
     """ReduceScatter over EP of ``x`` = [members x rows]; backward: AllGather."""
     return _EPReduceScatter.apply(x, c, meter, phase) if c.size > 1 else x
 
 
-def gather_ints(x: torch.Tensor, c: Comm, meter=None, phase: str = "") -> torch.Tensor:
+def gather_ints(x: torch.Tensor, c: MeshAxis, meter=None, phase: str = "") -> torch.Tensor:
     """AllGather of routing metadata (no autograd), metered as ``meta``."""
     if c.size == 1:
         return x.clone()

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from monta import variants as registry
-from monta.groups import MPU, ProcessGroups
+from monta.groups import MPU
+from monta.mesh import Mesh, MeshAxis
 from monta.model.config import ModelConfig
 from monta.model.data import synthetic_batch
-from monta.model.tp import TPGroup
 from monta.model.transformer import MoETransformer
 from monta.variants import LINA_CHUNK_BYTES, PARTITIONS  # PARTITIONS: Lancet's batch partitions by default
 
@@ -70,33 +69,33 @@ class Variant:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def grad_items(model: MoETransformer, pgs: ProcessGroups, sync_pgs: ProcessGroups):
+def grad_items(model: MoETransformer, sync_mesh: Mesh):
     """What DeepSpeed's ZeRO reduction does, per parameter: divide by DP size, sum over DP (dense) or EDP (experts)."""
     from deepspeed.moe.utils import is_moe_param
 
     from monta.comm.priority import GradItem
 
-    dp = pgs.layout.dp
+    dp = sync_mesh.layout.dp
     items = []
     for p in model.parameters():
         if is_moe_param(p):
-            items.append(GradItem(p, sync_pgs.edp, pgs.layout.expert_dp, float(dp)))
+            items.append(GradItem(p, sync_mesh.edp.group, sync_mesh.layout.expert_dp, float(dp)))
         else:
-            items.append(GradItem(p, sync_pgs.dp, dp, float(dp)))
+            items.append(GradItem(p, sync_mesh.dp.group, dp, float(dp)))
     return items
 
 
 def build_variant(
     name: str,
     cfg: ModelConfig,
-    pgs: ProcessGroups,
-    model_tp: TPGroup,
+    mesh: Mesh,
+    model_tp: MeshAxis,
     *,
     chunks=4,
     seed: int = 1234,
     zero_stage: int = 1,
     lr: float = 1e-3,
-    sync_pgs: ProcessGroups | None = None,
+    sync_mesh: Mesh | None = None,
     lina_chunk_bytes: int = LINA_CHUNK_BYTES,
     lancet_partitions: int = PARTITIONS,
     choices=None,
@@ -113,7 +112,7 @@ def build_variant(
         spec.schedule.check_model(cfg)
     model = MoETransformer(
         cfg,
-        pgs,
+        mesh,
         model_tp,
         exchange=spec.exchange,
         chunks=spec.exchange_chunks(chunks),
@@ -129,18 +128,18 @@ def build_variant(
     )
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0)
     engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16), mpu=MPU(pgs)
+        model=model, optimizer=opt, config=ds_config(cfg, zero_stage, bf16), mpu=MPU(mesh)
     )
     v = Variant(name, engine, model, spec=spec)
     if spec.sync.priority:
         from monta.comm.priority import PriorityGradSync
 
-        if sync_pgs is None:
-            raise ValueError(f"variant {name} needs sync_pgs (its own process groups for the background thread)")
+        if sync_mesh is None:
+            raise ValueError(f"variant {name} needs sync_mesh (its own communicators for the background thread)")
         chunk_bytes = None if spec.sync.chunk_bytes is None else lina_chunk_bytes
-        v.grad_sync = PriorityGradSync(grad_items(model, pgs, sync_pgs), chunk_bytes=chunk_bytes)
+        v.grad_sync = PriorityGradSync(grad_items(model, sync_mesh), chunk_bytes=chunk_bytes)
     if spec.schedule.build is not None:
-        ctx = registry.ScheduleContext(model=model, cfg=cfg, pgs=pgs, chunks=chunks, partitions=lancet_partitions)
+        ctx = registry.ScheduleContext(model=model, cfg=cfg, mesh=mesh, chunks=chunks, partitions=lancet_partitions)
         v.schedule = spec.schedule.build(ctx)
         if v.schedule is not None:
             model.set_schedule(v.schedule)
@@ -221,12 +220,5 @@ def train_step(v: Variant, cfg: ModelConfig, step: int, seed: int, dp_rank: int,
     return out
 
 
-def dp_rank_of(pgs: ProcessGroups) -> int:
-    return MPU(pgs).get_data_parallel_rank()
-
-
-def make_tp_group(pgs_for_model: ProcessGroups) -> TPGroup:
-    """The model's TP group (a separate communicator from the exchange's, so they never interleave)."""
-    tp = pgs_for_model.tp
-    size = pgs_for_model.layout.tp
-    return TPGroup(tp, size, dist.get_rank(tp) if size > 1 else 0)
+def dp_rank_of(mesh: Mesh) -> int:
+    return MPU(mesh).get_data_parallel_rank()

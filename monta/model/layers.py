@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, copy_to_tp
+from monta.mesh import MeshAxis
+from monta.model.tp import ColumnParallelLinear, RowParallelLinear, copy_to_tp
 
 
 class RMSNorm(nn.Module):
@@ -91,7 +92,7 @@ class Attention(nn.Module):
     the model's ``monta.moe.Observers``, whose clock prices the attention core (None: not priced)."""
 
     def __init__(
-        self, hidden: int, num_heads: int, num_kv_heads: int, tp: TPGroup, rope: bool, theta: float, observers=None
+        self, hidden: int, num_heads: int, num_kv_heads: int, tp: MeshAxis, rope: bool, theta: float, observers=None
     ):
         super().__init__()
         self.observers = observers
@@ -122,7 +123,7 @@ class Attention(nn.Module):
 class SwiGLUExpert(nn.Module):
     """One expert: w2(silu(w1 x) * w3 x), ffn split over TP (w1/w3 column-, w2 row-parallel)."""
 
-    def __init__(self, hidden: int, ffn: int, tp: TPGroup):
+    def __init__(self, hidden: int, ffn: int, tp: MeshAxis):
         super().__init__()
         self.w1 = ColumnParallelLinear(hidden, ffn, tp)
         self.w3 = ColumnParallelLinear(hidden, ffn, tp)

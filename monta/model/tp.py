@@ -1,13 +1,12 @@
 """Megatron-style tensor parallelism: the copy/reduce region pair and column/row-parallel linears.
 
-The TP group travels in a ``TPGroup`` holder that deep-copies to itself, because DeepSpeed's
-``Experts`` deep-copies the expert module and a process-group handle cannot be copied.
+The TP group is the mesh's ``tp`` axis (``monta.mesh.MeshAxis``), which deep-copies to itself, because
+DeepSpeed's ``Experts`` deep-copies the expert module and a process-group handle cannot be copied.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,20 +14,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass(eq=False)
-class TPGroup:
-    """A tensor-parallel group handle, its size and this rank's index in it."""
-
-    group: Any
-    size: int
-    rank: int
-
-    def __deepcopy__(self, memo):  # shared, never copied: it names a communicator
-        return self
+from monta.mesh import MeshAxis
 
 
-def _all_reduce(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+def _all_reduce(x: torch.Tensor, tp: MeshAxis) -> torch.Tensor:
     if tp.size == 1:
         return x
     x = x.contiguous()
@@ -61,11 +50,11 @@ class _ReduceFromTP(torch.autograd.Function):
         return grad, None
 
 
-def copy_to_tp(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+def copy_to_tp(x: torch.Tensor, tp: MeshAxis) -> torch.Tensor:
     return _CopyToTP.apply(x, tp) if tp.size > 1 else x
 
 
-def reduce_from_tp(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+def reduce_from_tp(x: torch.Tensor, tp: MeshAxis) -> torch.Tensor:
     return _ReduceFromTP.apply(x, tp) if tp.size > 1 else x
 
 
@@ -148,7 +137,7 @@ def linear(x: torch.Tensor, weight: nn.Parameter) -> torch.Tensor:
 class ColumnParallelLinear(nn.Module):
     """Output features split over TP; input is TP-replicated (copy region in front)."""
 
-    def __init__(self, in_features: int, out_features: int, tp: TPGroup):
+    def __init__(self, in_features: int, out_features: int, tp: MeshAxis):
         super().__init__()
         if out_features % tp.size:
             raise ValueError(f"out_features={out_features} is not divisible by tp={tp.size}")
@@ -160,7 +149,7 @@ class ColumnParallelLinear(nn.Module):
         """Take this rank's rows of the full [out, in] matrix (so init is TP-size independent)."""
         n = self.weight.shape[0]
         with torch.no_grad():
-            self.weight.copy_(full[self.tp.rank * n : (self.tp.rank + 1) * n])
+            self.weight.copy_(full[self.tp.index * n : (self.tp.index + 1) * n])
 
     def forward(self, x: torch.Tensor, copied: bool = False) -> torch.Tensor:
         # copied=True: the caller already entered the copy region once for several linears
@@ -171,7 +160,7 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """Input features split over TP; partial outputs summed by a TP all-reduce (reduce region)."""
 
-    def __init__(self, in_features: int, out_features: int, tp: TPGroup):
+    def __init__(self, in_features: int, out_features: int, tp: MeshAxis):
         super().__init__()
         if in_features % tp.size:
             raise ValueError(f"in_features={in_features} is not divisible by tp={tp.size}")
@@ -182,7 +171,7 @@ class RowParallelLinear(nn.Module):
     def load_full(self, full: torch.Tensor) -> None:
         n = self.weight.shape[1]
         with torch.no_grad():
-            self.weight.copy_(full[:, self.tp.rank * n : (self.tp.rank + 1) * n])
+            self.weight.copy_(full[:, self.tp.index * n : (self.tp.index + 1) * n])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return reduce_from_tp(linear(x, self.weight), self.tp)

@@ -14,15 +14,14 @@ import zlib
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from monta.groups import ProcessGroups
+from monta.mesh import Mesh, MeshAxis
 from monta.model.clock import ClockPiece
 from monta.model.config import ModelConfig
 from monta.model.layers import Attention, RMSNorm, SwiGLUExpert
-from monta.model.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, linear
+from monta.model.tp import ColumnParallelLinear, RowParallelLinear, linear
 
 # A schedule runs one MoE layer: (moe module, x [B, S, M]) -> (out [B, S, M], l_aux). One with a
 # ``layer_forward(decoder_layer, x) -> (x_next, l_aux)`` method runs the whole decoder layer instead.
@@ -38,7 +37,7 @@ def stock_schedule(moe: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: TPGroup, pgs: ProcessGroups, exchange: str, chunks, choices, observers):
+    def __init__(self, cfg: ModelConfig, tp: MeshAxis, mesh: Mesh, exchange: str, chunks, choices, observers):
         super().__init__()
         from monta.moe import MoE  # deepspeed import deferred to model construction
 
@@ -52,7 +51,7 @@ class DecoderLayer(nn.Module):
             cfg.hidden,
             SwiGLUExpert(cfg.hidden, cfg.ffn, tp),
             num_experts=cfg.num_experts,
-            ep_size=pgs.layout.ep,
+            ep_size=mesh.layout.ep,
             k=cfg.top_k,
             capacity_factor=cfg.capacity_factor,
             eval_capacity_factor=cfg.capacity_factor,
@@ -60,7 +59,7 @@ class DecoderLayer(nn.Module):
             enable_expert_tensor_parallelism=True,
             exchange=exchange,
             chunks=chunks,
-            groups=pgs,
+            mesh=mesh,
             choices=choices,
             observers=observers,
         )
@@ -88,8 +87,8 @@ class MoETransformer(nn.Module):
     def __init__(
         self,
         cfg: ModelConfig,
-        pgs: ProcessGroups,
-        tp: TPGroup,
+        mesh: Mesh,
+        tp: MeshAxis,
         exchange: str = "deepspeed",
         chunks=1,
         seed: int = 1234,
@@ -100,17 +99,16 @@ class MoETransformer(nn.Module):
         super().__init__()
         from monta.moe import Observers
 
-        cfg.check_layout(pgs.layout.tp, pgs.layout.ep)
+        cfg.check_layout(mesh.layout.tp, mesh.layout.ep)
         self.cfg = cfg
         self.observers = observers if observers is not None else Observers()
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, tp, pgs, exchange, chunks, choices, self.observers) for _ in range(cfg.num_layers)
+            DecoderLayer(cfg, tp, mesh, exchange, chunks, choices, self.observers) for _ in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.head = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden))  # replicated over TP
-        ep_rank = dist.get_rank(pgs.ep) if pgs.ep is not None else 0
-        self._init_weights(seed, ep_rank)
+        self._init_weights(seed, mesh.ep.index)
         self._tag_clock_pieces()
 
     def _init_weights(self, seed: int, ep_rank: int) -> None:

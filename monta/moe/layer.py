@@ -27,9 +27,10 @@ from monta.chunking import (
 )
 from monta.comm.accounting import TrafficMeter
 from monta.comm.dispatcher import Dispatcher, build_dispatcher
-from monta.comm.exchange import exchange_groups, validate_exchange
+from monta.comm.exchange import exchange_mesh, validate_exchange
 from monta.comm.timing import timed_combine, timed_dispatch
-from monta.groups import ProcessGroups, init_deepspeed_groups
+from monta.groups import init_deepspeed_groups
+from monta.mesh import Mesh
 from monta.moe.gate_routing import WorkloadChoices, workload_gate
 from monta.moe.observers import Observers
 
@@ -69,7 +70,7 @@ class ExchangeMOELayer(MOELayer):
         base: MOELayer,
         exchange: str,
         chunks: Chunks,
-        groups: ProcessGroups | None,
+        mesh: Mesh | None,
         expert_tp: bool,
         chooser: Chooser | None = None,
         choices: WorkloadChoices | None = None,
@@ -84,7 +85,7 @@ class ExchangeMOELayer(MOELayer):
                 "or give a chunk count"
             )
         self.chooser = chooser
-        self.pgs = groups
+        self.mesh = mesh
         self.expert_tp = expert_tp
         self.exchange: Dispatcher | None = None
         self.meter: TrafficMeter | None = None
@@ -95,12 +96,12 @@ class ExchangeMOELayer(MOELayer):
     # -- groups ---------------------------------------------------------------------------
     def _set_ep_group(self, ep_group):
         super()._set_ep_group(ep_group)
-        if self.pgs is None:
-            raise ValueError("monta.moe.MoE needs groups=ProcessGroups (monta.groups.build_process_groups(layout))")
-        g = exchange_groups(ep_group, self.pgs.tp, self.pgs.layout, self.pgs.rank)
-        self.meter = TrafficMeter(self.pgs.layout, self.pgs.rank, fault=self.observers.fault)
+        if self.mesh is None:
+            raise ValueError("monta.moe.MoE needs mesh= (monta.mesh.build_mesh(layout))")
+        g = exchange_mesh(self.mesh, ep=ep_group)
+        self.meter = TrafficMeter(self.mesh.layout, self.mesh.rank, fault=self.observers.fault)
         default = self.chunks.n if isinstance(self.chunks, Fixed) else 1  # a call without a plan's count
-        self.exchange = build_dispatcher(self.exchange_name, g, default, self.expert_tp and g.tp_size > 1, self.meter)
+        self.exchange = build_dispatcher(self.exchange_name, g, default, self.expert_tp and g.tp.size > 1, self.meter)
 
     # -- phases ---------------------------------------------------------------------------
     def expected_capacity(self, num_tokens: int) -> int | None:
@@ -119,11 +120,11 @@ class ExchangeMOELayer(MOELayer):
         runs on there (chunking never changes values; the log says so once)."""
         if not self.exchange.chunked:  # a registry property of the exchange, not its name
             return 1
-        tp = self.exchange.groups.tp_size
+        tp = self.exchange.mesh.tp.size
         cl = capacity_slice(capacity, tp)  # a capacity TP does not divide is refused by check_capacity
         E = self.ep_size * self.num_local_experts
         nbytes = dispatch_bytes(E, capacity, x_SM.shape[-1], x_SM.element_size())
-        n = self.chunks.resolve(nbytes, self.pgs.layout, cl, self.chooser)
+        n = self.chunks.resolve(nbytes, self.mesh.layout, cl, self.chooser)
         if n > cl and (n, cl) not in _REDUCED:
             _REDUCED.add((n, cl))
             log.warning(
@@ -141,7 +142,7 @@ class ExchangeMOELayer(MOELayer):
         if self.exchange is None:
             raise ValueError(
                 "MoE layer has no expert-parallel group yet; call set_deepspeed_parallelism() "
-                "or construct monta.moe.MoE with groups="
+                "or construct monta.moe.MoE with mesh="
             )
         expected = self.expected_capacity(x_SM.shape[0])
         self.exchange.check_tokens(x_SM.shape[0])
@@ -193,7 +194,7 @@ class MoE(ds_layer.MoE):
     'monta' or a plugin's) and ``chunks=``.
 
     Same constructor, parameters and outputs as DeepSpeed's layer; only the token exchange
-    differs, so variants compare apples to apples. ``groups`` carries the layout's process groups.
+    differs, so variants compare apples to apples. ``mesh`` carries the layout's process groups (``monta.mesh.Mesh``).
     ``chunks``: an integer, ``"auto"`` or a ``monta.chunking`` value; ``chunk_chooser`` resolves
     ``"auto"`` (required with it: ``monta.perfmodel.network.chunks.model_chooser(cluster)``, say).
     ``choices``: a routing workload's ``WorkloadChoices`` for this EP member, routed in place of the gate's
@@ -221,7 +222,7 @@ class MoE(ds_layer.MoE):
         *,
         exchange: str = "monta",
         chunks: int | str | Chunks = 4,
-        groups: ProcessGroups | None = None,
+        mesh: Mesh | None = None,
         chunk_chooser: Chooser | None = None,
         choices: WorkloadChoices | None = None,
         observers: Observers | None = None,
@@ -230,10 +231,9 @@ class MoE(ds_layer.MoE):
         chunks = parse_chunks(chunks)
         if use_tutel:
             raise ValueError("use_tutel=True is not supported by monta.moe.MoE; the exchange replaces Tutel's")
-        if groups is not None and groups.layout.ep != ep_size:
+        if mesh is not None and mesh.layout.ep != ep_size:
             raise ValueError(
-                f"ep_size={ep_size} does not match the layout's EP degree {groups.layout.ep} "
-                f"({groups.layout.describe()})"
+                f"ep_size={ep_size} does not match the layout's EP degree {mesh.layout.ep} ({mesh.layout.describe()})"
             )
         if num_experts % ep_size:
             raise ValueError(f"num_experts={num_experts} is not divisible by ep_size={ep_size}")
@@ -254,18 +254,18 @@ class MoE(ds_layer.MoE):
             enable_expert_tensor_parallelism,
             top2_2nd_expert_sampling,
         )
-        self.pgs = groups
+        self.mesh = mesh
         self.deepspeed_moe = ExchangeMOELayer(
             self.deepspeed_moe,
             exchange,
             chunks,
-            groups,
+            mesh,
             enable_expert_tensor_parallelism,
             chunk_chooser,
             choices,
             observers,
         )
-        if groups is not None:
+        if mesh is not None:
             self.set_deepspeed_parallelism()
 
     def _create_process_groups(self, use_data_before_expert_parallel_: bool = False) -> None:
@@ -273,9 +273,9 @@ class MoE(ds_layer.MoE):
             # Already bound at construction; deepspeed.initialize() calls this again, and
             # DeepSpeed's gate refuses a second EP group.
             return
-        if self.pgs is not None and self.expert_group_name not in ds_groups._get_expert_parallel_group_dict():
+        if self.mesh is not None and self.expert_group_name not in ds_groups._get_expert_parallel_group_dict():
             # Build DeepSpeed's expert groups from our layout (TP-strided, as the layout says).
-            init_deepspeed_groups(self.pgs, self.enable_expert_tensor_parallelism)
+            init_deepspeed_groups(self.mesh, self.enable_expert_tensor_parallelism)
         super()._create_process_groups(use_data_before_expert_parallel_)
 
     @property

@@ -9,46 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monta.hardware.links import Cluster
+from monta.parallel import GroupShape  # noqa: F401  (re-exported: every collective here takes one)
 
 # Notation: S = bytes each rank sends in total (nccl-tests "size" for AllToAll), n = group size,
 # p = ranks of the group on each node it spans, m = n / p nodes spanned, c = ranks of one node
 # running a same-shaped collective concurrently (every rank of the node in SPMD code).
-
-
-@dataclass(frozen=True)
-class GroupShape:
-    """How a process group sits on the nodes: size, ranks per node, concurrent ranks per node."""
-
-    size: int
-    ranks_per_node: int
-    concurrent_per_node: int
-
-    def __post_init__(self) -> None:
-        if self.size < 1 or self.ranks_per_node < 1 or self.size % self.ranks_per_node:
-            raise ValueError(f"group of {self.size} ranks cannot have {self.ranks_per_node} on each node")
-
-    @property
-    def nodes(self) -> int:
-        return self.size // self.ranks_per_node
-
-    @property
-    def link(self) -> str:
-        return "intra" if self.nodes == 1 else "inter"
-
-    @classmethod
-    def strided(cls, size: int, stride: int, gpus_per_node: int) -> GroupShape:
-        """Ranks r, r+stride, ... (Megatron/DeepSpeed rank order): a node holds gpn/stride of them."""
-        per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
-        while size % per_node:  # a group that does not tile nodes evenly: be conservative
-            per_node -= 1
-        return cls(size, per_node, gpus_per_node)
-
-    @classmethod
-    def of_group(cls, group, layout) -> GroupShape:
-        """From a ``monta.parallel.Group`` of a ``ParallelLayout`` (counts ranks on its first node)."""
-        first = layout.node_of(group.ranks[0])
-        per_node = sum(1 for r in group.ranks if layout.node_of(r) == first)
-        return cls(len(group.ranks), per_node, layout.gpus_per_node)
 
 
 @dataclass(frozen=True)

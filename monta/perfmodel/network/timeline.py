@@ -82,7 +82,4 @@ def _res(ct: CollTime) -> dict[str, float]:
 
 def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:
     """EP and TP group shapes of a ``monta.parallel.ParallelLayout`` (rank 0's groups; layouts are symmetric)."""
-    return (
-        GroupShape.of_group(layout.group_of("ep", 0), layout),
-        GroupShape.of_group(layout.group_of("tp", 0), layout),
-    )
+    return layout.shape("ep"), layout.shape("tp")

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from monta.parallel import ParallelLayout
 from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.reports.published import Row, blind_cluster
 
 TOLERANCE = 0.10
@@ -53,13 +53,18 @@ def _cluster(params: dict, nodes: int = 2, **defaults):
     return c
 
 
+def _world(c):
+    """The whole cluster as one group (nccl-tests' run): the data-parallel axis of a TP-1 layout on it."""
+    return ParallelLayout(c.nodes, c.gpus_per_node).shape("dp")
+
+
 def _allreduce_busbw(c, size: float) -> float:
-    g = GroupShape(c.world_size, c.gpus_per_node, c.gpus_per_node)
+    g = _world(c)
     return C.busbw_GBps("allreduce", size, C.allreduce(size, g, c).time_us, c.world_size)
 
 
 def _alltoall(c, size: float):
-    g = GroupShape(c.world_size, c.gpus_per_node, c.gpus_per_node)
+    g = _world(c)
     t = C.alltoall(size, g, c)
     return t, C.busbw_GBps("alltoall", size, t.time_us, c.world_size)
 
@@ -173,7 +178,7 @@ def check_nvls(params, expected):
     so this checks that the model carries it through to a busbw, not the figure itself)."""
     c = _cluster({"gpu": "H100", "nic_gbps": 400, **params}, nodes=1)
     S = LARGE
-    g = GroupShape(c.world_size, c.gpus_per_node, c.gpus_per_node)
+    g = _world(c)
     t = C.allreduce(S, g, c).time_us
     alg, bus = C.algbw_GBps(S, t), C.busbw_GBps("allreduce", S, t, c.world_size)
     return [
@@ -197,7 +202,6 @@ def check_link(params, expected):
 def check_crossover_2dh(params, expected):
     """A hierarchical AllToAll (the claim's ``exchange``, Tutel's 2DH in the project's table) against the flat
     one (``flat``) at TP 1, 8 GPUs a node, as the GPU count grows: slower at 16 GPUs, faster beyond a crossover."""
-    from monta.parallel import ParallelLayout
     from monta.perfmodel.network.routed import routed_exchange_time
 
     hier_x, flat_x = params["exchange"], params.get("flat", "deepspeed")
@@ -220,7 +224,6 @@ def check_crossover_dispatcher(params, expected):
     """An AllGather dispatcher (the claim's ``exchange``, Megatron-Core's in the project's table) against the
     AllToAll one (``flat``) on 2 x 8 (EP over nodes): ``expected["better_dispatcher"]`` names the kind that
     should win, "allgather" (at very large top-k) or "alltoall" (at the usual top-k)."""
-    from monta.parallel import ParallelLayout
     from monta.perfmodel.network.routed import routed_exchange_time
 
     gather_x, flat_x = params["exchange"], params.get("flat", "deepspeed")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from monta.hardware.links import Cluster
+from monta.parallel import axis_shapes
 from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
@@ -127,7 +127,8 @@ def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float
     from monta.perfmodel.training.micro_batch import PLAN_CHUNKS
 
     gpn = cluster.gpus_per_node
-    ep, tp = GroupShape.strided(s.ep, s.tp, gpn), GroupShape.strided(s.tp, 1, gpn)
+    shapes = axis_shapes(gpn, tp=s.tp, ep=s.ep)
+    ep, tp = shapes["ep"], shapes["tp"]
     S = tokens * m.topk * m.hidden * 2
     chunks = best_chunks(S, ep, tp, cluster, candidates=PLAN_CHUNKS) if takes_chunks(s.variant) else 1
     ex = exchange_shapes(s.variant, S, ep, tp, cluster, chunks, m.topk, m.experts, m.hidden * 2)
@@ -149,8 +150,8 @@ def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> flo
     if s.ep == 1:
         return 0.0
     gpn = cluster.gpus_per_node
-    ep = GroupShape.strided(s.ep, 1, gpn)
-    tp1 = GroupShape(1, 1, gpn)
+    shapes = axis_shapes(gpn, ep=s.ep)  # the published runs' EP over consecutive ranks, no TP
+    ep, tp1 = shapes["ep"], shapes["tp"]
     routed = _published_exchange(s.dispatcher)
     dedup = routed is not None
     disp_bytes = 1 if (dedup and s.fp8) else 2
@@ -229,8 +230,9 @@ def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) ->
     dense_slice, expert_slice = dense / (s.tp * s.pp), expert / (s.ep * s.pp)
     lanes = s.dp * s.cp
     edp = max(1, lanes * s.tp // s.ep)
-    g_dense = GroupShape.strided(lanes, s.tp, gpn) if lanes > 1 else None
-    g_exp = GroupShape.strided(edp, s.ep, gpn) if edp > 1 else None
+    # dense: DP lanes strided by TP; experts folded (Megatron-Core: expert TP 1, EP over the TP x DP ranks)
+    g_dense = axis_shapes(gpn, tp=s.tp, lanes=lanes)["dp"] if lanes > 1 else None
+    g_exp = axis_shapes(gpn, ep=s.ep, lanes=lanes * s.tp)["edp"] if edp > 1 else None
     t = 0.0
     for g, n in ((g_dense, dense_slice), (g_exp, expert_slice)):
         if g is not None:
@@ -283,7 +285,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
     else:
         a2a = _exchange_us(m, s, cluster, tokens / s.tp) * skew
-    ag = C.allgather(tokens / s.tp * m.hidden * 2, GroupShape.strided(s.tp, 1, cluster.gpus_per_node), cluster)
+    ag = C.allgather(tokens / s.tp * m.hidden * 2, axis_shapes(cluster.gpus_per_node, tp=s.tp)["tp"], cluster)
     tp_us = 4 * 2 * ag.time_us if s.tp > 1 else 0.0  # SP: AllGather + ReduceScatter around attention, fwd + bwd
     kv = tokens * m.kv_bytes_per_token * 2
     # every rank of a node passes its K/V (and activations between stages) at once: gpn concurrent sends

@@ -10,8 +10,8 @@ from typing import Any
 
 from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
+from monta.parallel import GroupShape, axis_shapes
 from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
@@ -78,13 +78,7 @@ def shapes(s: Strategy, gpn: int) -> dict[str, GroupShape]:
 
 @lru_cache(maxsize=4096)
 def _shapes(tp: int, cp: int, ep: int, lanes: int, gpn: int) -> dict[str, GroupShape]:
-    return {
-        "tp": GroupShape.strided(tp, 1, gpn),
-        "cp": GroupShape.strided(cp, tp, gpn),
-        "ep": GroupShape.strided(ep, tp, gpn),
-        "dp": GroupShape.strided(lanes, tp, gpn),
-        "edp": GroupShape.strided(lanes // ep, tp * ep, gpn),
-    }
+    return axis_shapes(gpn, tp=tp, ep=ep, lanes=lanes, cp=cp)
 
 
 def _priority_sync_us(

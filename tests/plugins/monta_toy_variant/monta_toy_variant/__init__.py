@@ -44,32 +44,33 @@ def _hidden(o):
     return 0.0, 0.0
 
 
-def toy_pass(x, spec, groups, chunks, meter, phase):
+def toy_pass(x, spec, mesh, chunks, meter, phase):
     """One exchange pass as ``monta.comm.exchange.run_pass`` defines it, written out plainly: keep
     this TP rank's capacity slice (``spec.drop_in``), AllToAll over the EP group, AllGather the
-    slices over the TP group (``spec.gather_out``). ``chunks`` is ignored (registered unchunked)."""
+    slices over the TP group (``spec.gather_out``); ``mesh.ep`` / ``mesh.tp``: the axes (``monta.mesh``).
+    ``chunks`` is ignored (registered unchunked)."""
     from monta.comm.collectives import all_gather, all_to_all
 
     PASSES["count"] += 1
-    tp, tpr = groups.tp_size, groups.tp_rank
+    tp, tpr = mesh.tp.size, mesh.tp.index
     E, c_in, M = x.shape
     drop, gather = spec.drop_in and tp > 1, spec.gather_out and tp > 1
     cl = c_in // tp if drop else c_in
     send = (x.view(E, tp, cl, M)[:, tpr] if drop else x).contiguous()
     elsize = x.element_size()
-    if groups.ep_size > 1:
+    if mesh.ep.size > 1:
         recv = send.new_empty(send.shape)
         if meter is not None:
-            meter.all_to_all(groups.ep_ranks, send.numel() * elsize, phase)
-        all_to_all(recv, send, groups.ep).wait()
+            meter.all_to_all(mesh.ep.ranks, send.numel() * elsize, phase)
+        all_to_all(recv, send, mesh.ep.group).wait()
     else:
         recv = send
     if not gather:
         return recv.clone() if recv is x else recv
     out = recv.new_empty((tp,) + tuple(recv.shape))
     if meter is not None:
-        meter.all_gather(groups.tp_ranks, recv.numel() * elsize, phase)
-    all_gather(out, recv, groups.tp).wait()
+        meter.all_gather(mesh.tp.ranks, recv.numel() * elsize, phase)
+    all_gather(out, recv, mesh.tp.group).wait()
     return out.transpose(0, 1).reshape(E, tp * cl, M)  # [E, TP, Cl, M]: TP rank t's slice at t * Cl
 
 

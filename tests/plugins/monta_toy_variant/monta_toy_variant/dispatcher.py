@@ -35,12 +35,12 @@ class ToyDispatcher(Dispatcher):
         from deepspeed.moe.sharded_moe import _sparse_encode
 
         x_ECM = _sparse_encode(x_SM, plan.slots, plan.num_experts, plan.capacity)
-        return _toy_pass().apply(x_ECM, self._spec(True), self.groups, self.meter, "dispatch"), None
+        return _toy_pass().apply(x_ECM, self._spec(True), self.mesh, self.meter, "dispatch"), None
 
     def combine(self, y_ECM, plan, handle):
         from deepspeed.moe.sharded_moe import _sparse_decode
 
-        y = _toy_pass().apply(y_ECM, self._spec(False), self.groups, self.meter, "combine")
+        y = _toy_pass().apply(y_ECM, self._spec(False), self.mesh, self.meter, "combine")
         E, C, M = y.shape
         return _sparse_decode(y.reshape(E * C, M), plan.slots, plan.gates, plan.num_tokens)
 
@@ -54,13 +54,13 @@ def _toy_pass():
 
     class ToyPass(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, spec, groups, meter, phase):
-            ctx.spec, ctx.groups, ctx.meter, ctx.phase = spec, groups, meter, phase
-            return toy_pass(x, spec, groups, 1, meter, phase + "/fwd")
+        def forward(ctx, x, spec, mesh, meter, phase):
+            ctx.spec, ctx.mesh, ctx.meter, ctx.phase = spec, mesh, meter, phase
+            return toy_pass(x, spec, mesh, 1, meter, phase + "/fwd")
 
         @staticmethod
         def backward(ctx, grad):
-            dx = toy_pass(grad.contiguous(), ctx.spec.transpose(), ctx.groups, 1, ctx.meter, ctx.phase + "/bwd")
+            dx = toy_pass(grad.contiguous(), ctx.spec.transpose(), ctx.mesh, 1, ctx.meter, ctx.phase + "/bwd")
             return dx, None, None, None, None
 
     return ToyPass
