@@ -25,15 +25,15 @@ def layer_check_case(tp: int, specs, inject_fault: bool = False) -> dict:
     import torch
 
     from monta import variants
-    from monta.bench.alltoall_config import AlltoallConfig
+    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
     from monta.bench.alltoall_runner import Runner, buffer_shape, check_layer, rank_input, variant_rows
 
     names = tuple(sorted(variants.exchanges()))
     cfg = AlltoallConfig(
         nodes=2, gpus_per_node=4, tp=tp, ep=8 // tp, sizes=(SIZE,), variants=names, chunks=(2,),
         dtype="float32", experts=EXPERTS, hidden=HIDDEN, warmup=0, iters=1, adaptive=False, max_iters=1,
-        target_ci=0.0, budget_s=0.0, transport=None, inject_slowdown=None, check=True, components=True,
-        out=None, append=False, experiment="layer", backend="gloo", inject_fault=False, topology={},
+        target_ci=0.0, budget_s=0.0, transport=None, aids=AlltoallAids(check=True), components=True,
+        out=None, append=False, experiment="layer", backend="gloo", topology={},
         chunks_arg="2", topk=K, mode="layer",
     )  # fmt: skip
     r = Runner(cfg)
