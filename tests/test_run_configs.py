@@ -63,3 +63,62 @@ def test_the_config_round_trips_and_refuses_an_unknown_key():
     assert "aids" not in d and "mode" not in AlltoallConfig().to_dict()
     with pytest.raises(ValueError, match=r"^AlltoallConfig: unknown setting chunk \(known: .*\); remove it$"):
         AlltoallConfig.from_dict({**d, "chunk": 4})
+
+
+def _step_args(*flags: str) -> argparse.Namespace:
+    from monta.bench import step
+
+    p = argparse.ArgumentParser()
+    step.add_arguments(p)
+    return p.parse_args(list(flags))
+
+
+def test_a_bare_step_command_builds_the_step_configs_defaults():
+    from monta import variants as registry
+    from monta.bench.step_args import step_config
+    from monta.bench.step_config import StepConfig
+    from monta.model.config import resolve_config
+
+    cfg = step_config(_step_args())
+    # the model's resolved config and every registered variant are what the flags' None defaults stand for
+    want = StepConfig(overrides=resolve_config(StepConfig().model).to_dict(), variants=registry.names())
+    assert cfg == want and (cfg.tp, cfg.ep, cfg.steps, cfg.chunks) == (4, 2, 10, 4)
+
+
+def test_the_step_config_round_trips_as_the_records_spec_and_refuses_an_unknown_key():
+    from monta.bench.step_args import step_config
+    from monta.bench.step_config import StepConfig
+
+    cfg = step_config(_step_args("--variants", "deepspeed,monta", "--steps", "3", "--chunks", "2"))
+    spec = cfg.to_dict()
+    assert spec["layout"] == {"nodes": 2, "gpus_per_node": 4, "tp": 4, "ep": 2} and "chunks_requested" not in spec
+    assert StepConfig.from_dict(json.loads(json.dumps(spec))) == cfg
+    # what the launch and the rank learn are fields set by a new config: the records' spec keys as before
+    ran = dataclasses.replace(cfg, emulated=True, topology={"name": "x"}, chunks_used=2)
+    d = ran.to_dict()
+    assert (d["chunks"], d["chunks_requested"], d["emulated"], d["topology"]) == (2, 2, True, {"name": "x"})
+    assert "clock" not in d and "device" not in d and StepConfig.from_dict(d) == ran
+    with pytest.raises(ValueError, match=r"^StepConfig: unknown setting stepz \(known: .*\); remove it$"):
+        StepConfig.from_dict({**spec, "stepz": 3})
+    with pytest.raises(ValueError, match=r"^StepConfig: unknown setting pp "):
+        StepConfig.from_dict({**spec, "layout": {**spec["layout"], "pp": 2}})
+
+
+@pytest.mark.parametrize("name", ["model", "chunks", "steps", "warmup", "seed", "compute", "contention", "routing"])
+def test_a_step_flags_help_and_default_are_its_fields(name):
+    from monta.bench.step_config import StepConfig
+    from monta.runconfig import flag_default
+
+    p = argparse.ArgumentParser()
+    from monta.bench import step
+
+    step.add_arguments(p)
+    a = next(a for a in p._actions if a.dest == name)
+    assert a.help == help_of(StepConfig, name) and a.default == flag_default(StepConfig, name)
+
+
+def test_the_lancet_partitions_default_is_the_models():
+    from monta.bench.step_config import StepConfig
+    from monta.perfmodel.training.step import PARTITIONS
+
+    assert StepConfig().lancet_partitions == PARTITIONS

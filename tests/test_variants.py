@@ -275,13 +275,14 @@ def test_config_accepts_registered_composed_and_plugin_variants():
 def test_step_bench_checks_names_and_schedule_requirements_before_any_rank_starts():
     import argparse
 
-    from monta.bench.step import _spec, add_arguments
+    from monta.bench.step import add_arguments
+    from monta.bench.step import step_config as _spec
 
     p = argparse.ArgumentParser()
     add_arguments(p)
     spec = _spec(p.parse_args(["--variants", "deepspeed,exchange=monta,schedule=lancet,sync=priority,toy"]))
-    assert spec["variants"] == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "toy"]
-    assert set(registry.names()) <= set(_spec(p.parse_args([]))["variants"])  # default: every variant
+    assert list(spec.variants) == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "toy"]
+    assert set(registry.names()) <= set(_spec(p.parse_args([])).variants)  # default: every variant
     with pytest.raises(ValueError, match="--variants: unknown variant 'lanct'"):
         _spec(p.parse_args(["--variants", "monta,lanct"]))
     with pytest.raises(ValueError, match="variant monta\\+lancet: the lancet schedule needs --topk 2"):
