@@ -122,3 +122,18 @@ def test_the_lancet_partitions_default_is_the_models():
     from monta.perfmodel.training.step import PARTITIONS
 
     assert StepConfig().lancet_partitions == PARTITIONS
+
+
+@pytest.mark.parametrize("name", ["step-2x4-tp4-c664ae2.jsonl", "step-2x8-tp8-c664ae2.jsonl"])
+def test_the_committed_emulated_step_records_spec_reads_back_whole(name):
+    """An emulated run on the clock (its topology, clock and resolved chunks in the spec): the spec every
+    committed record carries is a StepConfig's to_dict, key for key."""
+    from pathlib import Path
+
+    from monta.bench.step_config import StepConfig
+
+    path = Path(__file__).parent / "data" / name
+    specs = [json.loads(line)["config"]["spec"] for line in path.read_text().splitlines() if line.strip()]
+    assert specs and all(s["emulated"] and s["clock"] and "chunks_requested" in s for s in specs)
+    for spec in specs:
+        assert StepConfig.from_dict(spec).to_dict() == spec
