@@ -86,7 +86,7 @@ def test_layer_mode_run_prints_progress_on_stdout_and_records_the_mode(tmp_path)
     cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
            "--sizes", "64K", "--hidden", "64", "--experts", "8", "--topk", "2", "--chunks", "2", "--iters", "2",
            "--warmup", "1", "--no-wandb", "--allow-unshaped", "--mode", "layer", "--routing", "W5", "--check",
-           "--variants", "deepspeed,monta,node-dedup", "--dilation", "1", "--out", str(out)]  # fmt: skip
+           "--exchanges", "deepspeed,monta,node-dedup", "--dilation", "1", "--out", str(out)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=800)
     assert p.returncode == 0, p.stderr[-3000:]
     progress = [ln for ln in p.stdout.splitlines() if ln.startswith("# progress")]

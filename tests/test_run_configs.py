@@ -218,3 +218,16 @@ def test_the_pipeline_schemas_defaults_are_the_run_configs_or_named_as_its_own()
                 differ.add((section, key))
     assert shared == 22  # every key of the two sections that a run config holds
     assert differ == set(PIPELINE_OWN), f"name these in PIPELINE_OWN or align them: {differ ^ set(PIPELINE_OWN)}"
+
+
+def test_exchanges_is_the_flag_and_variants_an_alias_that_warns(capsys):
+    from monta.bench.alltoall import build_config
+
+    base = ["bench", "alltoall", "--launcher", "env", "--sizes", "64K", "--hidden", "256"]
+    new = build_config(_parser().parse_args([*base, "--exchanges", "deepspeed,monta"]))
+    assert capsys.readouterr().err == ""
+    old = build_config(_parser().parse_args([*base, "--variants", "deepspeed,monta"]))
+    assert old == new and new.variants == ("deepspeed", "monta")
+    assert capsys.readouterr().err == "monta: warning: --variants is deprecated; use --exchanges\n"
+    with pytest.raises(ValueError, match=r"^--exchanges deepspeed,tutel: unknown 'tutel'"):
+        build_config(_parser().parse_args([*base, "--exchanges", "deepspeed,tutel"]))

@@ -105,7 +105,7 @@ def _bench(tmp_path, *args):
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("spec", ["W5", "W7"])
 def test_bench_records_carry_the_routing_and_w5_w7_run_to_the_end(tmp_path, spec):
-    p = _bench(tmp_path, "--check", "--routing", spec, "--variants", "deepspeed,monta,node-dedup")
+    p = _bench(tmp_path, "--check", "--routing", spec, "--exchanges", "deepspeed,monta,node-dedup")
     assert p.returncode == 0, p.stderr[-3000:]
     recs = {r["params"]["variant"]: r for r in read_records(tmp_path / "r.jsonl")}
     ds, nd = recs["deepspeed"]["metrics"], recs["node-dedup"]["metrics"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from monta.bench.alltoall_config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
 from monta.bench.alltoall_launch import default_timeout, expected_seconds, stall_seconds  # noqa: F401
+from monta.cli_args import deprecated_alias
 from monta.comm import EXCHANGES
 from monta.dtypes import DTYPE_BYTES, DTYPES
 from monta.parallel import ParallelLayout
@@ -42,8 +43,12 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         p,
         C,
         "variants",
+        "--exchanges",
+        dest="exchanges",
         extra=f": {', '.join(EXCHANGES)}, or one a plugin registered (`monta variants` lists them)",
     )
+    # the flag's name before the exchanges were told apart from the step's variants: read, with a warning
+    p.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
     add_flag(p, C, "chunks")
     add_flag(p, C, "min_chunk", metavar="BYTES")
     add_flag(p, C, "dtype", choices=DTYPES)
@@ -208,8 +213,9 @@ def _sweep(args: argparse.Namespace) -> dict:
 
     knobs = {k: ADAPTIVE_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in ADAPTIVE_DEFAULTS}
     names = ("nodes", "gpus_per_node", "tp", "ep", "chunks", "dtype", "experts", "hidden", "warmup", "iters")
+    given = {k: getattr(args, k) for k in names}
     return alltoall_sweep(
-        sizes_spec=args.sizes, variants=args.variants, **{k: getattr(args, k) for k in names}, **knobs
+        sizes_spec=args.sizes, variants=args.exchanges, keys={"variants": "exchanges"}, **given, **knobs
     )
 
 
