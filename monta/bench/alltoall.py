@@ -173,6 +173,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
     chunks = _chunks(args, v, layout, elsize)
     _check_routing(args.topk, experts, args.hidden, elsize, sizes, tp, variants)
     cf = number(args.capacity_factor, "capacity-factor", 0, 64, lo_open=True)
+    min_chunk = _min_chunk(args.min_chunk)
     if rep["max_iters"] < args.iters:
         raise UsageError(f"--max-iters {rep['max_iters']} is below --iters {args.iters}; use --max-iters >= --iters")
     if args.timeout is not None:
@@ -200,7 +201,7 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:
         chunks_arg=args.chunks,
         routing=routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout, cf),
         capacity_factor=cf,
-        min_chunk=_min_chunk(args.min_chunk),
+        min_chunk=min_chunk,
         device=_device(args.device, backend, args.launcher),
         aids=aids,
     )
