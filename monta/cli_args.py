@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# One default cluster shape for bench, predict and emulate (monta.runconfig: the run configs' too)
+from monta.runconfig import DEFAULT_GPUS_PER_NODE, DEFAULT_NODES
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in ``--help``: appended, unless the help says it in words already (a
@@ -80,12 +83,6 @@ def deprecated_alias(new: str):
             setattr(namespace, self.dest, values)
 
     return _Alias
-
-
-# One default cluster shape for bench, predict and emulate: the pipeline's 2 x 4 (config/default.yaml),
-# with TP a whole node unless --tp says otherwise.
-DEFAULT_NODES = 2
-DEFAULT_GPUS_PER_NODE = 4
 
 
 def add_shape_arguments(p: argparse.ArgumentParser, *, tp: bool = True, nodes_help: str = "nodes") -> None:

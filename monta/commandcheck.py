@@ -4,7 +4,7 @@ before any job starts.
 
 Every command is parsed by the CLI's own parser (an unknown flag or a bad choice exits 2); the benchmarks
 then run the checks their ``main`` runs before any rank starts: ``monta bench alltoall``'s flags into its
-worker config, ``monta bench step``'s into its spec and, with ``--compute modeled`` on the emulator, the
+worker config, ``monta bench step``'s into its StepConfig and, with ``--compute modeled`` on the emulator, the
 clock of the cluster its topology stands for. Nothing is launched; ``--out``'s folder gets only the
 write probe every benchmark makes (monta.validate.out_path).
 """
@@ -29,10 +29,9 @@ def check(argv: list[str]) -> argparse.Namespace:
 
 
 def _check_step(args: argparse.Namespace) -> None:
-    from monta.bench.step_args import spec
+    from monta.bench.step_args import step_config
     from monta.bench.step_launch import clock_of, topology
-    from monta.model.config import ModelConfig
 
-    run = spec(args)
+    run = step_config(args)
     if args.compute == "modeled" and args.launcher == "emulate":
-        clock_of(topology(args), run["layout"], ModelConfig(**run["overrides"]))
+        clock_of(topology(args), run.to_dict()["layout"], run.model_config)

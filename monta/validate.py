@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from monta.bench.alltoall_config import ADAPTIVE_DEFAULTS, AlltoallConfig
 from monta.dtypes import DTYPE_BYTES
+from monta.runconfig import flag_default
 from monta.units import parse_size
 
 # Limits. A sweep of more sizes than this is a typo (a factor of 1.0000001), not an experiment.
@@ -272,23 +275,8 @@ def writable(directory: Path) -> bool:
     return bits & 3 == 3 and os.access(directory, os.W_OK | os.X_OK)
 
 
-_SWEEP_KEYS = (
-    "nodes",
-    "gpus_per_node",
-    "tp",
-    "ep",
-    "sizes",
-    "variants",
-    "chunks",
-    "dtype",
-    "experts",
-    "hidden",
-    "warmup",
-    "iters",
-    "max_iters",
-    "target_ci",
-    "budget_s",
-)
+_SWEEP_KEYS = ("nodes", "gpus_per_node", "tp", "ep", "sizes", "variants", "chunks", "dtype", "experts", "hidden")
+_SWEEP_KEYS += ("warmup", "iters", "max_iters", "target_ci", "budget_s")
 
 
 def _sweep_layout(nodes: Any, gpus_per_node: Any, tp: Any, ep: Any, k: dict[str, str], where: Where) -> tuple[int, int]:
@@ -335,23 +323,27 @@ def _sweep_chunks(chunks: Any, slice_: int | None, smallest: int, k: dict[str, s
     return ch
 
 
+# `monta bench alltoall`'s defaults as its flags spell them: the AlltoallConfig fields'
+_A2A = {f.name: flag_default(AlltoallConfig, f.name) for f in fields(AlltoallConfig)}
+
+
 def alltoall_sweep(
     *,
     nodes: Any,
     gpus_per_node: Any,
-    tp: Any = None,
-    ep: Any = None,
-    sizes_spec: Any = "1M:16M:2",
-    variants: Any = "legacy,deepspeed,monta",
-    chunks: Any = "2,4",
-    dtype: str = "float32",
-    experts: Any = None,
-    hidden: Any = 1024,
-    warmup: Any = 2,
-    iters: Any = 5,
-    max_iters: Any = 40,
-    target_ci: Any = 0.04,
-    budget_s: Any = 180.0,
+    tp: Any = _A2A["tp"],
+    ep: Any = _A2A["ep"],
+    sizes_spec: Any = _A2A["sizes"],
+    variants: Any = _A2A["variants"],
+    chunks: Any = _A2A["chunks"],
+    dtype: str = _A2A["dtype"],
+    experts: Any = _A2A["experts"],
+    hidden: Any = _A2A["hidden"],
+    warmup: Any = _A2A["warmup"],
+    iters: Any = _A2A["iters"],
+    max_iters: Any = ADAPTIVE_DEFAULTS["max_iters"],
+    target_ci: Any = ADAPTIVE_DEFAULTS["target_ci"],
+    budget_s: Any = ADAPTIVE_DEFAULTS["budget_s"],
     where: Where = cli,
     keys: dict[str, str] | None = None,
 ) -> dict[str, Any]:

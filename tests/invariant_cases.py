@@ -83,7 +83,7 @@ def step_case(variants: list[str]) -> dict:
 def bench_case(tp: int, topk: int) -> dict:
     import torch
 
-    from monta.bench.alltoall_config import AlltoallConfig
+    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
     from monta.bench.alltoall_runner import Runner, buffer_shape, rank_input, variant_rows
 
     experts, hidden, size = 16, 16, 16 * 8 * 16 * 4 * 4
@@ -105,14 +105,12 @@ def bench_case(tp: int, topk: int) -> dict:
         target_ci=0.0,
         budget_s=0.0,
         transport=None,
-        inject_slowdown=None,
-        check=True,
+        aids=AlltoallAids(check=True),
         components=True,
         out=None,
         append=False,
         experiment="invariants",
         backend="gloo",
-        inject_fault=False,
         topology={},
         chunks_arg="1,2",
         topk=topk,

@@ -44,7 +44,7 @@ def bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(600)
 def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
     # toy-exchange: the test plugin's exchange (tests/plugins/monta_toy_variant), checked like the core's
-    good = bench("--check", "--variants", "legacy,deepspeed,monta,toy-exchange", "--out", str(tmp_path / "good.jsonl"))
+    good = bench("--check", "--exchanges", "legacy,deepspeed,monta,toy-exchange", "--out", str(tmp_path / "good.jsonl"))
     assert good.returncode == 0, good.stderr[-3000:]
     assert "algbw(GB/s)" in good.stdout and "Out of bounds values : 0 OK" in good.stdout
     recs = read_records(tmp_path / "good.jsonl")
@@ -92,8 +92,8 @@ def test_check_counts_zero_wrong_and_catches_an_injected_fault(tmp_path):
         (("--chunks", "0"), "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
         (("--chunks", "64"), "--chunks 64: 64 chunks exceed the capacity slice 16"),
         (
-            ("--variants", "legacy,tutel"),
-            "--variants legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, 2dh, allgather, "
+            ("--exchanges", "legacy,tutel"),
+            "--exchanges legacy,tutel: unknown 'tutel'; choose from legacy, deepspeed, monta, 2dh, allgather, "
             "node-dedup, toy-exchange",
         ),
         (

@@ -4,7 +4,7 @@ table's footer say about the rest, and that a floor of 0 leaves a record's confi
 from __future__ import annotations
 
 from monta.bench import chunk_floor
-from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
 
 MiB = 1 << 20
 ROWS = [("legacy", 1), ("deepspeed", 1), ("monta", 1), ("monta", 2), ("monta", 4), ("monta", 8), ("a2a", 1), ("ag", 1)]
@@ -42,8 +42,8 @@ def test_a_config_without_a_floor_writes_no_min_chunk_key():
     base = dict(
         nodes=2, gpus_per_node=4, tp=4, ep=2, sizes=(MiB,), variants=VARIANTS, chunks=(1, 2), dtype="float32",
         experts=2, hidden=1024, warmup=1, iters=5, adaptive=False, max_iters=5, target_ci=0.0, budget_s=0.0,
-        transport=None, inject_slowdown=None, check=False, components=True, out=None, append=False,
-        experiment="x", backend="gloo", inject_fault=False, topology={}, chunks_arg="1,2",
+        transport=None, aids=AlltoallAids(check=False), components=True, out=None, append=False,
+        experiment="x", backend="gloo", topology={}, chunks_arg="1,2",
     )  # fmt: skip
     assert "min_chunk" not in AlltoallConfig(**base).to_dict()
     cfg = AlltoallConfig(**base, min_chunk=MiB)

@@ -77,8 +77,8 @@ A2A = ["bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2", "--no-wandb"
         (["--sizes", "1M:16M:nan"], "--sizes 1M:16M:nan: the factor must be a number above 1"),
         (["--sizes", "4Q"], "--sizes 4Q: size '4Q': expected a byte count"),
         (["--sizes", ",".join(["1M"] * 65)], "65 sizes; at most 64"),
-        (["--variants", "legacy,tutel"], "--variants legacy,tutel: unknown 'tutel'"),
-        (["--variants", ","], "--variants ,: empty; choose from legacy, deepspeed, monta"),
+        (["--exchanges", "legacy,tutel"], "--exchanges legacy,tutel: unknown 'tutel'"),
+        (["--exchanges", ","], "--exchanges ,: empty; choose from legacy, deepspeed, monta"),
         (["--chunks", "0"], "--chunks 0: expected 1 to 64 integers, each from 1 to 4096"),
         (["--chunks", "two"], "--chunks two: expected a comma list of integers"),
         (

@@ -35,7 +35,7 @@ def test_dry_run_commands_are_the_benchs_flags():
     nccl = [c for c in commands if c[c.index("--backend") + 1] == "nccl"]
     assert len(gloo) == 3 and all(c[c.index("--nproc-per-node") + 1] == "4" for c in gloo)
     assert len(nccl) == 1 and nccl[0][nccl[0].index("--nproc-per-node") + 1] == "1"
-    exchanges = {v for c in commands for v in c[c.index("--variants") + 1].split(",")}
+    exchanges = {v for c in commands for v in c[c.index("--exchanges") + 1].split(",")}
     assert exchanges == {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}
 
 

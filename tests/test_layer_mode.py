@@ -25,15 +25,15 @@ def layer_check_case(tp: int, specs, inject_fault: bool = False) -> dict:
     import torch
 
     from monta import variants as registry
-    from monta.bench.alltoall_config import AlltoallConfig
+    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
     from monta.bench.alltoall_runner import Runner, buffer_shape, check_layer, rank_input, variant_rows
 
     names = tuple(sorted(registry.exchanges()))
     cfg = AlltoallConfig(
         nodes=2, gpus_per_node=4, tp=tp, ep=8 // tp, sizes=(SIZE,), variants=names, chunks=(2,),
         dtype="float32", experts=EXPERTS, hidden=HIDDEN, warmup=0, iters=1, adaptive=False, max_iters=1,
-        target_ci=0.0, budget_s=0.0, transport=None, inject_slowdown=None, check=True, components=True,
-        out=None, append=False, experiment="layer", backend="gloo", inject_fault=False, topology={},
+        target_ci=0.0, budget_s=0.0, transport=None, aids=AlltoallAids(check=True), components=True,
+        out=None, append=False, experiment="layer", backend="gloo", topology={},
         chunks_arg="2", topk=K, mode="layer",
     )  # fmt: skip
     r = Runner(cfg)
@@ -86,7 +86,7 @@ def test_layer_mode_run_prints_progress_on_stdout_and_records_the_mode(tmp_path)
     cmd = [sys.executable, "-m", "monta.cli", "bench", "alltoall", "--nodes", "2", "--gpus-per-node", "2",
            "--sizes", "64K", "--hidden", "64", "--experts", "8", "--topk", "2", "--chunks", "2", "--iters", "2",
            "--warmup", "1", "--no-wandb", "--allow-unshaped", "--mode", "layer", "--routing", "W5", "--check",
-           "--variants", "deepspeed,monta,node-dedup", "--dilation", "1", "--out", str(out)]  # fmt: skip
+           "--exchanges", "deepspeed,monta,node-dedup", "--dilation", "1", "--out", str(out)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=800)
     assert p.returncode == 0, p.stderr[-3000:]
     progress = [ln for ln in p.stdout.splitlines() if ln.startswith("# progress")]

@@ -66,7 +66,7 @@ def test_dry_run_default_runs_every_experiment(work):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "monta bench alltoall --nodes 2 --gpus-per-node 8 --tp 8 --sizes 8M:16M:2" in out  # per-cluster sizes
-    assert "--tp 4 --sizes 2M:16M:2 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
+    assert "--tp 4 --sizes 2M:16M:2 --exchanges legacy,deepspeed,monta --chunks 1,2,4,8" in out
     # the chunk floor: the section's for 2 x 4, the cluster's own for 2 x 8, scaled with the NIC for the
     # ratio ablation (4 x the floor's bytes at 4 x the rate), none on the maps
     assert "--dilation 1 --min-chunk 1M --check" in out
@@ -121,8 +121,8 @@ def test_dry_run_separate_chunk_and_buffer_ablations(work):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "--sizes 256K:16M:4 --variants legacy,deepspeed,monta --chunks 1,2,4,8" in out
-    assert "--sizes 4M --variants legacy,monta --chunks 1,2,4,8" in out and "results/ablation/chunks.jsonl" in out
+    assert "--sizes 256K:16M:4 --exchanges legacy,deepspeed,monta --chunks 1,2,4,8" in out
+    assert "--sizes 4M --exchanges legacy,monta --chunks 1,2,4,8" in out and "results/ablation/chunks.jsonl" in out
 
 
 def test_dry_run_slurm_profile_a800_shows_srun_torchrun(work):
@@ -571,7 +571,7 @@ def test_dry_run_exchange_map_target(work):
     proc = snakemake("-n", "-p", "results/map/map.md", cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert out.count("--variants deepspeed,monta,2dh,allgather,node-dedup") == 6
+    assert out.count("--exchanges deepspeed,monta,2dh,allgather,node-dedup") == 6
     assert "--experts 16 --topk 8" in out and "--experts 8 --topk 1" in out
     assert "python -m monta_analysis.exchange_map" in out
     # each sweep on its fixed clock (top-8 x4; top-1 x1 at TP 1, x2 under TP), no chunk floor

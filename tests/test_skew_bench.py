@@ -25,14 +25,14 @@ def skew_check_case(tp: int, specs, cf: float = 1.0) -> dict:
     """Rank side: the bench's own check (alltoall_runner.check_routes) for every workload at one TP."""
     import torch
 
-    from monta.bench.alltoall_config import AlltoallConfig
+    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
     from monta.bench.alltoall_runner import Runner, buffer_shape, check_routes, variant_rows
 
     cfg = AlltoallConfig(
         nodes=2, gpus_per_node=4, tp=tp, ep=8 // tp, sizes=(SIZE,), variants=EXCHANGES, chunks=(2,),
         dtype="float32", experts=EXPERTS, hidden=HIDDEN, warmup=0, iters=1, adaptive=False, max_iters=1,
-        target_ci=0.0, budget_s=0.0, transport=None, inject_slowdown=None, check=True, components=True,
-        out=None, append=False, experiment="skew", backend="gloo", inject_fault=False, topology={},
+        target_ci=0.0, budget_s=0.0, transport=None, aids=AlltoallAids(check=True), components=True,
+        out=None, append=False, experiment="skew", backend="gloo", topology={},
         chunks_arg="2", topk=K, capacity_factor=cf,
     )  # fmt: skip
     r = Runner(cfg)
@@ -105,7 +105,7 @@ def _bench(tmp_path, *args):
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("spec", ["W5", "W7"])
 def test_bench_records_carry_the_routing_and_w5_w7_run_to_the_end(tmp_path, spec):
-    p = _bench(tmp_path, "--check", "--routing", spec, "--variants", "deepspeed,monta,node-dedup")
+    p = _bench(tmp_path, "--check", "--routing", spec, "--exchanges", "deepspeed,monta,node-dedup")
     assert p.returncode == 0, p.stderr[-3000:]
     recs = {r["params"]["variant"]: r for r in read_records(tmp_path / "r.jsonl")}
     ds, nd = recs["deepspeed"]["metrics"], recs["node-dedup"]["metrics"]

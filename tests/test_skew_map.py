@@ -79,7 +79,7 @@ def test_the_workflow_benches_every_registered_exchange(tmp_path):
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    want = "--variants deepspeed,monta,2dh,allgather,node-dedup,toy-exchange,toy-dispatcher "
+    want = "--exchanges deepspeed,monta,2dh,allgather,node-dedup,toy-exchange,toy-dispatcher "
     assert out.count(want) == 12  # TP 1/2/4 x four routings
     for spec in ("W0", "hotnode", "lognormal:maxvio=1", "lognormal:maxvio=4"):
         assert out.count(f"--routing {spec} ") == 3, spec

@@ -6,6 +6,7 @@ against autograd's replay (bitwise) and the step benchmark's --chunks handling."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -326,9 +327,9 @@ def test_chunks_auto_needs_a_cluster_when_emulated(monkeypatch):
 
     monkeypatch.delenv("MONTA_CLUSTER", raising=False)
     with pytest.raises(ValueError, match="--cluster emulator:"):
-        step_args.spec(_args(chunks="auto", emulate=True))
+        step_args.step_config(_args(chunks="auto", emulate=True))
     with pytest.raises(ValueError, match="integer >= 1 or 'auto'"):
-        step_args.spec(_args(chunks="four"))
+        step_args.step_config(_args(chunks="four"))
 
 
 def test_chunks_auto_follows_the_performance_model():
@@ -339,13 +340,13 @@ def test_chunks_auto_follows_the_performance_model():
     from monta.parallel import ParallelLayout
     from monta.perfmodel.network.chunks import choose_chunks
 
-    spec = step_args.spec(_args(chunks="auto", cluster="a800"))
+    spec = step_args.step_config(_args(chunks="auto", cluster="a800"))
     layout, cfg = ParallelLayout(2, 4, tp=4, ep=2), resolve_config("moe-2x70b-mini")
     n = step_compute.run_chunks(spec, cfg, layout, 4)
     capacity = cfg.tokens_per_micro_batch  # top-2 over 2 experts at cf 1.0: C = tokens
     assert n == choose_chunks(2 * capacity * cfg.hidden * 4, layout, "a800", candidates=Auto().within(capacity // 4))
     assert 1 <= n <= capacity // 4
-    assert step_compute.run_chunks(dict(spec, chunks=3), cfg, layout, 4) == 3
+    assert step_compute.run_chunks(dataclasses.replace(spec, chunks=3), cfg, layout, 4) == 3
 
 
 def test_lancet_partitions_are_their_own_knob():
@@ -353,11 +354,11 @@ def test_lancet_partitions_are_their_own_knob():
     from monta.bench import step_args
     from monta.variants import PARTITIONS
 
-    assert step_args.spec(_args(chunks="2"))["lancet_partitions"] == PARTITIONS == 4
-    spec = step_args.spec(_args(chunks="2", lancet_partitions=3))
-    assert (spec["chunks"], spec["lancet_partitions"]) == (2, 3)
+    assert step_args.step_config(_args(chunks="2")).lancet_partitions == PARTITIONS == 4
+    spec = step_args.step_config(_args(chunks="2", lancet_partitions=3))
+    assert (spec.chunks, spec.lancet_partitions) == (2, 3)
     with pytest.raises(ValueError, match="--lancet-partitions 0: must be an integer from 1"):
-        step_args.spec(_args(lancet_partitions=0))
+        step_args.step_config(_args(lancet_partitions=0))
 
 
 def test_contention_is_a_knob_of_the_clock():
@@ -365,12 +366,12 @@ def test_contention_is_a_knob_of_the_clock():
     compute, so a run without the clock refuses it."""
     from monta.bench import step_args
 
-    assert step_args.spec(_args())["contention"] == 0.0
-    assert step_args.spec(_args(compute="modeled", contention=0.2))["contention"] == 0.2
+    assert step_args.step_config(_args()).contention == 0.0
+    assert step_args.step_config(_args(compute="modeled", contention=0.2)).contention == 0.2
     with pytest.raises(ValueError, match="--contention 0.2 stretches compute on the emulated clock"):
-        step_args.spec(_args(contention=0.2))
+        step_args.step_config(_args(contention=0.2))
     with pytest.raises(ValueError, match="contention"):
-        step_args.spec(_args(compute="modeled", contention=-0.1))
+        step_args.step_config(_args(compute="modeled", contention=-0.1))
 
 
 def test_default_emulated_topology_is_shaped():
@@ -402,7 +403,7 @@ def test_mfu_flops_of_the_mini_preset_by_hand():
     assert step_compute.peak_tflops("NVIDIA A800-SXM4-80GB", None) == 312.0
     assert step_compute.peak_tflops("Some GPU", None) is None and step_compute.peak_tflops("Some GPU", 100.0) == 100.0
     with pytest.raises(ValueError, match="--peak-tflops"):
-        step_args.spec(_args(peak_tflops=0))
+        step_args.step_config(_args(peak_tflops=0))
 
 
 @pytest.mark.slow

@@ -285,13 +285,15 @@ def test_step_bench_checks_names_and_schedule_requirements_before_any_rank_start
 
     p = argparse.ArgumentParser()
     step_args.add_arguments(p)
-    spec = step_args.spec(p.parse_args(["--variants", "deepspeed,exchange=monta,schedule=lancet,sync=priority,toy"]))
-    assert spec["variants"] == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "toy"]
-    assert set(registry.names()) <= set(step_args.spec(p.parse_args([]))["variants"])  # default: every variant
+    spec = step_args.step_config(
+        p.parse_args(["--variants", "deepspeed,exchange=monta,schedule=lancet,sync=priority,toy"])
+    )
+    assert list(spec.variants) == ["deepspeed", "exchange=monta,schedule=lancet,sync=priority", "toy"]
+    assert set(registry.names()) <= set(step_args.step_config(p.parse_args([])).variants)  # default: every variant
     with pytest.raises(ValueError, match="--variants: unknown variant 'lanct'"):
-        step_args.spec(p.parse_args(["--variants", "monta,lanct"]))
+        step_args.step_config(p.parse_args(["--variants", "monta,lanct"]))
     with pytest.raises(ValueError, match="variant monta\\+lancet: the lancet schedule needs --topk 2"):
-        step_args.spec(p.parse_args(["--variants", "monta+lancet", "--topk", "1"]))
+        step_args.step_config(p.parse_args(["--variants", "monta+lancet", "--topk", "1"]))
 
 
 def test_analysis_names_each_variants_parts():

@@ -130,7 +130,7 @@ _flag_case(
     "at most 64",
     within=10,
 )
-_flag_case("alltoall --sizes 0", A2A + ["--sizes", "0", "--variants", "legacy,deepspeed"], "--sizes 0")
+_flag_case("alltoall --sizes 0", A2A + ["--sizes", "0", "--exchanges", "legacy,deepspeed"], "--sizes 0")
 _flag_case("alltoall --sizes 128K:64K:2", A2A + ["--sizes", "128K:64K:2"], "--sizes 128K:64K:2", "min 128K is above")
 _flag_case(
     "alltoall --chunks 64 beyond the capacity slice",

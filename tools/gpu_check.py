@@ -47,11 +47,11 @@ TOKEN = [
 def cases(ranks: int) -> dict[str, tuple[int, list[str]]]:
     """name -> (ranks, the bench's arguments after ``monta bench alltoall``), device and backend added later."""
     shape = ["--nodes", "2", "--gpus-per-node", str(ranks // 2), "--tp", "2"]
-    core = ["--variants", "legacy,deepspeed,monta", "--chunks", "1,2,4"]
+    core = ["--exchanges", "legacy,deepspeed,monta", "--chunks", "1,2,4"]
     return {
         "core": (ranks, [*shape, *core, *SMALL]),
         "core-native": (ranks, [*shape, *core, *SMALL, "--transport", "native"]),
-        "token-level": (ranks, [*shape, "--variants", "deepspeed,2dh,allgather,node-dedup", *TOKEN, "--check"]),
+        "token-level": (ranks, [*shape, "--exchanges", "deepspeed,2dh,allgather,node-dedup", *TOKEN, "--check"]),
         "nccl-one-rank": (
             1,
             ["--nodes", "1", "--gpus-per-node", "1", "--tp", "1", *core[:2], "--chunks", "1,2", *SMALL],

@@ -10,11 +10,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall_config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
 from monta.bench.alltoall_launch import default_timeout, expected_seconds, stall_seconds  # noqa: F401
+from monta.cli_args import deprecated_alias
 from monta.comm import EXCHANGES
 from monta.dtypes import DTYPE_BYTES, DTYPES
 from monta.parallel import ParallelLayout
+from monta.runconfig import add_flag
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,107 +33,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
-    """What is swept: the layout, the buffer, the exchanges and their routing."""
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: a whole node)")
-    p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: the DP degree)")
-    p.add_argument(
-        "--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes: min:max:factor or a list (K/M/G suffixes)"
+    """What is swept: the layout, the buffer, the exchanges and their routing (defaults and help: the
+    AlltoallConfig fields')."""
+    C = AlltoallConfig
+    add_flag(p, C, "tp", type=int)
+    add_flag(p, C, "ep", type=int)
+    add_flag(p, C, "sizes")
+    add_flag(
+        p,
+        C,
+        "variants",
+        "--exchanges",
+        dest="exchanges",
+        extra=f": {', '.join(EXCHANGES)}, or one a plugin registered (`monta variants` lists them)",
     )
-    p.add_argument(
-        "--variants",
-        default="legacy,deepspeed,monta",
-        help=f"comma list of exchanges: {', '.join(EXCHANGES)}, or one a plugin registered "
-        "(`monta variants` lists them)",
-    )
-    p.add_argument("--chunks", default="2,4", help="monta chunk counts: comma list of integers, or 'auto'")
-    p.add_argument(
-        "--min-chunk",
-        default="0",
-        metavar="BYTES",
-        help="run a chunk count at a size only where each chunk holds at least BYTES of a rank's buffer (e.g. 1M): "
-        "smaller chunks' host work, not the links, sets their time on the emulator; records say what was left "
-        "out (default 0: every count; docs/testbed.md)",
-    )
-    p.add_argument("--dtype", default="float32", choices=DTYPES, help="element type of the buffer")
-    p.add_argument("--experts", type=int, default=None, help="experts E in the [E, C, M] buffer (default: EP)")
-    p.add_argument("--hidden", type=int, default=1024, help="model dim M of the buffer")
-    p.add_argument(
-        "--topk",
-        type=int,
-        default=1,
-        help="routes per token: the buffer holds E x C / (topk x capacity factor) tokens, routed top-k",
-    )
-    p.add_argument(
-        "--capacity-factor",
-        type=float,
-        default=1.0,
-        metavar="CF",
-        help="the buffer is DeepSpeed's capacity at CF: 1 (default) fills it at W0; 1.25 (GShard, Switch) "
-        "puts 1/1.25 as many tokens in it, room a skewed routing fills before it drops",
-    )
-    p.add_argument(
-        "--routing",
-        default="W0",
-        help="routing workload: W0 (balanced, default) .. W7, lognormal:maxvio=V, zipf:s=A (docs/routing.md)",
-    )
-    p.add_argument(
-        "--mode",
-        choices=("dispatch", "layer"),
-        default="dispatch",
-        help="what is timed: dispatch (the exchange's dispatch alone, default) or layer (the MoE layer's "
-        "forward+backward around it: dispatch, a per-expert FFN of width --hidden, combine; docs/routing.md)",
-    )
+    # the flag's name before the exchanges were told apart from the step's variants: read, with a warning
+    p.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
+    add_flag(p, C, "chunks")
+    add_flag(p, C, "min_chunk", metavar="BYTES")
+    add_flag(p, C, "dtype", choices=DTYPES)
+    add_flag(p, C, "experts", type=int)
+    add_flag(p, C, "hidden", type=int)
+    add_flag(p, C, "topk", type=int)
+    add_flag(p, C, "capacity_factor", type=float, metavar="CF")
+    add_flag(p, C, "routing")
+    add_flag(p, C, "mode", choices=("dispatch", "layer"))
 
 
 def _add_repetition_arguments(p: argparse.ArgumentParser) -> None:
     """How often each size is timed: --iters exactly, or --adaptive's stopping rule."""
-    p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size")
-    p.add_argument(
-        "--iters",
-        type=int,
-        default=5,
-        help="timed iterations per size (variants interleaved in each), exactly; with --adaptive the minimum",
-    )
+    add_flag(p, AlltoallConfig, "warmup", type=int)
+    add_flag(p, AlltoallConfig, "iters", type=int)
+    add_flag(p, AlltoallConfig, "adaptive", action="store_true")
     # None = not given: the three knobs below belong to --adaptive (ADAPTIVE_DEFAULTS when it is on).
+    a = ADAPTIVE_DEFAULTS
     p.add_argument(
-        "--adaptive",
-        action="store_true",
-        help="adaptive repetition: after --iters, go on while a paired ratio's CI is wider than "
-        "--target-ci, up to --max-iters or --budget-s",
+        "--max-iters",
+        type=int,
+        default=None,
+        help=f"with --adaptive: most iterations per size (default {a['max_iters']})",
     )
-    p.add_argument("--max-iters", type=int, default=None, help="with --adaptive: most iterations per size (default 40)")
     p.add_argument(
         "--target-ci",
         type=float,
         default=None,
         help="with --adaptive: stop once every paired ratio (legacy/monta, deepspeed/monta) has a 95%% CI "
-        "narrower than this share of its value (default 0.04 = +-2%%), judged from 10 iterations "
-        "on (fewer give too narrow a bootstrap CI); 0 = exactly --iters iterations",
+        f"narrower than this share of its value (default {a['target_ci']:g} = +-{50 * a['target_ci']:g}%%), judged "
+        "from 10 iterations on (fewer give too narrow a bootstrap CI); 0 = exactly --iters iterations",
     )
     p.add_argument(
         "--budget-s",
         type=float,
         default=None,
-        help="with --adaptive: time budget per size for the extra iterations, seconds (default 180; 0 = none)",
+        help="with --adaptive: time budget per size for the extra iterations, seconds "
+        f"(default {a['budget_s']:g}; 0 = none)",
     )
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     """How the exchange runs and what else the run does (check, test aids, time limit, records' name)."""
-    p.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="where each rank's buffers live: auto (CUDA with nccl, else the CPU); cuda with gloo puts several "
-        "ranks on one GPU (cuda:LOCAL_RANK mod the GPUs: gloo over CUDA tensors, as tools/gpu_check.py runs it)",
-    )
-    p.add_argument(
-        "--transport",
-        choices=("duplex", "native"),
-        default=None,
-        help="gloo transport of the exchange: duplex (default: one TCP connection per direction) or "
-        "native (gloo's own collectives: both directions share a connection and serialize)",
-    )
+    add_flag(p, AlltoallConfig, "device", choices=("auto", "cpu", "cuda"))
+    add_flag(p, AlltoallConfig, "transport", choices=("duplex", "native"))
     p.add_argument(
         "--dilation",
         default="auto",
@@ -140,16 +102,10 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "rate halved, up to x4 or --budget-s, until its ranks stop waiting for a core; F: every link rate / F from the "
         "start, no reruns (reproducible timing). Records carry params.dilation (docs/testbed.md)",
     )
-    p.add_argument(
-        "--inject-slowdown",
-        default=None,
-        metavar="VARIANT:FRACTION",
-        help="TEST AID for the regression gate: slow VARIANT by FRACTION (e.g. monta:0.10) with a measured "
-        "delay after each call; records carry injected_slowdown (default: none)",
-    )
-    p.add_argument("--check", action="store_true", help="verify every variant on fresh data after timing")
+    add_flag(p, AlltoallAids, "inject_slowdown", metavar="VARIANT:FRACTION")
+    add_flag(p, AlltoallAids, "check", action="store_true")
     p.add_argument("--no-components", action="store_true", help="skip the a2a-alone / ag-alone rows")
-    p.add_argument("--experiment", default="alltoall", help="experiment name stored in the records")
+    add_flag(p, AlltoallConfig, "experiment")
     p.add_argument(
         "--timeout",
         type=float,
@@ -158,11 +114,6 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "expected_seconds; a rank that stops making progress ends the run much earlier, named)",
     )
     p.add_argument("--inject-fault", action="store_true", help=argparse.SUPPRESS)  # test-only: corrupt one chunk
-
-
-# --adaptive's knobs when not given: up to 40 iterations per size, until every paired ratio's 95% CI
-# is within 4% of its value, for at most 180 s of extra iterations per size.
-ADAPTIVE_DEFAULTS = {"max_iters": 40, "target_ci": 0.04, "budget_s": 180.0}
 
 
 def _repetition(args: argparse.Namespace) -> dict:
@@ -205,45 +156,21 @@ def _check_memory(sizes: list[int], ranks_here: int) -> None:
         )
 
 
-def build_config(args: argparse.Namespace) -> AlltoallConfig:  # size: one check per flag, before any rank starts
+def build_config(args: argparse.Namespace) -> AlltoallConfig:
     """Validate the flags into the worker config (UsageError names the flag, its value and what is allowed).
 
     Every check here runs before any rank or emulated network starts (monta.validate holds the
     semantic ones, shared with the pipeline's config validation)."""
     from monta.bench.common_args import check_out, network, resolve_backend
     from monta.bench.routes import routing_arg
-    from monta.chunking import Auto, capacity_slice
-    from monta.validate import UsageError, alltoall_sweep, number, slowdown
+    from monta.validate import UsageError, number, slowdown
 
-    # Every given value is range-checked first (alltoall_sweep), then whether it belongs to --adaptive.
-    knobs = {k: ADAPTIVE_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in ADAPTIVE_DEFAULTS}
-    v = alltoall_sweep(
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        tp=args.tp,
-        ep=args.ep,
-        sizes_spec=args.sizes,
-        variants=args.variants,
-        chunks=args.chunks,
-        dtype=args.dtype,
-        experts=args.experts,
-        hidden=args.hidden,
-        warmup=args.warmup,
-        iters=args.iters,
-        **knobs,
-    )
+    v = _sweep(args)
     rep = _repetition(args)
-    tp, ep, sizes, variants, experts = v["tp"], v["ep"], v["sizes"], v["variants"], v["experts"]
-    layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, ep)
+    tp, sizes, variants, experts = v["tp"], v["sizes"], v["variants"], v["experts"]
+    layout = ParallelLayout(args.nodes, args.gpus_per_node, tp, v["ep"])
     elsize = DTYPE_BYTES[args.dtype]
-    if isinstance(v["chunks"], Auto):  # the performance model's count per size (on --cluster)
-        from monta.perfmodel.network.chunks import model_chooser
-
-        choose = model_chooser(args.cluster)
-        row = experts * args.hidden * elsize  # bytes of one capacity slot over all experts
-        chunks = sorted({v["chunks"].resolve(s, layout, capacity_slice(s // row, tp), choose) for s in sizes})
-    else:
-        chunks = v["chunks"]
+    chunks = _chunks(args, v, layout, elsize)
     _check_routing(args.topk, experts, args.hidden, elsize, sizes, tp, variants)
     cf = number(args.capacity_factor, "capacity-factor", 0, 64, lo_open=True)
     min_chunk = _min_chunk(args.min_chunk)
@@ -254,41 +181,56 @@ def build_config(args: argparse.Namespace) -> AlltoallConfig:  # size: one check
     if args.launcher == "emulate":
         _check_memory(sizes, args.nodes * args.gpus_per_node)
     check_out(args)
-    inject = slowdown(args.inject_slowdown, variants)
+    aids = AlltoallAids(
+        check=bool(args.check or args.inject_fault),
+        inject_fault=args.inject_fault,
+        inject_slowdown=slowdown(args.inject_slowdown, variants),
+    )
     topo = network(args)
-    fields = {
-        "nodes": args.nodes,
-        "gpus_per_node": args.gpus_per_node,
-        "tp": tp,
-        "ep": ep,
-        "sizes": sizes,
-        "variants": variants,
-        "chunks": chunks,
-        "dtype": args.dtype,
-        "experts": experts,
-        "hidden": args.hidden,
-        "warmup": args.warmup,
-        "iters": args.iters,
+    backend = resolve_backend(args.backend, args.launcher)
+    return AlltoallConfig(
+        **{k: getattr(args, k) for k in ("nodes", "gpus_per_node", "dtype", "hidden", "warmup", "iters", "topk")},
+        **{k: v[k] for k in ("tp", "ep", "sizes", "variants", "experts")},
+        **{k: getattr(args, k) for k in ("transport", "append", "experiment", "mode")},
         **rep,
-        "transport": args.transport,
-        "inject_slowdown": inject,
-        "check": bool(args.check or args.inject_fault),
-        "components": not args.no_components,
-        "out": str(Path(args.out).resolve()) if args.out else None,
-        "append": args.append,
-        "experiment": args.experiment,
-        "backend": resolve_backend(args.backend, args.launcher),
-        "inject_fault": args.inject_fault,
-        "topology": {**topo.to_dict(), "description": topo.describe()},
-        "chunks_arg": args.chunks,
-        "topk": args.topk,
-        "routing": routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout, cf),
-        "mode": args.mode,
-        "capacity_factor": cf,
-        "min_chunk": min_chunk,
-        "device": _device(args.device, resolve_backend(args.backend, args.launcher), args.launcher),
-    }
-    return AlltoallConfig(**fields)
+        chunks=chunks,
+        components=not args.no_components,
+        out=str(Path(args.out).resolve()) if args.out else None,
+        backend=backend,
+        topology={**topo.to_dict(), "description": topo.describe()},
+        chunks_arg=args.chunks,
+        routing=routing_arg(args.routing, sizes, experts, args.hidden, elsize, args.topk, layout, cf),
+        capacity_factor=cf,
+        min_chunk=min_chunk,
+        device=_device(args.device, backend, args.launcher),
+        aids=aids,
+    )
+
+
+def _sweep(args: argparse.Namespace) -> dict:
+    """monta.validate's checks of the sweep: every given value range-checked first (then, in _repetition,
+    whether it belongs to --adaptive); the resolved tp, ep, sizes, variants, chunks and experts."""
+    from monta.validate import alltoall_sweep
+
+    knobs = {k: ADAPTIVE_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in ADAPTIVE_DEFAULTS}
+    names = ("nodes", "gpus_per_node", "tp", "ep", "chunks", "dtype", "experts", "hidden", "warmup", "iters")
+    given = {k: getattr(args, k) for k in names}
+    return alltoall_sweep(
+        sizes_spec=args.sizes, variants=args.exchanges, keys={"variants": "exchanges"}, **given, **knobs
+    )
+
+
+def _chunks(args: argparse.Namespace, v: dict, layout: ParallelLayout, elsize: int) -> list[int]:
+    """The chunk counts: as given, or --chunks auto's, the performance model's count per size (on --cluster)."""
+    from monta.chunking import Auto, capacity_slice
+
+    if not isinstance(v["chunks"], Auto):
+        return v["chunks"]
+    from monta.perfmodel.network.chunks import model_chooser
+
+    choose = model_chooser(args.cluster)
+    row = v["experts"] * args.hidden * elsize  # bytes of one capacity slot over all experts
+    return sorted({v["chunks"].resolve(s, layout, capacity_slice(s // row, v["tp"]), choose) for s in v["sizes"]})
 
 
 def _device(device: str, backend: str, launcher: str) -> str:

@@ -40,7 +40,7 @@ def expected_seconds(cfg: AlltoallConfig) -> float:
         if cfg.max_iters > cfg.iters and cfg.target_ci > 0:
             extra = (cfg.max_iters - cfg.iters) * round_s
             timed += min(extra, cfg.budget_s + round_s) if cfg.budget_s else extra
-        total += cfg.warmup * round_s + timed + (round_s if cfg.check else 0.0)
+        total += cfg.warmup * round_s + timed + (round_s if cfg.aids.check else 0.0)
     return total
 
 

@@ -129,7 +129,7 @@ def _row_metrics(cfg: AlltoallConfig, layout, tm, si: int, vi: int, times_us: li
         intra_bytes=intra,
         wrong=int(wrong[si, vi]),
         cpu_us=statistics.median(tm.cpu[si][vi]) * 1e6,
-        checked=bool(cfg.check),
+        checked=bool(cfg.aids.check),
         host_cpu=load,
         cpu_bound=is_cpu_bound(load),
     )

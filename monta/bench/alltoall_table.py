@@ -53,8 +53,8 @@ def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
     }
     knobs["mode"] = cfg.mode
     print("# " + " ".join(f"{k}={v}" for k, v in knobs.items()))
-    if cfg.inject_slowdown:
-        sd = cfg.inject_slowdown
+    if cfg.aids.inject_slowdown:
+        sd = cfg.aids.inject_slowdown
         print(
             f"# TEST AID: --inject-slowdown slows {sd['variant']} by {100 * sd['fraction']:g}% on purpose "
             "(a measured delay after each call); its records say injected_slowdown"

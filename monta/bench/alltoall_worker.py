@@ -67,7 +67,7 @@ def main(cfg_path: str) -> int:
     shapes = [buffer_shape(s, cfg.experts, cfg.hidden, DTYPE_BYTES[cfg.dtype], cfg.tp) for s in cfg.sizes]
     variants = variant_rows(cfg)
     check_chunks(cfg, variants, shapes)
-    slowdown = Slowdown.from_spec(cfg.inject_slowdown)
+    slowdown = Slowdown.from_spec(cfg.aids.inject_slowdown)
 
     host_line = {
         "rank": rank,
@@ -88,7 +88,7 @@ def main(cfg_path: str) -> int:
         rank_input(rank // cfg.tp, i, shp, dtype, 0, cfg.topk, points[i]).to(device) for i, shp in enumerate(shapes)
     ]
     if rank == 0:  # progress lines on stdout, which the launcher streams live: per size warm-up, timing, check
-        start_live(len(shapes) * (2 + int(cfg.check)))
+        start_live(len(shapes) * (2 + int(cfg.aids.check)))
     warm_up(r, variants, inputs, cfg.sizes, cfg.warmup)
 
     load = HostLoad().start() if rank == 0 else None
@@ -100,11 +100,11 @@ def main(cfg_path: str) -> int:
     dist.all_reduce(tm.waits, op=dist.ReduceOp.SUM)
     dist.all_reduce(measured_wait, op=dist.ReduceOp.MIN)
 
-    if cfg.check and cfg.mode == "layer":
-        wrong = check_layer(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.inject_fault)
+    if cfg.aids.check and cfg.mode == "layer":
+        wrong = check_layer(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.aids.inject_fault)
         held = None  # the layer's output is per token: the routes held are dispatch mode's figure
-    elif cfg.check:
-        wrong, held = check_routes(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.inject_fault)
+    elif cfg.aids.check:
+        wrong, held = check_routes(r, variants, shapes, cfg.sizes, dtype, device, inject_fault=cfg.aids.inject_fault)
     else:
         wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
         held = None

@@ -86,7 +86,7 @@ def pipeline_settings(path: Path = CONFIG) -> dict[str, Any]:
         "gpus_per_node": c["gpus_per_node"],
         "tp": c["tp"],
         "sizes": c.get("sizes") or a["sizes"],
-        "variants": ",".join(a["variants"]),
+        "exchanges": ",".join(a["variants"]),
         "chunks": ",".join(map(str, a["chunks"])),
         "min_chunk": str(c.get("min_chunk") or a["min_chunk"]),
         "dtype": a["dtype"],

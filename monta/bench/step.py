@@ -3,86 +3,80 @@
 
 The parent validates flags (``step_args``) and launches ranks (``step_launch``: the emulated cluster,
 local processes on 127.0.0.1, or it is itself one torchrun/srun rank); every rank runs
-``python -m monta.bench.step --worker SPEC`` (``step_worker``); rank 0 reports (``step_report``).
+``python -m monta.bench.step --worker CONFIG`` (``step_worker``; CONFIG: the StepConfig as JSON); rank 0
+reports (``step_report``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from typing import Any
 
-from monta.bench.step_args import add_arguments
-from monta.bench.step_args import spec as _spec
+from monta.bench.step_args import add_arguments, step_config
 from monta.bench.step_compute import peak_tflops, run_chunks
-from monta.parallel import ParallelLayout
-from monta.variants import PARTITIONS
+from monta.bench.step_config import StepConfig
 
 
 def main(args: argparse.Namespace) -> int:
     if args.worker:
-        return _worker(json.loads(args.worker))
+        return _worker(StepConfig.from_dict(json.loads(args.worker)))
     from monta.bench.pipeline_preset import preset
 
-    args.preset_line = preset(args, "step")  # before the spec: --preset sets the flags it reads
-    spec = _spec(args)
+    args.preset_line = preset(args, "step")  # before the config: --preset sets the flags it reads
+    cfg = step_config(args)
     if args.launcher == "env":  # one rank of torchrun/srun: run the worker in this process
-        return _worker(spec)
+        return _worker(cfg)
     from monta.bench.step_launch import launch
 
-    rc = launch(args, spec)
-    if rc == 0 and spec["out"] and not args.no_wandb:
+    rc, cfg = launch(args, cfg)
+    if rc == 0 and cfg.out and not args.no_wandb:
         from monta.results import read_records
         from monta.tracking import log_records
 
-        log_records(read_records(spec["out"]), group=args.experiment, config=spec, job_type="step")
+        log_records(read_records(cfg.out), group=args.experiment, config=cfg.to_dict(), job_type="step")
     return rc
 
 
-def _worker(spec: dict[str, Any]) -> int:
+def _worker(run: StepConfig) -> int:
     import torch.distributed as dist
 
     from monta.bench.step_report import report
     from monta.bench.step_worker import init_from_env, run_interleaved
-    from monta.model.config import ModelConfig
 
-    init_from_env(backend=spec.get("backend", "auto"))
+    init_from_env(backend=run.backend)
     import torch
 
-    layout = ParallelLayout(**spec["layout"])
-    cfg = ModelConfig(**spec["overrides"])
-    chunks = run_chunks(spec, cfg, layout, 2 if torch.cuda.is_available() else 4)
-    spec = dict(spec, chunks_requested=spec["chunks"], chunks=chunks)
+    layout, cfg = run.layout, run.model_config
+    run = dataclasses.replace(run, chunks_used=run_chunks(run, cfg, layout, 2 if torch.cuda.is_available() else 4))
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
-        spec["device"], spec["peak_tflops"] = name, peak_tflops(name, spec.get("peak_tflops"))
+        run = dataclasses.replace(run, device=name, peak_tflops=peak_tflops(name, run.peak_tflops))
     clock = None
-    if spec.get("clock"):
+    if run.clock:
         from monta.model.clock import ComputeClock
 
         clock = ComputeClock(
-            spec["clock"]["us_per_flop"],
-            {"optimizer": spec["clock"]["optimizer_us"]},
-            contention=spec.get("contention", 0.0),
+            run.clock["us_per_flop"], {"optimizer": run.clock["optimizer_us"]}, contention=run.contention
         )
     res = run_interleaved(
         layout,
         cfg,
-        spec["variants"],
-        chunks=chunks,
-        steps=spec["steps"],
-        warmup=spec["warmup"],
-        seed=spec["seed"],
-        zero_stage=spec["zero_stage"],
-        lancet_partitions=spec.get("lancet_partitions", PARTITIONS),
+        list(run.variants),
+        chunks=run.chunks_used,
+        steps=run.steps,
+        warmup=run.warmup,
+        seed=run.seed,
+        zero_stage=run.zero_stage,
+        lancet_partitions=run.lancet_partitions,
         clock=clock,
-        routing=spec.get("routing"),
+        routing=run.routing,
     )
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(res, gathered, dst=0)
     if dist.get_rank() == 0:
-        report(spec, layout, cfg, gathered)
+        report(run, layout, cfg, gathered)
     dist.barrier()
     return 0
 

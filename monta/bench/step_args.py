@@ -1,17 +1,17 @@
-"""The flags of ``monta bench step`` and their checks: every value is validated, and the run's spec (what
-every rank reads) is built, before any rank starts."""
+"""The flags of ``monta bench step`` and their checks: every value is validated, and the run's StepConfig
+(what every rank reads) is built, before any rank starts."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from monta import variants as registry
+from monta.bench.step_config import StepConfig
 from monta.chunking import Auto, parse_chunks
 from monta.model.config import PRESETS, resolve_config
 from monta.parallel import ParallelLayout
-from monta.variants import PARTITIONS
+from monta.runconfig import add_flag
 
 MAX_CONTENTION = 10.0  # overlapped compute 11x slower: far past any GPU's
 _OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "ffn", "experts", "topk", "seq", "micro_batch")
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shared_arguments(p, launchers=("emulate", "local", "env"))
     # `--emulate` was this benchmark's switch before --launcher emulate (the default) meant it: still read
     p.add_argument("--emulate", dest="launcher", action="store_const", const="emulate", help=argparse.SUPPRESS)
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: gpus per node)")
+    add_flag(p, StepConfig, "tp", type=int)
     _add_model_arguments(p)
     add_cluster_argument(
         p,
@@ -37,71 +37,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """The model and the variants: what one step computes."""
-    p.add_argument("--model", default="moe-2x70b-mini", choices=sorted(PRESETS), help="model preset")
-    p.add_argument(
-        "--variants",
-        default=None,
-        help="comma list of registered variants (default: all of them; `monta variants` lists them) "
-        "or compositions exchange=E,schedule=S,sync=Y[,chunks=N]",
-    )
-    p.add_argument(
-        "--chunks",
-        default="4",
-        help="chunks of the monta exchange and pieces of the lina schedule: an integer, or 'auto' "
-        "(the performance model's choice for the dispatch buffer on --cluster)",
-    )
-    p.add_argument(
-        "--lancet-partitions",
-        type=int,
-        default=PARTITIONS,
-        help="batch partitions of the lancet schedule (the performance model's PARTITIONS, monta.variants, "
-        "which the model reads too, so the run and the model's price agree)",
-    )
+    """The model and the variants: what one step computes (defaults and help: the StepConfig fields')."""
+    add_flag(p, StepConfig, "model", choices=sorted(PRESETS))
+    add_flag(p, StepConfig, "variants", default=None)  # None: every registered variant
+    add_flag(p, StepConfig, "chunks")
+    add_flag(p, StepConfig, "lancet_partitions", type=int)
     for flag in ("layers", "hidden", "heads", "kv-heads", "ffn", "experts", "topk", "seq", "micro-batch"):
         p.add_argument(f"--{flag}", type=int, default=None, help="model override (default: the preset's)")
     p.add_argument("--capacity-factor", type=float, default=None, help="model override (default: the preset's)")
-    p.add_argument(
-        "--routing",
-        default=None,
-        metavar="SPEC",
-        help="replace every MoE gate's expert choice with a routing workload (docs/routing.md: W0..W7, "
-        "lognormal:maxvio=1, zipf:s=1.2; seeded, the same in every layer, step and variant; the gate's "
-        "probabilities still weight the routes); default: the gate's own choice",
-    )
+    add_flag(p, StepConfig, "routing", metavar="SPEC")
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     """How the step runs: its compute, repetition, seed, optimizer and what is recorded."""
-    p.add_argument(
-        "--compute",
-        choices=("real", "modeled"),
-        default="real",
-        help="real: the small model's math at this machine's speed (numerics); modeled: each compute "
-        "piece runs its math, then waits until it has taken the performance model's time for the "
-        "same piece of the full-size model on the emulated cluster preset, x the run's dilation D "
-        "(needs --launcher emulate and a cluster preset topology, e.g. --topology a800-4nic)",
-    )
-    p.add_argument(
-        "--contention",
-        type=float,
-        default=0.0,
-        help="with --compute modeled: compute waited while this rank's MoE exchange is in flight lasts (1 + C) x "
-        "its target (communication kernels take SMs and memory bandwidth from the compute they overlap); "
-        "0: no contention, overlap gains are an upper bound. Only waits change: losses are identical",
-    )
-    p.add_argument("--steps", type=int, default=10, help="timed steps per variant")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant before them")
-    p.add_argument("--seed", type=int, default=1234, help="seed of the weights and the data")
-    p.add_argument("--zero-stage", type=int, default=1, choices=(0, 1), help="DeepSpeed ZeRO stage")
-    p.add_argument(
-        "--peak-tflops",
-        type=float,
-        default=None,
-        help="per-GPU dense bf16 peak for MFU (default: from the GPU's name; MFU is reported on GPU only)",
-    )
+    add_flag(p, StepConfig, "compute", choices=("real", "modeled"))
+    add_flag(p, StepConfig, "contention", type=float)
+    for name in ("steps", "warmup", "seed"):
+        add_flag(p, StepConfig, name, type=int)
+    add_flag(p, StepConfig, "zero_stage", type=int, choices=(0, 1))
+    add_flag(p, StepConfig, "peak_tflops", type=float)
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is abandoned")
-    p.add_argument("--experiment", default="step", help="experiment name stored in the records and wandb group")
+    add_flag(p, StepConfig, "experiment")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
@@ -145,8 +101,8 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return variants
 
 
-def spec(args: argparse.Namespace) -> dict[str, Any]:
-    """The run's spec, every rank's copy of the flags (after check_args and the model's own checks)."""
+def step_config(args: argparse.Namespace) -> StepConfig:
+    """The run's config, every rank's copy of the flags (after check_args and the model's own checks)."""
     variants = check_args(args)
     try:
         chunks = parse_chunks(args.chunks)
@@ -180,28 +136,21 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
                 f"variant {v}: the {schedule.name} schedule gates with its own router, which --routing does not "
                 "replace; run it without --routing, or compare the other variants under it"
             )
-    return {
-        "routing": routing,
-        "layout": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "tp": tp, "ep": args.nodes},
-        "model": args.model,
-        "overrides": {k: v for k, v in cfg.to_dict().items()},
-        "variants": variants,
-        "chunks": chunks.as_json(),
-        "cluster": cluster,
-        "lancet_partitions": args.lancet_partitions,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "seed": args.seed,
-        "zero_stage": args.zero_stage,
-        "out": args.out,
-        "append": bool(args.append),
-        "emulated": False,
-        "backend": args.backend,
-        "compute": args.compute,
-        "contention": float(args.contention),
-        "experiment": args.experiment,
-        "peak_tflops": args.peak_tflops,
-    }
+    return StepConfig(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        tp=tp,
+        model=args.model,
+        overrides=cfg.to_dict(),
+        variants=variants,
+        chunks=chunks.as_json(),
+        cluster=cluster,
+        **{k: getattr(args, k) for k in ("lancet_partitions", "steps", "warmup", "seed", "zero_stage", "out")},
+        append=bool(args.append),
+        **{k: getattr(args, k) for k in ("backend", "compute", "experiment", "peak_tflops")},
+        contention=float(args.contention),
+        routing=routing,
+    )
 
 
 def check_routing(text: str | None, cfg, layout: ParallelLayout) -> str | None:

@@ -1,20 +1,18 @@
-"""What a ``monta bench step`` rank computes from the spec before and after its steps: the chunk count
+"""What a ``monta bench step`` rank computes from its config before and after its steps: the chunk count
 every variant uses, the model FLOPs of a step (for MFU) and the GPU's peak."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from monta.chunking import Auto, capacity_slice, dispatch_bytes, expert_capacity, parse_chunks
 from monta.hardware.gpus import cluster_of_gpu
 from monta.hardware.profile import get_cluster
 
 
-def run_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
+def run_chunks(run, cfg, layout, element_size: int) -> int:
     """The chunk count every variant uses: the flag's integer, or the performance model's choice (on the
-    spec's cluster) for this rank's full [E, C, M] dispatch buffer at the training capacity, as the MoE
-    layer resolves it per call (``monta.chunking``)."""
-    chunks = parse_chunks(spec["chunks"])
+    cluster of ``run``, the StepConfig) for this rank's full [E, C, M] dispatch buffer at the training
+    capacity, as the MoE layer resolves it per call (``monta.chunking``)."""
+    chunks = parse_chunks(run.chunks)
     capacity = expert_capacity(
         cfg.tokens_per_micro_batch, cfg.num_experts, cfg.capacity_factor, cfg.top_k, cfg.min_capacity
     )
@@ -22,7 +20,7 @@ def run_chunks(spec: dict[str, Any], cfg, layout, element_size: int) -> int:
     if isinstance(chunks, Auto):
         from monta.perfmodel.network.chunks import model_chooser
 
-        chooser = model_chooser(spec["cluster"])
+        chooser = model_chooser(run.cluster)
     nbytes = dispatch_bytes(cfg.num_experts, capacity, cfg.hidden, element_size)
     return chunks.resolve(nbytes, layout, capacity_slice(capacity, layout.tp), chooser)
 

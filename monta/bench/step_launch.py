@@ -1,10 +1,11 @@
 """How ``monta bench step`` starts its ranks: on the emulated cluster (``--launcher emulate``, compute on
 the clock with ``--compute modeled``) or as local processes on 127.0.0.1 (``--launcher local``). Every rank
-runs ``python -m monta.bench.step --worker SPEC``."""
+runs ``python -m monta.bench.step --worker CONFIG`` (the run's StepConfig as JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -13,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from monta.model.config import ModelConfig
+from monta.bench.step_config import StepConfig
 
 
 def topology(args: argparse.Namespace):
@@ -23,7 +24,7 @@ def topology(args: argparse.Namespace):
     return network(args)
 
 
-def clock_of(topo, lay: dict[str, Any], cfg):
+def clock_of(topo, lay: dict[str, Any], cfg):  # lay: the layout's nodes, gpus_per_node, tp and ep
     """The run's clock (``monta.perfmodel.training.clock``): its topology must emulate a cluster preset."""
     from monta.perfmodel.training.clock import Clock
 
@@ -61,44 +62,43 @@ def _argv_env() -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
-def launch(args: argparse.Namespace, spec: dict[str, Any]) -> int:
-    """Start the ranks and wait for them; 0 when every rank finished cleanly."""
+def launch(args: argparse.Namespace, run: StepConfig) -> tuple[int, StepConfig]:
+    """Start the ranks and wait for them: 0 when every rank finished cleanly, and the run's config with
+    what the launch learned (the emulated network, the compute clock)."""
     from monta.bench.common_args import network_line
 
     topo = topology(args) if args.launcher == "emulate" else None
     print(network_line("step", args, topo.describe() if topo else ""), flush=True)
     if getattr(args, "preset_line", None):  # --preset applied, or the settings unlike the pipeline's
         print(args.preset_line, flush=True)
-    return _emulated(args, spec, topo) if topo else _local(args, spec)
+    return _emulated(args, run, topo) if topo else (_local(args, run), run)
 
 
-def _emulated(args: argparse.Namespace, spec: dict[str, Any], topo) -> int:
+def _emulated(args: argparse.Namespace, run: StepConfig, topo) -> tuple[int, StepConfig]:
     from monta.emulate.launcher import launch as emulate
 
-    lay = spec["layout"]
+    lay = run.to_dict()["layout"]
     argv, env = _argv_env()
-    spec["emulated"] = True
-    spec["topology"] = topo.to_dict()
-    if spec["compute"] == "modeled":
-        spec["clock"] = clock_of(topo, lay, ModelConfig(**spec["overrides"])).describe()
+    clock = clock_of(topo, lay, run.model_config).describe() if run.compute == "modeled" else None
+    run = dataclasses.replace(run, emulated=True, topology=topo.to_dict(), clock=clock)
+    if clock:
         print(
-            f"# compute on the clock of {topo.cluster}: D = {spec['clock']['dilation']:.1f} (links and compute "
+            f"# compute on the clock of {topo.cluster}: D = {clock['dilation']:.1f} (links and compute "
             f"alike; {topo.describe()})",
             flush=True,
         )
     result = emulate(
-        argv + [json.dumps(spec)],
-        lay["nodes"],
-        lay["gpus_per_node"],
+        argv + [json.dumps(run.to_dict())],
+        run.nodes,
+        run.gpus_per_node,
         topo,
         env=env,
         timeout_s=args.timeout,
         allow_unshaped=args.allow_unshaped,
-        stall_s=max(120.0, 60.0 + 5.0 * lay["nodes"] * lay["gpus_per_node"]),
+        stall_s=max(120.0, 60.0 + 5.0 * run.nodes * run.gpus_per_node),
         preload=STEP_PRELOAD,
     )
-    spec["emulated"] = bool(result.emulated)
-    return 0
+    return 0, dataclasses.replace(run, emulated=bool(result.emulated))
 
 
 def _free_port() -> int:
@@ -107,12 +107,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _local(args: argparse.Namespace, spec: dict[str, Any]) -> int:
+def _local(args: argparse.Namespace, run: StepConfig) -> int:
     """One process per rank on 127.0.0.1 (rank 0's output shown, the others' dropped); the first rank that
     fails, or the timeout, ends them all."""
-    lay = spec["layout"]
     argv, env = _argv_env()
-    world = lay["nodes"] * lay["gpus_per_node"]
+    world = run.nodes * run.gpus_per_node
     port = _free_port()
     procs = []
     for r in range(world):
@@ -121,11 +120,13 @@ def _local(args: argparse.Namespace, spec: dict[str, Any]) -> int:
             **env,
             RANK=str(r),
             WORLD_SIZE=str(world),
-            LOCAL_RANK=str(r % lay["gpus_per_node"]),
+            LOCAL_RANK=str(r % run.gpus_per_node),
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
         )
-        procs.append(subprocess.Popen(argv + [json.dumps(spec)], env=e, stdout=None if r == 0 else subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(argv + [json.dumps(run.to_dict())], env=e, stdout=None if r == 0 else subprocess.DEVNULL)
+        )
     deadline = time.monotonic() + args.timeout
     try:
         while any(p.poll() is None for p in procs):

@@ -92,7 +92,7 @@ def _host_load(per_rank: list[dict], v: str) -> dict[str, Any]:
     return load
 
 
-def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_ms, seed: int) -> dict[str, Any]:
+def variant_metrics(run, layout, cfg, per_rank: list[dict], v: str, deepspeed_ms, seed: int) -> dict[str, Any]:
     """One variant's metrics; ``deepspeed_ms``: deepspeed's per-step times (None without it), paired with
     ``v``'s step by step for the speedup and its bootstrap CI (``seed``: the variant's index)."""
     from monta.bench.hostload import is_cpu_bound
@@ -106,7 +106,7 @@ def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_m
     med = statistics.median(step_ms)
     bd = _breakdown(per_rank, v, n)
     load = _host_load(per_rank, v)
-    clock = clock_summary(per_rank, v, med) if spec.get("clock") else None
+    clock = clock_summary(per_rank, v, med) if run.clock else None
     base = statistics.median(deepspeed_ms) if deepspeed_ms else None
     metrics = {
         "step_ms": med,
@@ -118,15 +118,13 @@ def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_m
         "peak_mem_bytes": max(r.get("peak_mem_bytes", r["peak_rss_bytes"]) for r in per_rank),
         "exposed_comm_ms": bd["exposed_comm"],
         "mfu": (
-            model_flops_per_rank(cfg, layout) / (med / 1e3) / (spec["peak_tflops"] * 1e12)
-            if spec.get("peak_tflops")
-            else None
+            model_flops_per_rank(cfg, layout) / (med / 1e3) / (run.peak_tflops * 1e12) if run.peak_tflops else None
         ),
         "speedup_vs_deepspeed": (base / med) if base else None,
         "samples_ms": step_ms,
         "host_cpu": load or None,
         "cpu_bound": is_cpu_bound(load) or bool(clock and clock["cpu_bound"]),
-        "compute": spec.get("compute", "real"),
+        "compute": run.compute,
         "clock": clock,
     }
     router = router_metrics(layout, cfg, per_rank, v)  # the gate's (or --routing's) realized imbalance
@@ -139,14 +137,14 @@ def variant_metrics(spec, layout, cfg, per_rank: list[dict], v: str, deepspeed_m
     return metrics
 
 
-def variant_params(spec, layout, cfg, v: str, steps: int) -> dict[str, Any]:
-    topo = spec.get("topology") or {}
+def variant_params(run, layout, cfg, v: str, steps: int) -> dict[str, Any]:
+    topo = run.topology or {}
     return {
         "variant": v,
         **parts(v),
         "model": cfg.name,
-        "chunks": spec["chunks"],
-        "chunks_requested": spec["chunks_requested"],
+        "chunks": run.chunks_used,
+        "chunks_requested": run.chunks,
         "inter_gbps": topo.get("inter_gbps"),
         "intra_gbps": topo.get("intra_gbps"),
         "tp": layout.tp,
@@ -160,35 +158,35 @@ def variant_params(spec, layout, cfg, v: str, steps: int) -> dict[str, Any]:
         "topk": cfg.top_k,
         "capacity_factor": cfg.capacity_factor,
         "micro_batch": cfg.micro_batch,
-        "compute": spec.get("compute", "real"),
-        "contention": spec.get("contention", 0.0),
+        "compute": run.compute,
+        "contention": run.contention,
         "topology": topo.get("name"),
-        "dilation": (spec.get("clock") or {}).get("dilation"),
-        "routing": spec.get("routing") or "gate",  # a --routing workload's spec, or the gate's own choice
+        "dilation": (run.clock or {}).get("dilation"),
+        "routing": run.routing or "gate",  # a --routing workload's spec, or the gate's own choice
     }
 
 
-def build_records(spec, layout, cfg, per_rank: list[dict]) -> tuple[list[tuple[str, dict]], list[dict]]:
-    """(rows of (variant, metrics), records) of every variant, in the spec's order."""
+def build_records(run, layout, cfg, per_rank: list[dict]) -> tuple[list[tuple[str, dict]], list[dict]]:
+    """(rows of (variant, metrics), records) of every variant of ``run`` (the StepConfig), in its order."""
     from monta.bench.step_router import workloads_at
     from monta.results import make_record, new_run_id
 
     run_id = new_run_id()
     workloads = workloads_at(layout, cfg)  # where the router sits among the synthetic workloads
-    deepspeed_ms = slowest(per_rank, "deepspeed") if "deepspeed" in spec["variants"] else None
+    deepspeed_ms = slowest(per_rank, "deepspeed") if "deepspeed" in run.variants else None
     rows, records = [], []
-    for i, v in enumerate(spec["variants"]):
-        metrics = variant_metrics(spec, layout, cfg, per_rank, v, deepspeed_ms, seed=i)
+    for i, v in enumerate(run.variants):
+        metrics = variant_metrics(run, layout, cfg, per_rank, v, deepspeed_ms, seed=i)
         metrics["workload_maxvio"] = workloads
         records.append(
             make_record(
                 kind="step",
-                source="emulated" if spec["emulated"] else "measured",
-                experiment=spec.get("experiment", "step"),
+                source="emulated" if run.emulated else "measured",
+                experiment=run.experiment,
                 run_id=run_id,
-                params=variant_params(spec, layout, cfg, v, len(per_rank[0][v]["step_s"])),
+                params=variant_params(run, layout, cfg, v, len(per_rank[0][v]["step_s"])),
                 metrics=metrics,
-                config={"spec": spec, "layout": layout.to_dict()},
+                config={"spec": run.to_dict(), "layout": layout.to_dict()},
             )
         )
         rows.append((v, metrics))

@@ -4,8 +4,7 @@ paired speedups with their CIs, the compute clock's accounting, the host's CPU v
 
 from __future__ import annotations
 
-from typing import Any
-
+from monta.bench.step_config import StepConfig
 from monta.bench.step_records import BREAKDOWN
 from monta.bench.step_router import router_lines
 from monta.chunking import is_auto
@@ -28,15 +27,15 @@ def ci_text(ci: list[float], n: int) -> str:
     return f"[{lo:.3f}, {hi:.3f}]" if lo == lo and hi == hi else f"[no CI from {n} step{'s' if n != 1 else ''}]"
 
 
-def print_header(spec: dict[str, Any], layout, cfg, source: str) -> None:
-    topo = spec.get("topology")
+def print_header(run: StepConfig, layout, cfg, source: str) -> None:
+    topo = run.topology
     print(
         f"# monta bench step: {cfg.name} ({cfg.num_layers} layers, hidden {cfg.hidden}, "
-        f"{cfg.tokens_per_micro_batch} tokens/micro-batch) on {layout.describe()}, {spec['steps']} steps after "
-        f"{spec['warmup']} warm-up, variants interleaved; source={source}"
+        f"{cfg.tokens_per_micro_batch} tokens/micro-batch) on {layout.describe()}, {run.steps} steps after "
+        f"{run.warmup} warm-up, variants interleaved; source={source}"
     )
-    if spec.get("compute") == "modeled":
-        print(f"# {contention_text(spec.get('contention', 0.0))}")
+    if run.compute == "modeled":
+        print(f"# {contention_text(run.contention)}")
     if topo:
         rate = lambda g: f"{g:g} Gbit/s" if g else "unshaped"  # noqa: E731
         ratio = (
@@ -49,8 +48,8 @@ def print_header(spec: dict[str, Any], layout, cfg, source: str) -> None:
             f"{ratio}"
         )
     print(
-        f"# chunks {spec['chunks']} (requested {spec['chunks_requested']}"
-        f"{', cluster ' + str(spec['cluster']) if is_auto(spec['chunks_requested']) else ''}); "
+        f"# chunks {run.chunks_used} (requested {run.chunks}"
+        f"{', cluster ' + str(run.cluster) if is_auto(run.chunks) else ''}); "
         "times: median over steps (step: the slowest rank's; phases: the mean over ranks); *_bwd = exchange "
         "inside backward"
     )
@@ -73,12 +72,12 @@ def print_table(rows: list[tuple[str, dict]]) -> None:
         print(" ".join(f"{c:>{w0 if i == 0 else 10}}" for i, c in enumerate(cells)))
 
 
-def print_footer(spec: dict[str, Any], rows: list[tuple[str, dict]]) -> None:
+def print_footer(run: StepConfig, rows: list[tuple[str, dict]]) -> None:
     from monta.bench.hostload import verdict
 
-    if spec.get("peak_tflops"):
+    if run.peak_tflops:
         print(
-            f"# MFU on {spec.get('device', 'this device')} (peak {spec['peak_tflops']:g} TFLOP/s): "
+            f"# MFU on {run.device or 'this device'} (peak {run.peak_tflops:g} TFLOP/s): "
             + ", ".join(f"{v} {m['mfu']:.1%}" for v, m in rows)
         )
     print(
@@ -93,9 +92,9 @@ def print_footer(spec: dict[str, Any], rows: list[tuple[str, dict]]) -> None:
             if m.get("speedup_vs_deepspeed_ci")
         )
     )
-    if spec.get("clock"):
-        print_clock(spec, rows)
-    for line in router_lines(spec.get("routing"), rows):
+    if run.clock:
+        print_clock(run, rows)
+    for line in router_lines(run.routing, rows):
         print(line)
     for v, m in rows:
         print(f"# {v}: {verdict(m['host_cpu'])}")
@@ -104,9 +103,9 @@ def print_footer(spec: dict[str, Any], rows: list[tuple[str, dict]]) -> None:
         print(f"# CPU-BOUND: {', '.join(bound)}: these step times measure this machine's cores, not the links")
 
 
-def print_clock(spec: dict[str, Any], rows: list[tuple[str, dict]]) -> None:
+def print_clock(run: StepConfig, rows: list[tuple[str, dict]]) -> None:
     """The compute clock's pieces, and per variant what it priced and which math outlasted its target."""
-    ck = spec["clock"]
+    ck = run.clock
     print(
         f"# compute modeled: the {ck['full_model']} pieces on {ck['cluster']} x D = {ck['dilation']:.1f} "
         f"(per step, targets {', '.join(f'{k} {_ms(v / 1e3)}' for k, v in ck['pieces_us'].items())} a "
@@ -118,20 +117,20 @@ def print_clock(spec: dict[str, Any], rows: list[tuple[str, dict]]) -> None:
         print(
             f"# {v}: clock {_ms(c['target_ms'])} of priced compute a step; math over its target: {late} "
             f"({_ms(c['overrun_ms'])}, {c['overrun_ms'] / m['step_ms']:.1%} of the step)"
-            + (f"; contention added {_ms(c['contention_ms'])}" if spec.get("contention") else "")
+            + (f"; contention added {_ms(c['contention_ms'])}" if run.contention else "")
         )
 
 
-def report(spec: dict[str, Any], layout, cfg, per_rank: list[dict]) -> None:
-    """Build the records, write them to the spec's --out (if any) and print the report."""
+def report(run: StepConfig, layout, cfg, per_rank: list[dict]) -> None:
+    """Build the records, write them to the run's --out (if any) and print the report."""
     from monta.bench.step_records import build_records
     from monta.results import write_records
 
-    rows, records = build_records(spec, layout, cfg, per_rank)
-    if spec.get("out"):
-        write_records(spec["out"], records, append=bool(spec.get("append")))
-    print_header(spec, layout, cfg, records[0]["source"])
+    rows, records = build_records(run, layout, cfg, per_rank)
+    if run.out:
+        write_records(run.out, records, append=run.append)
+    print_header(run, layout, cfg, records[0]["source"])
     print_table(rows)
-    print_footer(spec, rows)
-    if spec.get("out"):
-        print(f"# wrote {len(records)} records to {spec['out']}")
+    print_footer(run, rows)
+    if run.out:
+        print(f"# wrote {len(records)} records to {run.out}")

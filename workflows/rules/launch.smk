@@ -131,7 +131,7 @@ def alltoall_cmd(
         launch(cluster),
         f"monta bench alltoall --nodes {cluster['nodes']} --gpus-per-node {cluster['gpus_per_node']}",
         f"--tp {cluster['tp'] if tp is None else tp} --sizes {sizes}",
-        f"--variants {csv(a['variants'] if variants is None else variants)}",
+        f"--exchanges {csv(a['variants'] if variants is None else variants)}",
         f"--chunks {csv(a['chunks'] if chunks is None else chunks)}",
         net_args() if net is None else net,
         f"--dtype {a['dtype']} --warmup {a['warmup']}",
