@@ -29,8 +29,8 @@ def check(argv: list[str]) -> argparse.Namespace:
 
 
 def _check_step(args: argparse.Namespace) -> None:
-    from monta.bench.step_args import step_config
-    from monta.bench.step_launch import clock_of, topology
+    from monta.bench.step.args import step_config
+    from monta.bench.step.launch import clock_of, topology
 
     run = step_config(args)
     if args.compute == "modeled" and args.launcher == "emulate":

@@ -16,7 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from monta.bench.alltoall_config import ADAPTIVE_DEFAULTS, AlltoallConfig
+from monta.bench.alltoall.config import ADAPTIVE_DEFAULTS, AlltoallConfig
 from monta.dtypes import DTYPE_BYTES
 from monta.runconfig import flag_default
 from monta.units import parse_size

@@ -56,7 +56,7 @@ def step_variants() -> list[str]:
 
 # -- the training step (4 ranks: 2 nodes x 2, TP 2, EP 2) --------------------------------------------
 def step_case(variants: list[str]) -> dict:
-    from monta.bench.step_worker import build_world
+    from monta.bench.step.worker import build_world
     from monta.model.config import resolve_config
     from monta.model.engine import dp_rank_of, train_step
     from monta.parallel import ParallelLayout
@@ -83,8 +83,8 @@ def step_case(variants: list[str]) -> dict:
 def bench_case(tp: int, topk: int) -> dict:
     import torch
 
-    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
-    from monta.bench.alltoall_runner import Runner, buffer_shape, rank_input, variant_rows
+    from monta.bench.alltoall.config import AlltoallAids, AlltoallConfig
+    from monta.bench.alltoall.runner import Runner, buffer_shape, rank_input, variant_rows
 
     experts, hidden, size = 16, 16, 16 * 8 * 16 * 4 * 4
     cfg = AlltoallConfig(

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from monta.bench.adaptive import CI_MIN_ITERS, StopRule, key_ratios
-from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall.config import AlltoallConfig
 from monta.testaids import Fault, Slowdown
 
 

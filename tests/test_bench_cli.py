@@ -147,8 +147,8 @@ def test_progress_line_counts_elapsed_and_estimates_the_rest():
 
 
 def test_step_table_prints_times_in_human_units(capsys):
-    from monta.bench.step_records import BREAKDOWN
-    from monta.bench.step_report import print_table
+    from monta.bench.step.records import BREAKDOWN
+    from monta.bench.step.report import print_table
 
     m = {
         "step_ms": 9200.0,

@@ -53,7 +53,7 @@ def test_the_preset_builds_the_pipelines_sweep(tmp_path):
 
 def test_the_step_preset_builds_the_pipelines_step(tmp_path):
     from monta.bench.common_args import network
-    from monta.bench.step_args import step_config as spec
+    from monta.bench.step.args import step_config as spec
 
     pipeline = parse(*_pipeline_command(tmp_path, "step"), bench="step")
     pipeline.out = None

@@ -4,7 +4,7 @@ table's footer say about the rest, and that a floor of 0 leaves a record's confi
 from __future__ import annotations
 
 from monta.bench import chunk_floor
-from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
+from monta.bench.alltoall.config import AlltoallAids, AlltoallConfig
 
 MiB = 1 << 20
 ROWS = [("legacy", 1), ("deepspeed", 1), ("monta", 1), ("monta", 2), ("monta", 4), ("monta", 8), ("a2a", 1), ("ag", 1)]

@@ -3,7 +3,8 @@
 Run times: docs/results/make-reproduce.md's Timings table holds every one (with its command and the range over
 the runs); the README links it and quotes none, and the code (monta/, baselines/, analysis/, workflows/, the
 Makefile) states neither a run time nor a result stamped with one of this project's commits: a results page
-holds those. Counts of shipped files: the docs' words match the files.
+holds those; nor do the pipeline's configs (config/*.yaml), in the docs' form or a config comment's ("~9 s").
+Counts of shipped files: the docs' words match the files.
 """
 
 import re
@@ -59,6 +60,24 @@ def test_the_code_states_no_run_time():
         for m in DURATION.findall(f.read_text())
     ]
     assert not found, "run times belong on docs/results/make-reproduce.md#timings:\n" + "\n".join(found)
+
+
+# A run time as a config comment writes one: "~9 s", "~3 min", "about 100 s", "20 minutes" (ms: an operation's cost)
+CONFIG_TIME = re.compile(r"(?<![\w.])\d+(?:\.\d+)? ?(?:s|sec|seconds?|min|minutes?|h|hours?)\b")
+
+
+def test_the_configs_state_no_run_time():
+    found = [
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in sorted((ROOT / "config").glob("*.yaml"))
+        for m in DURATION.findall(f.read_text()) + CONFIG_TIME.findall(f.read_text())
+    ]
+    assert not found, "run times belong on docs/results/make-reproduce.md#timings:\n" + "\n".join(found)
+
+
+def test_the_config_pattern_reads_a_comment_s_run_times():
+    text = "takes ~9 s here, added ~3 min, about 100 s, under 20 minutes; not 20 ms, 1.3-1.6 ms, budget_s: 20 or 2x8"
+    assert CONFIG_TIME.findall(text) == ["9 s", "3 min", "100 s", "20 minutes"]
 
 
 def test_the_code_stamps_nothing_with_a_commit_of_this_project():

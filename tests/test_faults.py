@@ -32,7 +32,7 @@ def no_launch(monkeypatch):
 
     monkeypatch.setattr(monta.emulate, "launch", boom)
     monkeypatch.setattr(monta.emulate.launcher, "launch", boom)
-    import monta.bench.alltoall_worker as w  # the env launcher's path into a rank
+    import monta.bench.alltoall.worker as w  # the env launcher's path into a rank
 
     monkeypatch.setattr(w, "main", boom)
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from monta.bench.step_compute import peak_tflops
+from monta.bench.step.compute import peak_tflops
 from monta.hardware import clusterfile as CF
 from monta.hardware.gpus import GPU_NAMES, arch_of, cluster_of_gpu
 from monta.perfmodel.reports.calibrate import _preset_for

@@ -21,12 +21,12 @@ SIZE = EXPERTS * 32 * HIDDEN * 4  # C = 32: 256 tokens per rank at top-2
 
 
 def layer_check_case(tp: int, specs, inject_fault: bool = False) -> dict:
-    """Rank side: the bench's own layer-mode check (alltoall_runner.check_layer) per workload at one TP."""
+    """Rank side: the bench's own layer-mode check (monta.bench.alltoall.runner.check_layer) per workload at one TP."""
     import torch
 
     from monta import variants as registry
-    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
-    from monta.bench.alltoall_runner import Runner, buffer_shape, check_layer, rank_input, variant_rows
+    from monta.bench.alltoall.config import AlltoallAids, AlltoallConfig
+    from monta.bench.alltoall.runner import Runner, buffer_shape, check_layer, rank_input, variant_rows
 
     names = tuple(sorted(registry.exchanges()))
     cfg = AlltoallConfig(

@@ -126,7 +126,7 @@ def test_the_footers_pipeline_bound_is_that_of_monta_split():
     import json
     from pathlib import Path
 
-    from monta.bench.alltoall_table import summary_rows
+    from monta.bench.alltoall.table import summary_rows
     from monta.chunking import monta_split, pipeline_bound
 
     lines = (Path(__file__).resolve().parent.parent / "analysis/baselines/default-alltoall.jsonl").read_text()

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
+from monta.bench.alltoall.config import AlltoallAids, AlltoallConfig
 from monta.runconfig import help_of
 
 
@@ -66,7 +66,7 @@ def test_the_config_round_trips_and_refuses_an_unknown_key():
 
 
 def _step_args(*flags: str) -> argparse.Namespace:
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
 
     p = argparse.ArgumentParser()
     step_args.add_arguments(p)
@@ -75,8 +75,8 @@ def _step_args(*flags: str) -> argparse.Namespace:
 
 def test_a_bare_step_command_builds_the_step_configs_defaults():
     from monta import variants as registry
-    from monta.bench.step_args import step_config
-    from monta.bench.step_config import StepConfig
+    from monta.bench.step.args import step_config
+    from monta.bench.step.config import StepConfig
     from monta.model.config import resolve_config
 
     cfg = step_config(_step_args())
@@ -86,8 +86,8 @@ def test_a_bare_step_command_builds_the_step_configs_defaults():
 
 
 def test_the_step_config_round_trips_as_the_records_spec_and_refuses_an_unknown_key():
-    from monta.bench.step_args import step_config
-    from monta.bench.step_config import StepConfig
+    from monta.bench.step.args import step_config
+    from monta.bench.step.config import StepConfig
 
     cfg = step_config(_step_args("--variants", "deepspeed,monta", "--steps", "3", "--chunks", "2"))
     spec = cfg.to_dict()
@@ -106,11 +106,11 @@ def test_the_step_config_round_trips_as_the_records_spec_and_refuses_an_unknown_
 
 @pytest.mark.parametrize("name", ["model", "chunks", "steps", "warmup", "seed", "compute", "contention", "routing"])
 def test_a_step_flags_help_and_default_are_its_fields(name):
-    from monta.bench.step_config import StepConfig
+    from monta.bench.step.config import StepConfig
     from monta.runconfig import flag_default
 
     p = argparse.ArgumentParser()
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
 
     step_args.add_arguments(p)
     a = next(a for a in p._actions if a.dest == name)
@@ -118,7 +118,7 @@ def test_a_step_flags_help_and_default_are_its_fields(name):
 
 
 def test_the_lancet_partitions_default_is_the_models():
-    from monta.bench.step_config import StepConfig
+    from monta.bench.step.config import StepConfig
     from monta.variants import PARTITIONS
 
     assert StepConfig().lancet_partitions == PARTITIONS
@@ -130,7 +130,7 @@ def test_the_committed_emulated_step_records_spec_reads_back_whole(name):
     committed record carries is a StepConfig's to_dict, key for key."""
     from pathlib import Path
 
-    from monta.bench.step_config import StepConfig
+    from monta.bench.step.config import StepConfig
 
     path = Path(__file__).parent / "data" / name
     specs = [json.loads(line)["config"]["spec"] for line in path.read_text().splitlines() if line.strip()]
@@ -177,8 +177,8 @@ def _as_config_value(section: str, key: str, value):
 
 
 def _config_default(section: str, key: str):
-    from monta.bench.alltoall_config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
-    from monta.bench.step_config import StepConfig
+    from monta.bench.alltoall.config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
+    from monta.bench.step.config import StepConfig
     from monta.runconfig import default_of
 
     if section == "alltoall":
@@ -199,8 +199,8 @@ def test_the_pipeline_schemas_defaults_are_the_run_configs_or_named_as_its_own()
 
     import yaml
 
-    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
-    from monta.bench.step_config import StepConfig
+    from monta.bench.alltoall.config import AlltoallAids, AlltoallConfig
+    from monta.bench.step.config import StepConfig
 
     schema = yaml.safe_load((Path(__file__).parents[1] / "config" / "schema.yaml").read_text())["properties"]
     fields = {

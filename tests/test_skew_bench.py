@@ -22,11 +22,11 @@ SIZE = EXPERTS * 32 * HIDDEN * 4  # C = 32: 256 tokens per rank at top-2
 
 
 def skew_check_case(tp: int, specs, cf: float = 1.0) -> dict:
-    """Rank side: the bench's own check (alltoall_runner.check_routes) for every workload at one TP."""
+    """Rank side: the bench's own check (monta.bench.alltoall.runner.check_routes) for every workload at one TP."""
     import torch
 
-    from monta.bench.alltoall_config import AlltoallAids, AlltoallConfig
-    from monta.bench.alltoall_runner import Runner, buffer_shape, check_routes, variant_rows
+    from monta.bench.alltoall.config import AlltoallAids, AlltoallConfig
+    from monta.bench.alltoall.runner import Runner, buffer_shape, check_routes, variant_rows
 
     cfg = AlltoallConfig(
         nodes=2, gpus_per_node=4, tp=tp, ep=8 // tp, sizes=(SIZE,), variants=EXCHANGES, chunks=(2,),

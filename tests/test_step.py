@@ -96,7 +96,7 @@ class _Skewed:
 
 
 def _job(variants, steps, wrong=False, overrides=TEST_OVERRIDES):
-    from monta.bench.step_worker import build_world
+    from monta.bench.step.worker import build_world
     from monta.model.config import resolve_config
     from monta.model.engine import dp_rank_of, train_step
     from monta.parallel import ParallelLayout
@@ -313,7 +313,7 @@ def test_pipelined_backward_equals_autograd_replay(dist_world):
 def _args(**kw):
     import argparse
 
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
 
     p = argparse.ArgumentParser()
     step_args.add_arguments(p)
@@ -323,7 +323,7 @@ def _args(**kw):
 
 
 def test_chunks_auto_needs_a_cluster_when_emulated(monkeypatch):
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
 
     monkeypatch.delenv("MONTA_CLUSTER", raising=False)
     with pytest.raises(ValueError, match="--cluster emulator:"):
@@ -334,7 +334,8 @@ def test_chunks_auto_needs_a_cluster_when_emulated(monkeypatch):
 
 def test_chunks_auto_follows_the_performance_model():
     """auto picks the performance model's count for the preset's full dispatch buffer, within C / TP."""
-    from monta.bench import step_args, step_compute
+    from monta.bench.step import args as step_args
+    from monta.bench.step import compute as step_compute
     from monta.chunking import Auto
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
@@ -351,7 +352,7 @@ def test_chunks_auto_follows_the_performance_model():
 
 def test_lancet_partitions_are_their_own_knob():
     """--lancet-partitions defaults to the performance model's PARTITIONS, apart from --chunks."""
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
     from monta.variants import PARTITIONS
 
     assert step_args.step_config(_args(chunks="2")).lancet_partitions == PARTITIONS == 4
@@ -364,7 +365,7 @@ def test_lancet_partitions_are_their_own_knob():
 def test_contention_is_a_knob_of_the_clock():
     """--contention (default 0) goes into the spec the ranks and the records read; it stretches the clock's
     compute, so a run without the clock refuses it."""
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
 
     assert step_args.step_config(_args()).contention == 0.0
     assert step_args.step_config(_args(compute="modeled", contention=0.2)).contention == 0.2
@@ -377,7 +378,7 @@ def test_contention_is_a_knob_of_the_clock():
 def test_default_emulated_topology_is_shaped():
     """No shaping flag: the 4-NIC A800 at the default emulated rate (intra:inter 13.6); any flag:
     exactly what it says."""
-    from monta.bench import step_launch
+    from monta.bench.step import launch as step_launch
 
     t = step_launch.topology(_args(emulate=True))
     assert t.name == "a800-4nic@0.125" and t.cluster == "a800-4nic" and t.inter_gbps == 0.125
@@ -388,7 +389,8 @@ def test_default_emulated_topology_is_shaped():
 
 def test_mfu_flops_of_the_mini_preset_by_hand():
     """Model FLOPs per rank and step (3 x forward) for moe-2x70b-mini on TP4, written out by hand."""
-    from monta.bench import step_args, step_compute
+    from monta.bench.step import args as step_args
+    from monta.bench.step import compute as step_compute
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout
 
@@ -474,7 +476,7 @@ US_PER_FLOP = 2e-6  # small targets (a few hundred us a GEMM): the test checks a
 
 
 def _clocked_job(variants, steps, contention=0.0, experts_us_per_flop=US_PER_FLOP):
-    from monta.bench.step_worker import run_interleaved
+    from monta.bench.step.worker import run_interleaved
     from monta.model.clock import ComputeClock
     from monta.model.config import resolve_config
     from monta.parallel import ParallelLayout

@@ -31,7 +31,7 @@ def _capacity(cfg) -> int:
 
 
 def _steps(routing, variants, steps):
-    from monta.bench.step_worker import run_interleaved
+    from monta.bench.step.worker import run_interleaved
 
     layout, cfg = _layout_cfg()
     return run_interleaved(layout, cfg, variants, chunks=2, steps=steps, warmup=0, seed=1234, routing=routing)
@@ -48,7 +48,7 @@ def runs(dist_world):
 
 
 def _router(per_rank, v):
-    from monta.bench.step_router import router_metrics
+    from monta.bench.step.router import router_metrics
 
     layout, cfg = _layout_cfg()
     return router_metrics(layout, cfg, per_rank, v)
@@ -93,7 +93,7 @@ def test_routing_w5_runs_to_the_end_and_equals_the_routing(runs):
     """W5 (member 1 receives nothing): the step's figures in every layer are the Routing's own, the same
     for every variant (one routing for every exchange; Lina's schedule routes through the layer too), and
     the losses are finite."""
-    from monta.bench.step_router import step_routing
+    from monta.bench.step.router import step_routing
 
     per_rank = runs["W5"]
     layout, cfg = _layout_cfg()
@@ -115,7 +115,7 @@ def test_each_rank_routes_exactly_its_members_choices_and_the_observers_return_t
     member r's ``WorkloadChoices`` (``choices=`` at construction), and what each rank's layers routed,
     read back through the model's ``Observers``, is exactly that member's row of the routing: its
     per-expert load and its drops at the capacity, in every layer and variant."""
-    from monta.bench.step_router import ep_members, step_routing
+    from monta.bench.step.router import ep_members, step_routing
 
     per_rank = runs["W5"]
     layout, cfg = _layout_cfg()
@@ -136,8 +136,8 @@ def test_each_rank_routes_exactly_its_members_choices_and_the_observers_return_t
 
 
 def test_the_step_records_and_report_carry_the_router(runs, capsys):
-    from monta.bench.step_records import variant_params
-    from monta.bench.step_report import report
+    from monta.bench.step.records import variant_params
+    from monta.bench.step.report import report
 
     layout, cfg = _layout_cfg()
     spec = {
@@ -181,7 +181,7 @@ def test_workload_gate_routes_as_the_routing_and_trains_the_gate():
 
 
 def test_a_schedule_with_its_own_gate_is_refused_under_routing():
-    from monta.bench.step_router import check_forced
+    from monta.bench.step.router import check_forced
 
     check_forced("lancet", [None, None], None)  # no --routing: its records say nothing of the router
     with pytest.raises(ValueError, match="routes with its schedule's own gate"):

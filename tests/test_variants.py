@@ -281,7 +281,7 @@ def test_config_accepts_registered_composed_and_plugin_variants():
 def test_step_bench_checks_names_and_schedule_requirements_before_any_rank_starts():
     import argparse
 
-    from monta.bench import step_args
+    from monta.bench.step import args as step_args
 
     p = argparse.ArgumentParser()
     step_args.add_arguments(p)

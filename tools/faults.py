@@ -326,7 +326,7 @@ def _bench_proc(tmp: Path, *extra: str) -> subprocess.Popen:
 
 def _rank_pids(parent: int) -> list[int]:
     """Host pids of this run's rank processes: descendants of ``parent`` (never another run's
-    ranks) whose command line runs monta.bench.alltoall_worker, or forked from the supervisor and named
+    ranks) whose command line runs monta.bench.alltoall.worker, or forked from the supervisor and named
     monta-rankN (monta.emulate.forkstart)."""
     children: dict[int, list[int]] = {}
     cmdlines: dict[int, list[bytes]] = {}
@@ -345,7 +345,7 @@ def _rank_pids(parent: int) -> list[int]:
         for c in children.get(pid, []):
             todo.append(c)
             words = cmdlines.get(c, [])
-            if b"monta.bench.alltoall_worker" in words or any(w.startswith(b"monta-rank") for w in words):
+            if b"monta.bench.alltoall.worker" in words or any(w.startswith(b"monta-rank") for w in words):
                 out.append(c)
     return sorted(out)
 

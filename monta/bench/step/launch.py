@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from monta.bench.step_config import StepConfig
+from monta.bench.step.config import StepConfig
 
 
 def topology(args: argparse.Namespace):
@@ -52,7 +52,7 @@ STEP_PRELOAD = (
     "torch.distributed",
     "deepspeed",
     "deepspeed.runtime.zero.muon.muon_optimizer",
-    "monta.bench.step_worker",
+    "monta.bench.step.worker",
 )
 
 

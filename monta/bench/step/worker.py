@@ -55,7 +55,7 @@ def build_world(
     """The mesh and one engine per variant (collective; same order on every rank). ``routes``: a
     ``monta.routing.Routing`` every gate routes by (None: the gates' own), the same for every variant so
     every exchange sees the same tokens; ``clock``: the compute clock every variant's model charges."""
-    from monta.bench.step_router import member_choices
+    from monta.bench.step.router import member_choices
     from monta.groups import init_deepspeed_groups
     from monta.mesh import build_mesh
     from monta.model.engine import build_variant
@@ -103,9 +103,9 @@ def run_interleaved(
     routing: str | None = None,
 ) -> dict[str, Any]:
     """Run warm-up + steps of every variant, interleaved; returns per-step losses, times and what each MoE
-    layer's gate routed (``step_router``) of this rank. ``clock``: a ``monta.model.clock.ComputeClock`` to
+    layer's gate routed (``router``) of this rank. ``clock``: a ``monta.model.clock.ComputeClock`` to
     run the compute on (None: the CPU's own speed). ``routing``: a workload spec every gate routes by."""
-    from monta.bench import step_router
+    import monta.bench.step.router as step_router
     from monta.model.engine import dp_rank_of
 
     routes = None if routing is None else step_router.step_routing(routing, cfg, layout)
@@ -125,7 +125,7 @@ def run_interleaved(
 
 def _run_steps(built, cfg, variants, steps, warmup, seed, dp_rank, clock, routing) -> dict[str, Any]:
     """The interleaved steps (inside the clock's restarts): per variant its losses, times, clock and router."""
-    from monta.bench import step_router
+    import monta.bench.step.router as step_router
     from monta.bench.hostload import HostLoad, own_run_delay_s
     from monta.model.engine import train_step
 

@@ -4,9 +4,9 @@ paired speedups with their CIs, the compute clock's accounting, the host's CPU v
 
 from __future__ import annotations
 
-from monta.bench.step_config import StepConfig
-from monta.bench.step_records import BREAKDOWN
-from monta.bench.step_router import router_lines
+from monta.bench.step.config import StepConfig
+from monta.bench.step.records import BREAKDOWN
+from monta.bench.step.router import router_lines
 from monta.chunking import is_auto
 from monta.units import format_duration
 
@@ -123,7 +123,7 @@ def print_clock(run: StepConfig, rows: list[tuple[str, dict]]) -> None:
 
 def report(run: StepConfig, layout, cfg, per_rank: list[dict]) -> None:
     """Build the records, write them to the run's --out (if any) and print the report."""
-    from monta.bench.step_records import build_records
+    from monta.bench.step.records import build_records
     from monta.results import write_records
 
     rows, records = build_records(run, layout, cfg, per_rank)

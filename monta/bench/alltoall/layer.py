@@ -94,7 +94,7 @@ def _init_deepspeed(backend: str) -> None:
 
 
 class LayerRows:
-    """The MoE layer of one Runner (``alltoall_runner.Runner``): ``run`` one variant row's forward and
+    """The MoE layer of one Runner (``runner.Runner``): ``run`` one variant row's forward and
     backward, ``reference`` stock DeepSpeed's on the same input. Built once per Runner (collective)."""
 
     def __init__(self, runner) -> None:
@@ -122,7 +122,7 @@ class LayerRows:
             enable_expert_tensor_parallelism=expert_tp,
         )
         dtype = torch_dtype(cfg.dtype)
-        cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (alltoall_worker)
+        cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (the worker)
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
         ep_index = runner.exchange_mesh.ep.index
         watch = Observers(fault=runner.fault)  # TEST AID: the runner's fault reaches the layer's exchange

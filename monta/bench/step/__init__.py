@@ -1,10 +1,10 @@
 """``monta bench step``: a training step of the MoE decoder on DeepSpeed for every variant
 (``monta.variants``: the registered names, plugins' included, or compositions), interleaved step by step in one run.
 
-The parent validates flags (``step_args``) and launches ranks (``step_launch``: the emulated cluster,
+The parent validates flags (``args``) and launches ranks (``launch``: the emulated cluster,
 local processes on 127.0.0.1, or it is itself one torchrun/srun rank); every rank runs
-``python -m monta.bench.step --worker CONFIG`` (``step_worker``; CONFIG: the StepConfig as JSON); rank 0
-reports (``step_report``).
+``python -m monta.bench.step --worker CONFIG`` (``worker``; CONFIG: the StepConfig as JSON); rank 0
+reports (``report``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 
-from monta.bench.step_args import add_arguments, step_config
-from monta.bench.step_compute import peak_tflops, run_chunks
-from monta.bench.step_config import StepConfig
+from monta.bench.step.args import add_arguments, step_config
+from monta.bench.step.compute import peak_tflops, run_chunks
+from monta.bench.step.config import StepConfig
+
+__all__ = ["add_arguments", "main"]  # the entry monta.bench.cli and ``python -m monta.bench.step`` use
 
 
 def main(args: argparse.Namespace) -> int:
@@ -28,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = step_config(args)
     if args.launcher == "env":  # one rank of torchrun/srun: run the worker in this process
         return _worker(cfg)
-    from monta.bench.step_launch import launch
+    from monta.bench.step.launch import launch
 
     rc, cfg = launch(args, cfg)
     if rc == 0 and cfg.out and not args.no_wandb:
@@ -42,8 +43,8 @@ def main(args: argparse.Namespace) -> int:
 def _worker(run: StepConfig) -> int:
     import torch.distributed as dist
 
-    from monta.bench.step_report import report
-    from monta.bench.step_worker import init_from_env, run_interleaved
+    from monta.bench.step.report import report
+    from monta.bench.step.worker import init_from_env, run_interleaved
 
     init_from_env(backend=run.backend)
     import torch
@@ -79,11 +80,3 @@ def _worker(run: StepConfig) -> int:
         report(run, layout, cfg, gathered)
     dist.barrier()
     return 0
-
-
-if __name__ == "__main__":
-    from monta.bench.common_args import HelpFormatter
-
-    _p = argparse.ArgumentParser(prog="monta bench step", formatter_class=HelpFormatter)
-    add_arguments(_p)
-    sys.exit(main(_p.parse_args()))

@@ -1,6 +1,6 @@
 """What crosses the process boundary of ``monta bench alltoall``: the validated sweep, built once by
 ``monta.bench.alltoall.build_config`` from the flags, written as JSON for the ranks and read back by
-each (``monta.bench.alltoall_worker``). Every record carries it whole (``to_dict``) as its ``config``.
+each (``monta.bench.alltoall.worker``). Every record carries it whole (``to_dict``) as its ``config``.
 
 Each field's default and help are the flag's (``monta.runconfig.setting``; ``add_arguments`` reads them),
 so a default lives here once; the check and the test aids sit in ``aids`` (``AlltoallAids``).

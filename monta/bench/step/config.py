@@ -1,8 +1,8 @@
 """What every rank of ``monta bench step`` reads: the run's settings, validated once by
-``monta.bench.step_args.step_config`` before any rank starts, passed to each rank as JSON (``--worker``) and
+``monta.bench.step.args.step_config`` before any rank starts, passed to each rank as JSON (``--worker``) and
 carried whole by every record as its ``config.spec`` (``to_dict``: the keys the records always had).
 
-Each field's default and help are the flag's (``monta.runconfig.setting``; ``step_args`` reads them). What
+Each field's default and help are the flag's (``monta.runconfig.setting``; ``args`` reads them). What
 the launcher and the rank learn later (the emulated network, the compute clock, the resolved chunk count,
 the GPU) are fields too, set by building a new config (``dataclasses.replace``), never keys added to a dict.
 

@@ -97,8 +97,8 @@ def variant_metrics(run, layout, cfg, per_rank: list[dict], v: str, deepspeed_ms
     ``v``'s step by step for the speedup and its bootstrap CI (``seed``: the variant's index)."""
     from monta.bench.hostload import is_cpu_bound
     from monta.bench.stats import bootstrap, median_ratio
-    from monta.bench.step_compute import model_flops_per_rank
-    from monta.bench.step_router import router_metrics
+    from monta.bench.step.compute import model_flops_per_rank
+    from monta.bench.step.router import router_metrics
     from monta.percentiles import percentile
 
     n = len(per_rank[0][v]["step_s"])
@@ -168,7 +168,7 @@ def variant_params(run, layout, cfg, v: str, steps: int) -> dict[str, Any]:
 
 def build_records(run, layout, cfg, per_rank: list[dict]) -> tuple[list[tuple[str, dict]], list[dict]]:
     """(rows of (variant, metrics), records) of every variant of ``run`` (the StepConfig), in its order."""
-    from monta.bench.step_router import workloads_at
+    from monta.bench.step.router import workloads_at
     from monta.results import make_record, new_run_id
 
     run_id = new_run_id()

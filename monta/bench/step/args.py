@@ -7,7 +7,7 @@ import argparse
 import os
 
 from monta import variants as registry
-from monta.bench.step_config import StepConfig
+from monta.bench.step.config import StepConfig
 from monta.chunking import Auto, parse_chunks
 from monta.model.config import PRESETS, resolve_config
 from monta.parallel import ParallelLayout
@@ -159,7 +159,7 @@ def check_routing(text: str | None, cfg, layout: ParallelLayout) -> str | None:
     starts; None: the gate's own choice."""
     if text is None:
         return None
-    from monta.bench.step_router import step_routing
+    from monta.bench.step.router import step_routing
 
     try:
         step_routing(text, cfg, layout)

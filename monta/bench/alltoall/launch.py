@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall.config import AlltoallConfig
 
 # Unshaped links on this machine's loopback: what a rank's exchange sees, roughly (CPU-bound copies).
 _UNSHAPED_GBPS = 4.0
 # What every rank imports: imported once by the emulator's supervisor, which forks the ranks from itself
 # (monta.emulate.forkstart) instead of 8-16 interpreters importing torch and DeepSpeed at once.
-ALLTOALL_PRELOAD = ("torch", "torch.distributed", "deepspeed", "deepspeed.moe.layer", "monta.bench.alltoall_worker")
+ALLTOALL_PRELOAD = ("torch", "torch.distributed", "deepspeed", "deepspeed.moe.layer", "monta.bench.alltoall.worker")
 
 
 def expected_seconds(cfg: AlltoallConfig) -> float:
@@ -101,7 +101,7 @@ def launch_once(cfg: AlltoallConfig, args: argparse.Namespace, timeout: float) -
         (tmp / "config.json").write_text(dataclasses.replace(cfg, out=str(out), append=False).to_json())
         try:
             launch(
-                [sys.executable, "-m", "monta.bench.alltoall_worker", str(tmp / "config.json")],
+                [sys.executable, "-m", "monta.bench.alltoall.worker", str(tmp / "config.json")],
                 args.nodes,
                 args.gpus_per_node,
                 topo,

@@ -1,7 +1,7 @@
-"""Rank entry of ``monta bench alltoall`` (``python -m monta.bench.alltoall_worker CONFIG.json``):
+"""Rank entry of ``monta bench alltoall`` (``python -m monta.bench.alltoall.worker CONFIG.json``):
 reads the sweep (``AlltoallConfig``), joins the world, then warms up, times and checks every variant
-(``alltoall_runner``, stopping each size by ``adaptive.StopRule``); rank 0 prints the header and the
-table (``alltoall_table``) and writes the records (``alltoall_records``).
+(``runner``, stopping each size by ``adaptive.StopRule``); rank 0 prints the header and the
+table (``table``) and writes the records (``records``).
 
 Started once per rank by the launcher with torchrun's environment (RANK, WORLD_SIZE, MASTER_*).
 """
@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from monta.bench.adaptive import StopRule
-from monta.bench.alltoall_config import AlltoallConfig
-from monta.bench.alltoall_records import build_records
-from monta.bench.alltoall_runner import (
+from monta.bench.alltoall.config import AlltoallConfig
+from monta.bench.alltoall.records import build_records
+from monta.bench.alltoall.runner import (
     Runner,
     buffer_shape,
     check_chunks,
@@ -31,7 +31,7 @@ from monta.bench.alltoall_runner import (
     variant_rows,
     warm_up,
 )
-from monta.bench.alltoall_table import print_header, print_table
+from monta.bench.alltoall.table import print_header, print_table
 from monta.bench.hostload import HostLoad, own_run_delay_s
 from monta.dtypes import DTYPE_BYTES, torch_dtype
 from monta.progress import beat, start_live

@@ -12,8 +12,8 @@ import torch
 
 from monta.bench import chunk_floor
 from monta.bench.adaptive import row_label
-from monta.bench.alltoall_config import AlltoallConfig
-from monta.bench.alltoall_records import LINK_SHORTFALL, net_tuning
+from monta.bench.alltoall.config import AlltoallConfig
+from monta.bench.alltoall.records import LINK_SHORTFALL, net_tuning
 from monta.bench.hostload import is_cpu_bound, verdict
 from monta.chunking import pipeline_bound
 from monta.dtypes import DTYPE_BYTES

@@ -11,7 +11,7 @@ import statistics
 from typing import Any
 
 from monta.bench import chunk_floor
-from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall.config import AlltoallConfig
 from monta.bench.hostload import cores, is_cpu_bound
 from monta.bench.stats import (
     alltoall_bw,
@@ -159,7 +159,7 @@ def _params(cfg: AlltoallConfig, layout, topo: dict, size: int, v: str, c: int) 
 
 
 def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transport, slowdown: Slowdown) -> list[dict]:
-    """One record per size and variant row from the timed loop's ``tm`` (``alltoall_runner.Timings``),
+    """One record per size and variant row from the timed loop's ``tm`` (``runner.Timings``),
     the check's ``wrong`` counts and ``host`` (per size and row: the host-load window's figures)."""
     run_id = new_run_id()
     env = _run_env(cfg, transport)

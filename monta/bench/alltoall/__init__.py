@@ -10,8 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from monta.bench.alltoall_config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
-from monta.bench.alltoall_launch import default_timeout, expected_seconds, stall_seconds  # noqa: F401
+from monta.bench.alltoall.config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
+from monta.bench.alltoall.launch import default_timeout, expected_seconds, stall_seconds  # noqa: F401
 from monta.cli_args import deprecated_alias
 from monta.comm import EXCHANGES
 from monta.dtypes import DTYPE_BYTES, DTYPES
@@ -286,7 +286,7 @@ def _preset(args: argparse.Namespace) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     from monta.bench import dilation
-    from monta.bench.alltoall_launch import fixed_dilation, launch_once, rerun_alone, stated
+    from monta.bench.alltoall.launch import fixed_dilation, launch_once, rerun_alone, stated
     from monta.bench.common_args import network_line
 
     preset_line = _preset(args)
@@ -300,12 +300,12 @@ def main(args: argparse.Namespace) -> int:
         if preset_line:
             print(preset_line, flush=True)
     if args.launcher == "env":  # we are one rank of torchrun/srun
-        from monta.bench import alltoall_worker
+        from monta.bench.alltoall import worker
 
         with tempfile.NamedTemporaryFile("w", prefix="monta-a2a-", suffix=".json") as f:
             f.write(cfg.to_json())
             f.flush()
-            return alltoall_worker.main(f.name)
+            return worker.main(f.name)
     records = launch_once(cfg, args, args.timeout)
     if records is None:
         return 1

@@ -1,6 +1,6 @@
 """Rank side of ``monta bench alltoall``: build the exchange on this rank (``Runner``), warm it up,
 run the timed loop (variants interleaved, rotated each iteration; ``time_sizes``) and check every
-variant on fresh data (``check``). ``monta.bench.alltoall_worker`` strings these together.
+variant on fresh data (``check``). ``monta.bench.alltoall.worker`` strings these together.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from monta.bench import chunk_floor
 from monta.bench.adaptive import StopRule
-from monta.bench.alltoall_config import AlltoallConfig
+from monta.bench.alltoall.config import AlltoallConfig
 from monta.bench.hostload import HostLoad, own_run_delay_s
 from monta.bench.routes import PointRouting, SizeInput, make_input, point_routing
 from monta.comm import exchange as ex
@@ -92,13 +92,13 @@ class Runner:
         # every exchange (the core's or a plugin's) as the MoE layer builds it, once
         self.dispatchers = {v: build_dispatcher(v, self.exchange_mesh, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
         self.routing_spec = getattr(cfg, "routing", "W0")
-        self._layer = None  # layer mode's MoE layer (alltoall_layer.LayerRows), built on first use
+        self._layer = None  # layer mode's MoE layer (layer.LayerRows), built on first use
 
     @property
     def layer_rows(self):
         """Layer mode's MoE layer, built (collectively: every rank reaches its first use together) once."""
         if self._layer is None:
-            from monta.bench.alltoall_layer import LayerRows
+            from monta.bench.alltoall.layer import LayerRows
 
             self._layer = LayerRows(self)
         return self._layer
@@ -340,7 +340,7 @@ def check_layer(r: Runner, variants, shapes, sizes, dtype, device, inject_fault:
     """Layer mode's check: per size and variant row, the elements of the layer's output and input gradient
     (fresh data) that differ from stock DeepSpeed's on the same routing, summed over ranks: at the
     buffer's capacity for a capacity exchange, at the dropless capacity for a token-level one."""
-    from monta.bench.alltoall_layer import wrong_elements
+    from monta.bench.alltoall.layer import wrong_elements
 
     wrong = torch.zeros(len(shapes), len(variants), dtype=torch.int64)
     r.fault.enabled = inject_fault  # TEST AID: corrupts the core's pass, never stock DeepSpeed's
