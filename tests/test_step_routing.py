@@ -136,26 +136,31 @@ def test_each_rank_routes_exactly_its_members_choices_and_the_observers_return_t
 
 
 def test_the_step_records_and_report_carry_the_router(runs, capsys):
+    import dataclasses
+
+    from monta.bench.step.config import StepConfig
     from monta.bench.step.records import variant_params
     from monta.bench.step.report import report
 
     layout, cfg = _layout_cfg()
-    spec = {
-        "variants": ["deepspeed", "monta"],
-        "steps": 1,
-        "warmup": 0,
-        "chunks": 2,
-        "chunks_requested": 2,
-        "emulated": False,
-        "routing": "W5",
-        "out": None,
-    }
+    spec = StepConfig(
+        nodes=2,
+        gpus_per_node=2,
+        tp=2,
+        overrides=OVERRIDES,
+        variants=("deepspeed", "monta"),
+        steps=1,
+        warmup=0,
+        chunks=2,
+        chunks_used=2,
+        routing="W5",
+    )
     report(spec, layout, cfg, runs["W5"])
     out = capsys.readouterr().out
     assert "# router (--routing W5; " in out and "deepspeed MaxVio 1.00 (layer range 1.00-1.00)" in out
     assert "the synthetic workloads' MaxVio at the same experts, top-k and tokens: W0 0.00," in out
     assert variant_params(spec, layout, cfg, "monta", 1)["routing"] == "W5"
-    assert variant_params(dict(spec, routing=None), layout, cfg, "monta", 1)["routing"] == "gate"
+    assert variant_params(dataclasses.replace(spec, routing=None), layout, cfg, "monta", 1)["routing"] == "gate"
 
 
 def test_workload_gate_routes_as_the_routing_and_trains_the_gate():
