@@ -255,7 +255,7 @@ class LancetSchedule:
             noise = list(noise.split([m.shape[0] for m in ms]))
         l_aux, idx, loc, gates, counts = layer._timed("gate", router.finish, noise)
         plan = RoutingPlan(_route_slots(idx, loc, E, C), gates, C, E, S, l_aux, counts.detach())
-        layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
+        layer.keep_aux(plan)
         self.early_slots, self.capacity = lo, C
         x_SM = torch.cat(ms)
         if lo < C:

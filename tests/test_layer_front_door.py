@@ -1,7 +1,7 @@
 """The MoE layer's front door (issue 45, docs/routing.md "The --routing walk"): what it routes by and what
 watches it are given when it is built (``monta.moe.MoE(choices=, observers=)``), so no module outside
-``monta/moe`` writes the layer's steering attributes, and no module-level mutable clock or fault carries
-a run. AST checks over the source; each is shown to catch a planted offence."""
+``monta/moe`` writes the layer's steering attributes or its aux outputs, and no module-level mutable clock
+or fault carries a run. AST checks over the source; each is shown to catch a planted offence."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("monta", "baselines", "analysis", "workflows", "tools")
-# How the step once steered the layer from outside (step_router, transformer, pipeline).
-STEERING = {"forced_choices", "tallies", "record_times"}
+# How the step once steered the layer from outside (step_router, transformer, pipeline), and the outputs
+# DeepSpeed's MoE.forward reads off the layer, which only the layer's ``keep_aux`` writes (Lancet calls it).
+STEERING = {"forced_choices", "tallies", "record_times", "l_aux", "exp_counts"}
 # What the layer keeps from its constructor: only its own code (self.X) may set them.
 CONSTRUCTED = {"choices", "observers"}
 GLOBALS = {"monta/model/clock.py": "CLOCK", "monta/comm/timing.py": "BACKWARD_CLOCK", "monta/testaids.py": "FAULT"}
@@ -85,6 +86,9 @@ def test_no_module_level_clock_backward_clock_or_fault():
         ("setattr(layer, 'tallies', [])\n", 1),
         ("layer.observers = Observers()\nself.observers = o\nself.choices = c\n", 1),
         ("layer.observers.record_times(True)\nx = layer.choices\n", 0),
+        ("layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts\n", 2),
+        ("self.l_aux = l_aux\n", 1),
+        ("layer.keep_aux(plan)\nout, l_aux = h, layer.l_aux\n", 0),
     ],
 )
 def test_the_steering_check_catches_a_planted_write(source, caught):

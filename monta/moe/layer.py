@@ -166,6 +166,12 @@ class ExchangeMOELayer(MOELayer):
         self.observers.tally(self.index, plan, workload)
         return plan
 
+    def keep_aux(self, plan: RoutingPlan) -> None:
+        """Keep ``plan``'s aux loss and expert counts where DeepSpeed's ``MoE.forward`` reads them (the layer's
+        ``l_aux``, ``exp_counts``): the one writer of those attributes, for schedules that route a batch
+        themselves (Lancet's) as for this forward."""
+        self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts
+
     def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
         E, C, M = x_ECM.shape
         out = self.experts(x_ECM.reshape(self.ep_size, self.num_local_experts, C, M))
@@ -181,7 +187,7 @@ class ExchangeMOELayer(MOELayer):
         used_token = input[1] if len(input) > 1 else None
         x_SM = x.reshape(-1, x.shape[-1])
         plan = self._timed("gate", self.route, x_SM, used_token)
-        self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
+        self.keep_aux(plan)
         bwd = self.observers.backward
         dispatched, handle = self._timed("dispatch", timed_dispatch, bwd, self.exchange, x_SM, plan)
         expert_out = self._timed("experts", self.run_experts, dispatched)
