@@ -31,6 +31,7 @@ from monta.comm.exchange import exchange_mesh, validate_exchange
 from monta.comm.timing import timed_combine, timed_dispatch
 from monta.groups import init_deepspeed_groups
 from monta.mesh import Mesh
+from monta.model.clock import ClockPiece
 from monta.moe.gate_routing import WorkloadChoices, workload_gate
 from monta.moe.observers import Observers
 
@@ -92,6 +93,8 @@ class ExchangeMOELayer(MOELayer):
         self.choices = choices
         self.observers = observers if observers is not None else Observers()
         self.index = self.observers.register_layer()  # this layer's place in the observers' route tallies
+        for w in self.experts.parameters():  # the experts' GEMMs: piece "experts" of the observers' clock
+            w.clock_piece = ClockPiece("experts", self.observers)
 
     # -- groups ---------------------------------------------------------------------------
     def _set_ep_group(self, ep_group):
