@@ -22,7 +22,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from deepspeed.moe.sharded_moe import _route_slots, _sparse_encode, gumbel_rsample
 
-from monta.model.tp import DeferredWeightGrad
 from monta.moe import Observers, RoutingPlan
 from monta_baselines.pipeline import capacity_chunks, capacity_passes, launch_dispatch, pipeline_pieces
 
@@ -117,7 +116,7 @@ class DeferredDW:
     """
 
     def __init__(self, observers: Observers):
-        self.observers = observers  # the model's: its backward clock opens/closes, its compute clock restarts
+        self.observers = observers  # the model's: takes its dW, its backward clock opens/closes, its clock restarts
         self.clock = observers.backward
         self._q: deque = deque()
         self._cond = threading.Condition()
@@ -143,13 +142,13 @@ class DeferredDW:
         self._q.clear()
         self._drain, self._error, self._in_flight = False, None, 0
         self.deferred = self.during_alltoall = 0
-        DeferredWeightGrad.sink = self
+        self.observers.defer_weight_grads(self)
         self.clock.listeners.append(self._on_mark)
         self._thread = threading.Thread(target=self._run, name="lancet-dw", daemon=True)
         self._thread.start()
 
     def end(self) -> None:
-        DeferredWeightGrad.sink = None
+        self.observers.defer_weight_grads(None)
         if self._on_mark in self.clock.listeners:
             self.clock.listeners.remove(self._on_mark)
         with self._cond:
@@ -255,7 +254,7 @@ class LancetSchedule:
             noise = list(noise.split([m.shape[0] for m in ms]))
         l_aux, idx, loc, gates, counts = layer._timed("gate", router.finish, noise)
         plan = RoutingPlan(_route_slots(idx, loc, E, C), gates, C, E, S, l_aux, counts.detach())
-        layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts
+        layer.keep_aux(plan)
         self.early_slots, self.capacity = lo, C
         x_SM = torch.cat(ms)
         if lo < C:

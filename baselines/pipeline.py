@@ -16,7 +16,6 @@ from torch.autograd.function import once_differentiable
 
 from monta.chunking import equal_split
 from monta.comm.timing import timed_combine, timed_dispatch, timed_pass, timed_pass_backward
-from monta.model import clock
 
 
 def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
@@ -28,14 +27,13 @@ def capacity_chunks(capacity: int, tp: int, chunks: int) -> list[int]:
     return [s * tp for s in equal_split(capacity // tp, chunks)]
 
 
-class _CommThread(ThreadPoolExecutor):
-    """The exchange's thread: each task runs as an exchange in flight on the compute clock (its contention)."""
-
-    def submit(self, fn, /, *args, **kwargs):
-        return super().submit(clock.EXCHANGE.run, fn, *args, **kwargs)
+_POOL = ThreadPoolExecutor(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
 
 
-_POOL = _CommThread(1, thread_name_prefix="moe-comm")  # one thread: collectives stay in order
+def _on_comm_thread(layer, fn, *args) -> Future:
+    """``fn(*args)`` on the exchange's thread, as an exchange in flight on the layer's compute clock (its
+    contention window, through the layer's observers)."""
+    return _POOL.submit(layer.observers.run_exchange, fn, *args)
 
 
 def capacity_passes(layer):
@@ -100,7 +98,7 @@ def routing_windows(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
             fn = timed_dispatch if name == "dispatch" else timed_combine
             return fn(layer.observers.backward, layer.exchange, *args)
 
-    pending = _POOL.submit(comm, "dispatch", x_SM, plans[0])
+    pending = _on_comm_thread(layer, comm, "dispatch", x_SM, plans[0])
     parts = []
     for i, p in enumerate(plans):
         t0 = time.perf_counter()
@@ -108,11 +106,11 @@ def routing_windows(layer, x_SM: torch.Tensor, plan, chunks: int) -> torch.Tenso
         layer.observers.restart()  # waited for the comm thread: not compute
         times["dispatch"] += time.perf_counter() - t0
         if i + 1 < len(plans):
-            pending = _POOL.submit(comm, "dispatch", x_SM, plans[i + 1])
+            pending = _on_comm_thread(layer, comm, "dispatch", x_SM, plans[i + 1])
         t0 = time.perf_counter()
         y = layer.run_experts(got)
         times["experts"] += time.perf_counter() - t0
-        parts.append(_POOL.submit(comm, "combine", y, p, handle))
+        parts.append(_on_comm_thread(layer, comm, "combine", y, p, handle))
     t0 = time.perf_counter()
     outs = [f.result() for f in parts]
     layer.observers.restart()
@@ -133,7 +131,7 @@ def launch_dispatch(layer, piece: torch.Tensor) -> Future:
         with torch.no_grad():
             return passes.dispatch_pass(piece)
 
-    return _POOL.submit(run)
+    return _on_comm_thread(layer, run)
 
 
 def pipeline_pieces(
@@ -166,7 +164,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
     times = {"dispatch": 0.0, "experts": 0.0, "combine": 0.0}
 
     def start(i):
-        return launched[i] if i < len(launched) else _POOL.submit(comm, "dispatch", pieces[i].contiguous())
+        return launched[i] if i < len(launched) else _on_comm_thread(layer, comm, "dispatch", pieces[i].contiguous())
 
     pending = start(0)
     combined = []
@@ -180,7 +178,7 @@ def _forward(layer, pieces, comm, experts, launched=()) -> torch.Tensor:
         t0 = time.perf_counter()
         y = experts(got)
         times["experts"] += time.perf_counter() - t0
-        combined.append(_POOL.submit(comm, "combine", y))
+        combined.append(_on_comm_thread(layer, comm, "combine", y))
     t0 = time.perf_counter()
     out = torch.cat([f.result() for f in combined], dim=1)
     layer.observers.restart()
@@ -240,7 +238,7 @@ class _PipelinedMoE(torch.autograd.Function):
         params = [p for p in layer.experts.parameters() if p.requires_grad]
         param_grads: list = [None] * len(params)
         g_pieces = grad_ECM.split(ctx.sizes, dim=1)
-        pending = _POOL.submit(comm, "combine", g_pieces[order[0]])
+        pending = _on_comm_thread(layer, comm, "combine", g_pieces[order[0]])
         dx = [None] * len(graphs)
         waited = {"combine_bwd_wait": 0.0, "dispatch_bwd_wait": 0.0}  # exposed: this thread blocked on comm
         for j, i in enumerate(order):
@@ -249,7 +247,7 @@ class _PipelinedMoE(torch.autograd.Function):
             layer.observers.restart()
             waited["combine_bwd_wait"] += time.perf_counter() - t0
             if j + 1 < len(order):
-                pending = _POOL.submit(comm, "combine", g_pieces[order[j + 1]])
+                pending = _on_comm_thread(layer, comm, "combine", g_pieces[order[j + 1]])
             d, y = graphs[i]
             graphs[i] = None
             # Reentrant backward on this thread (the experts' TP all-reduce stays on the caller's
@@ -257,7 +255,7 @@ class _PipelinedMoE(torch.autograd.Function):
             # per chunk would fire their post-accumulate hooks (Lina's "gradient ready") per chunk.
             # _Linear weights get no grad here: their dW goes to .grad or Lancet's sink directly.
             got = torch.autograd.grad(y, [d, *params], g_y, allow_unused=True)
-            dx[i] = _POOL.submit(comm, "dispatch", got[0])
+            dx[i] = _on_comm_thread(layer, comm, "dispatch", got[0])
             for k, g in enumerate(got[1:]):
                 if g is not None:
                     param_grads[k] = g if param_grads[k] is None else param_grads[k] + g

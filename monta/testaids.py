@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from monta.runconfig import check_keys
+
 
 @dataclass
 class Fault:
@@ -41,11 +43,15 @@ class Slowdown:
     fraction: float = 0.0
 
     @classmethod
-    def from_spec(cls, spec: dict | None) -> Slowdown:
-        """From the config's ``inject_slowdown`` ({"variant", "fraction"} or None)."""
-        if not spec:
+    def from_dict(cls, data: dict | None) -> Slowdown:
+        """From the config's ``inject_slowdown`` ({"variant", "fraction"} or None); an unknown or missing key
+        is a one-line error."""
+        if not data:
             return cls()
-        return cls(spec["variant"], float(spec["fraction"]))
+        check_keys(cls, data)
+        if set(data) != {"variant", "fraction"}:
+            raise ValueError(f"Slowdown: give both variant and fraction, got {', '.join(sorted(data))}")
+        return cls(data["variant"], float(data["fraction"]))
 
     def applies(self, variant: str) -> bool:
         return self.variant is not None and variant == self.variant

@@ -61,8 +61,12 @@ def test_adaptive_stops_on_a_narrow_ci_only_from_the_minimum_on_and_at_the_cap_o
 
 
 def test_the_slowdown_is_measured_outside_the_call_and_only_for_its_variant():
-    s = Slowdown.from_spec({"variant": "monta", "fraction": 0.5})
-    assert s.applies("monta") and not s.applies("legacy") and not Slowdown.from_spec(None).applies("monta")
+    s = Slowdown.from_dict({"variant": "monta", "fraction": 0.5})
+    assert s.applies("monta") and not s.applies("legacy") and not Slowdown.from_dict(None).applies("monta")
+    with pytest.raises(ValueError, match="^Slowdown: unknown setting share"):
+        Slowdown.from_dict({"variant": "monta", "share": 0.5})
+    with pytest.raises(ValueError, match="^Slowdown: give both variant and fraction, got variant$"):
+        Slowdown.from_dict({"variant": "monta"})
     took = s.delay([0.02, 0.04, 0.06], own=1.0)  # half the median so far, not of this call
     assert 0.02 <= took < 0.2
 

@@ -16,7 +16,7 @@ import yaml
 from monta.cli import main
 from monta.hardware.links import Link
 from monta.hardware.profile import get_cluster
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.reports import ncclrows
 
@@ -56,7 +56,7 @@ def _log_text(cluster, binary: str, nodes: int, gpn: int, times=None, sizes=SIZE
         t = times[i] if times else F.predict_us(cluster, op, nodes, gpn, size)
         count = size // 4 // (n if binary in ("all_gather", "reduce_scatter", "alltoall") else 1)
         algbw = size / t / 1e3
-        busbw = algbw if binary == "broadcast" else C.busbw_GBps(op, size, t, n)
+        busbw = algbw if binary == "broadcast" else collectives.busbw_GBps(op, size, t, n)
         row = f"{size:12d}  {count:12d}  float  none  -1  {t:9.1f}  {algbw:7.2f}  {busbw:7.2f}  0"
         lines.append(row + f"  {t:9.1f}  {algbw:7.2f}  {busbw:7.2f}  0")
     lines += ["# Avg bus bandwidth    : 1.0", f"# Collective test concluded: {binary}_perf", ""]

@@ -206,10 +206,9 @@ def test_exchange_window_counts_overlapping_tasks_once():
         w.exit()
 
 
-def _exchange_for(seconds: float) -> threading.Thread:
-    from monta.model.clock import EXCHANGE
-
-    th = threading.Thread(target=lambda: EXCHANGE.run(time.sleep, seconds))
+def _exchange_for(ck, seconds: float) -> threading.Thread:
+    """An exchange in flight for ``seconds`` on clock ``ck``'s window, on another thread."""
+    th = threading.Thread(target=lambda: ck.exchange.run(time.sleep, seconds))
     th.start()
     return th
 
@@ -217,16 +216,16 @@ def _exchange_for(seconds: float) -> threading.Thread:
 def test_a_piece_under_the_exchange_waits_its_stretched_target():
     """c = 1: the 20 ms the exchange is in flight advance a piece 10 ms, so a 60 ms target ends 10 ms later;
     the stretch is exactly c / (1 + c) of the window the piece saw, and the piece lasts its target plus it."""
-    from monta.model.clock import EXCHANGE, ComputeClock
+    from monta.model.clock import ComputeClock
 
     ck = ComputeClock({"experts": 1.0}, contention=1.0)
     t0 = time.perf_counter()
     ck.restart()
-    th = _exchange_for(0.02)
+    th = _exchange_for(ck, 0.02)
     ck.charge("experts", time.perf_counter(), flops=60_000)  # a 60 ms target
     elapsed = time.perf_counter() - t0
     th.join()
-    a, b = EXCHANGE._spans[-1]
+    a, b = ck.exchange._spans[-1]
     assert t0 <= a and b <= t0 + elapsed  # the window lay inside the piece
     s = ck.stats()
     assert s["contention_s"]["experts"] == pytest.approx((b - a) / 2, rel=1e-9)
@@ -241,15 +240,15 @@ def test_a_piece_under_the_exchange_waits_its_stretched_target():
 def test_a_runs_contention_is_booked_once_across_its_pieces():
     """Two pieces of one run under one 20 ms exchange window (c = 1): the run's stretch, 10 ms, is booked once
     in all, not once per piece (each piece's wait covers the run from its start)."""
-    from monta.model.clock import EXCHANGE, ComputeClock
+    from monta.model.clock import ComputeClock
 
     ck = ComputeClock({"experts": 1.0}, contention=1.0)
     ck.restart()
-    th = _exchange_for(0.02)
+    th = _exchange_for(ck, 0.02)
     ck.charge("experts", time.perf_counter(), flops=40_000)
     ck.charge("experts", time.perf_counter(), flops=20_000)
     th.join()
-    a, b = EXCHANGE._spans[-1]
+    a, b = ck.exchange._spans[-1]
     assert sum(ck.stats()["contention_s"].values()) == pytest.approx((b - a) / 2, rel=1e-6)
 
 
@@ -258,19 +257,27 @@ def test_without_contention_the_exchange_changes_no_wait():
 
     ck = ComputeClock({"experts": 1.0})
     ck.restart()
-    th = _exchange_for(0.02)
+    th = _exchange_for(ck, 0.02)
     ck.charge("experts", time.perf_counter(), flops=10_000)
     th.join()
     assert ck.stats()["contention_s"] == {} and ck.contention == 0.0
 
 
 def test_the_comm_thread_runs_every_task_as_an_exchange_in_flight():
-    from monta.model.clock import EXCHANGE
-    from monta_baselines.pipeline import _POOL
+    """On the layer's observers' clock: two models' clocks keep their own windows (none is process-wide)."""
+    from types import SimpleNamespace
 
-    assert not EXCHANGE._count
-    assert _POOL.submit(lambda x: (x, EXCHANGE._count), 7).result() == (7, 1)
-    assert not EXCHANGE._count
+    from monta.model.clock import ComputeClock
+    from monta.moe import Observers
+    from monta_baselines.pipeline import _on_comm_thread
+
+    mine, other = ComputeClock({}), ComputeClock({})
+    layer = SimpleNamespace(observers=Observers(clock=mine))
+    assert not mine.exchange._count
+    assert _on_comm_thread(layer, lambda x: (x, mine.exchange._count, other.exchange._count), 7).result() == (7, 1, 0)
+    assert not mine.exchange._count and len(mine.exchange._spans) == 1 and not other.exchange._spans
+    # without a clock the task just runs
+    assert _on_comm_thread(SimpleNamespace(observers=Observers()), lambda: 3).result() == 3
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.2"])

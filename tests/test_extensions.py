@@ -164,6 +164,7 @@ def test_ranks_waiting_on_a_held_build_lock_are_not_stalled(tmp_path, monkeypatc
     """A rank rebuilding the op (minutes on a loaded machine) uses no CPU of its own (the compiler is its
     child) and its peers wait on the lock: not a stall while a live process holds the lock; one once it
     is gone."""
+    from monta.emulate.launch_spec import LaunchSpec
     from monta.emulate.ranks import layout
     from monta.emulate.supervisor import Supervisor
     from monta.emulate.topology import Topology
@@ -173,15 +174,17 @@ def test_ranks_waiting_on_a_held_build_lock_are_not_stalled(tmp_path, monkeypatc
     lock = root / "deepspeed_shm_comm" / "lock"
     monkeypatch.setenv(extensions.ENV, str(root))
     s = Supervisor(
-        {
-            "mode": "plain",
-            "nodes": 1,
-            "gpus_per_node": 2,
-            "topology": Topology(name="unshaped").to_dict(),
-            "log_dir": str(tmp_path / "logs"),
-            "argv": ["true"],
-            "stall_s": 30,
-        }
+        LaunchSpec(
+            mode="plain",
+            nodes=1,
+            gpus_per_node=2,
+            topology=Topology(name="unshaped"),
+            log_dir=str(tmp_path / "logs"),
+            result_path=str(tmp_path / "result.json"),
+            argv=("true",),
+            master_port=0,
+            stall_s=30,
+        )
     )
     s.progress_dir.mkdir(parents=True)
     ranks = layout(1, 2, ["127.0.0.1"], ["node0"], "lo")

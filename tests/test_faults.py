@@ -493,19 +493,22 @@ def test_a_reused_pid_does_not_keep_a_stale_dir(tmp_path, monkeypatch):
 
 # -- class 5: a stalled rank is named long before the collective timeout ---------------------------
 def _supervisor(tmp_path, **spec):
+    from monta.emulate.launch_spec import LaunchSpec
     from monta.emulate.supervisor import Supervisor
     from monta.emulate.topology import Topology
 
     s = Supervisor(
-        {
-            "mode": "plain",
-            "nodes": 1,
-            "gpus_per_node": 2,
-            "topology": Topology(name="unshaped").to_dict(),
-            "log_dir": str(tmp_path),
-            "argv": ["true"],
+        LaunchSpec(
+            mode="plain",
+            nodes=1,
+            gpus_per_node=2,
+            topology=Topology(name="unshaped"),
+            log_dir=str(tmp_path),
+            result_path=str(tmp_path / "result.json"),
+            argv=("true",),
+            master_port=0,
             **spec,
-        }
+        )
     )
     s.progress_dir.mkdir(exist_ok=True)
     return s

@@ -9,21 +9,21 @@ import pytest
 
 from monta.hardware.links import Link
 from monta.hardware.profile import get_cluster
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network.collectives import GroupShape
 
 GiB = 2**30
 
 
 def _busbw(c, S, g):
-    return C.busbw_GBps("allreduce", S, C.allreduce(S, g, c).time_us, g.size)
+    return collectives.busbw_GBps("allreduce", S, collectives.allreduce(S, g, c).time_us, g.size)
 
 
 def test_the_two_node_tree_halves_the_network_bytes_and_nothing_else():
     a100 = replace(get_cluster("a100", 2), nccl_arch="")  # the link model alone: 8 x HDR, network-bound on 2 nodes
     ring = replace(a100, allreduce_algorithms=("ring",))
     full = GroupShape(16, 8, 8)
-    t_ring, t_tree = C.allreduce(GiB, full, ring), C.allreduce(GiB, full, a100)
+    t_ring, t_tree = collectives.allreduce(GiB, full, ring), collectives.allreduce(GiB, full, a100)
     assert t_tree.time_us < t_ring.time_us
     assert t_tree.inter_bytes == pytest.approx(GiB / 8)  # S per node over its NICs, a rank's share S / p
     # busbw: ring ~ the node's NICs, the tree up to 2x that (NCCL maintainers, claims C14), no more
@@ -31,9 +31,11 @@ def test_the_two_node_tree_halves_the_network_bytes_and_nothing_else():
     assert _busbw(ring, GiB, full) == pytest.approx(nics, rel=0.08)
     assert nics < _busbw(a100, GiB, full) <= 2 * nics
     # One rank per node (a DP group): the tree sends what the ring sends; more than 2 nodes: rings only
-    assert C.allreduce(GiB, GroupShape(2, 1, 8), a100) == C.allreduce(GiB, GroupShape(2, 1, 8), ring)
+    assert collectives.allreduce(GiB, GroupShape(2, 1, 8), a100) == collectives.allreduce(
+        GiB, GroupShape(2, 1, 8), ring
+    )
     four = replace(get_cluster("a100", 4), nccl_arch="")
-    assert C.allreduce(GiB, GroupShape(32, 8, 8), four) == C.allreduce(
+    assert collectives.allreduce(GiB, GroupShape(32, 8, 8), four) == collectives.allreduce(
         GiB, GroupShape(32, 8, 8), replace(four, allreduce_algorithms=("ring",))
     )
 
@@ -67,8 +69,8 @@ def test_measured_curves_and_emulator_profiles_keep_the_ring():
     a100 = get_cluster("a100", 2)  # a measured AllReduce curve is end to end: no NCCL terms on top of it either
     g = GroupShape(16, 8, 8)
     fitted = replace(a100, collective_links=a100.collective_links + ((("allreduce", "inter"), Link(5.0, 0.0)),))
-    half = C.reducescatter(GiB, g, fitted, ("allreduce", "reducescatter", "allgather"))
-    assert C.allreduce(GiB, g, fitted) == half + half
+    half = collectives.reducescatter(GiB, g, fitted, ("allreduce", "reducescatter", "allgather"))
+    assert collectives.allreduce(GiB, g, fitted) == half + half
     from monta.hardware.links import Cluster
 
     assert Cluster.allreduce_algorithms == ("ring",)  # what a link profile (gloo) builds

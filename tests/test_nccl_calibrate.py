@@ -14,7 +14,7 @@ import yaml
 from monta.cli import main
 from monta.hardware.links import Link
 from monta.hardware.profile import get_cluster
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.network import nccltests as N
 
@@ -99,7 +99,9 @@ def test_leave_half_out():
         base = "a100" if name.startswith("a100") else "h100"
         cl = F.fit_cluster(get_cluster(base), train)
         times = [F.predict_us(cl, p.op, p.nodes, p.gpus_per_node, p.size_bytes) for p in test]
-        errs = [abs(C.busbw_GBps(p.op, p.size_bytes, t, p.ranks) / p.busbw_GBps - 1) for p, t in zip(test, times)]
+        errs = [
+            abs(collectives.busbw_GBps(p.op, p.size_bytes, t, p.ranks) / p.busbw_GBps - 1) for p, t in zip(test, times)
+        ]
         medians[name] = statistics.median(errs)
     assert all(m < 0.15 for m in medians.values()), medians
 
@@ -123,7 +125,7 @@ def test_points_from_busbw_only_give_the_same_fit():
     for p in pts:
         if p.size_bytes >= MiB:
             t = F.predict_us(cl, "allreduce", 2, 8, p.size_bytes)
-            assert C.busbw_GBps("allreduce", p.size_bytes, t, 16) == pytest.approx(p.busbw_GBps, rel=0.10)
+            assert collectives.busbw_GBps("allreduce", p.size_bytes, t, 16) == pytest.approx(p.busbw_GBps, rel=0.10)
     with pytest.raises(ValueError, match="time_us or busbw_GBps"):
         F.Point.of("all_reduce", 2, 8, MiB)
 
@@ -131,17 +133,19 @@ def test_points_from_busbw_only_give_the_same_fit():
 def test_reducescatter_and_allreduce_use_their_own_curves_when_calibrated():
     # the curve lookup, not the algorithm pick nor NCCL's protocol model (a fitted curve is end to end)
     base = replace(get_cluster("a800"), allreduce_algorithms=("ring",), nccl_arch="")
-    g = C.GroupShape(16, 8, 8)
+    g = collectives.GroupShape(16, 8, 8)
     slow = Link(1.0, 0.0)
     # Without a calibration both ride AllGather's ring: unchanged predictions.
-    assert C.reducescatter(64 * MiB, g, base).time_us == C.allgather(4 * MiB, g, base).time_us
+    assert collectives.reducescatter(64 * MiB, g, base).time_us == collectives.allgather(4 * MiB, g, base).time_us
     rs = F.with_link(base, "reducescatter", "inter", slow)
-    assert C.reducescatter(64 * MiB, g, rs).inter_us > 10 * C.reducescatter(64 * MiB, g, base).inter_us
-    assert C.allgather(4 * MiB, g, rs).time_us == C.allgather(4 * MiB, g, base).time_us
+    assert (
+        collectives.reducescatter(64 * MiB, g, rs).inter_us > 10 * collectives.reducescatter(64 * MiB, g, base).inter_us
+    )
+    assert collectives.allgather(4 * MiB, g, rs).time_us == collectives.allgather(4 * MiB, g, base).time_us
     # AllReduce prefers its own curve, then ReduceScatter's.
-    assert C.allreduce(64 * MiB, g, rs).time_us == 2 * C.reducescatter(64 * MiB, g, rs).time_us
+    assert collectives.allreduce(64 * MiB, g, rs).time_us == 2 * collectives.reducescatter(64 * MiB, g, rs).time_us
     ar = F.with_link(rs, "allreduce", "inter", base.inter)
-    assert C.allreduce(64 * MiB, g, ar).time_us == C.allreduce(64 * MiB, g, base).time_us
+    assert collectives.allreduce(64 * MiB, g, ar).time_us == collectives.allreduce(64 * MiB, g, base).time_us
 
 
 def test_written_links_rebuild_the_fitted_cluster(tmp_path):

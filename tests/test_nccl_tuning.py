@@ -12,7 +12,7 @@ import yaml
 from monta.hardware import clusterfile as CF
 from monta.hardware.gpus import arch_of
 from monta.hardware.profile import get_cluster
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network import nccl_collectives as N
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.network import nccl_tuning as T
@@ -68,13 +68,13 @@ def test_small_messages_pay_nccls_latency_and_large_ones_the_link_rate():
     a100 = get_cluster("a100")
     g = GroupShape(8, 8, 8)
     links = replace(a100, nccl_arch="")
-    small, large = C.allreduce(MiB, g, a100), C.allreduce(GiB, g, a100)
-    assert small.time_us > C.allreduce(MiB, g, links).time_us + 10  # at least a ring's LL latency more
-    assert large.time_us == pytest.approx(C.allreduce(GiB, g, links).time_us, rel=0.02)
+    small, large = collectives.allreduce(MiB, g, a100), collectives.allreduce(GiB, g, a100)
+    assert small.time_us > collectives.allreduce(MiB, g, links).time_us + 10  # at least a ring's LL latency more
+    assert large.time_us == pytest.approx(collectives.allreduce(GiB, g, links).time_us, rel=0.02)
     # the protocol NCCL's tuner would pick: LL at 64 KiB, Simple at 1 GiB (the least time in its model)
-    bw = C.allgather(8 * KiB, g, N.bare(a100))
+    bw = collectives.allgather(8 * KiB, g, N.bare(a100))
     assert N.priced("allgather", 64 * KiB, 8, 1, a100, {"ring": bw})[2] == "LL"
-    bw = C.allgather(GiB / 8, g, N.bare(a100))
+    bw = collectives.allgather(GiB / 8, g, N.bare(a100))
     assert N.priced("allgather", GiB, 8, 1, a100, {"ring": bw})[2] == "Simple"
 
 
@@ -90,13 +90,13 @@ def test_time_never_falls_as_the_size_grows():
 def test_a_flat_alltoall_pays_per_remote_peer_and_2dh_per_remote_node():
     c = get_cluster("a100", 4)
     g = GroupShape(32, 8, 8)
-    flat, hier = C.alltoall(KiB, g, c), C.alltoall(KiB, g, c, hierarchical=True)
-    bare_flat = C.alltoall(KiB, g, N.bare(c))
+    flat, hier = collectives.alltoall(KiB, g, c), collectives.alltoall(KiB, g, c, hierarchical=True)
+    bare_flat = collectives.alltoall(KiB, g, N.bare(c))
     # LL (a peer's 32 B fit the LL threshold): base + one NET step + 24 remote peers x 2 us, bytes at half rate
     assert flat.time_us == pytest.approx(6.6 + 2.7 + 24 * T.PEER_POST_US + 2 * bare_flat.time_us)
     assert hier.time_us < flat.time_us  # two calls, but 3 remote peers instead of 24
     # the same bytes either way
-    assert (flat.inter_bytes, flat.intra_bytes) == (C.alltoall(KiB, g, N.bare(c)).inter_bytes, 7 / 32 * KiB)
+    assert (flat.inter_bytes, flat.intra_bytes) == (collectives.alltoall(KiB, g, N.bare(c)).inter_bytes, 7 / 32 * KiB)
 
 
 def test_the_emulator_and_fitted_curves_keep_the_link_model():
@@ -104,7 +104,11 @@ def test_the_emulator_and_fitted_curves_keep_the_link_model():
     emu = replace(a800, host_cores=2)
     g = GroupShape(16, 8, 8)
     links = replace(a800, nccl_arch="")
-    for f in (lambda c: C.alltoall(MiB, g, c), lambda c: C.allgather(MiB, g, c), lambda c: C.allreduce(MiB, g, c)):
+    for f in (
+        lambda c: collectives.alltoall(MiB, g, c),
+        lambda c: collectives.allgather(MiB, g, c),
+        lambda c: collectives.allreduce(MiB, g, c),
+    ):
         assert f(replace(emu, nccl_arch="")) == f(emu)  # host_cores: gloo on the emulator, priced as calibrated
         assert f(links) != f(a800)
     from monta.perfmodel.network.nccl_fit import Point, fit_cluster
@@ -147,20 +151,23 @@ def test_a_network_plugins_stated_latency_and_protocols():
     ib_c = get_cluster("a100", 2)
     efa = replace(ib_c, net_plugin="efa")
     g = GroupShape(16, 8, 8)
-    bw = C.allgather(KiB / 16, g, N.bare(ib_c))
+    bw = collectives.allgather(KiB / 16, g, N.bare(ib_c))
     assert N.priced("allgather", KiB, 16, 2, ib_c, {"ring": bw})[2] == "LL"
     t, _, proto = N.priced("allgather", KiB, 16, 2, efa, {"ring": bw})
     assert proto == "Simple" and t.time_us > 150
     # a flat AllToAll across nodes: Simple and the plugin's latency, x2 for the flush; inside one node nothing moves
-    flat = C.alltoall(KiB, g, efa).time_us
-    bare = C.alltoall(KiB, g, N.bare(ib_c)).time_us
+    flat = collectives.alltoall(KiB, g, efa).time_us
+    bare = collectives.alltoall(KiB, g, N.bare(ib_c)).time_us
     assert flat == pytest.approx(8.4 + 14.0 + 150 + 8 * T.PEER_POST_US + bare)
     one = GroupShape(8, 8, 8)
-    assert C.alltoall(MiB, one, replace(efa, nodes=1)).time_us == C.alltoall(MiB, one, get_cluster("a100")).time_us
+    assert (
+        collectives.alltoall(MiB, one, replace(efa, nodes=1)).time_us
+        == collectives.alltoall(MiB, one, get_cluster("a100")).time_us
+    )
     # p5: the tuner chooses with the stated 75 us, the choice takes the wire's 20 us (+3 Simple) per network step
     h100 = get_cluster("h100", 2)
     h_efa = replace(h100, net_plugin="efa")
-    bw = C.allgather(MiB / 16, g, N.bare(h100))
+    bw = collectives.allgather(MiB / 16, g, N.bare(h100))
     t, algo, proto = N.priced("allgather", MiB, 16, 2, h_efa, {"ring": bw})
     step = T.net_step_us("efa", "hopper", proto, False)
     bus = N._busbw("allgather", MiB, bw.time_us, 16, "ring")

@@ -16,7 +16,7 @@ from monta.hardware.links import Cluster, Link
 from monta.hardware.profile import LinkProfile, get_cluster
 from monta.model.config import ModelConfig, resolve_config
 from monta.parallel import ParallelLayout
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network.chunks import choose_chunks
 from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_time
@@ -139,12 +139,12 @@ def test_time_grows_with_size(variant, chunks):
 # -- collectives ---------------------------------------------------------------------------
 def test_busbw_conventions_follow_nccl_tests():
     S, t = 8 * MiB, 100.0
-    assert C.algbw_GBps(S, t) == pytest.approx(S / 100e-6 / 1e9)
-    assert C.busbw_GBps("alltoall", S, t, 16) == pytest.approx(C.algbw_GBps(S, t) * 15 / 16)
-    assert C.busbw_GBps("allgather", S, t, 8) == pytest.approx(C.algbw_GBps(S, t) * 7 / 8)
-    assert C.busbw_GBps("allreduce", S, t, 8) == pytest.approx(C.algbw_GBps(S, t) * 2 * 7 / 8)
+    assert collectives.algbw_GBps(S, t) == pytest.approx(S / 100e-6 / 1e9)
+    assert collectives.busbw_GBps("alltoall", S, t, 16) == pytest.approx(collectives.algbw_GBps(S, t) * 15 / 16)
+    assert collectives.busbw_GBps("allgather", S, t, 8) == pytest.approx(collectives.algbw_GBps(S, t) * 7 / 8)
+    assert collectives.busbw_GBps("allreduce", S, t, 8) == pytest.approx(collectives.algbw_GBps(S, t) * 2 * 7 / 8)
     with pytest.raises(ValueError):
-        C.busbw_GBps("broadcast", S, t, 8)
+        collectives.busbw_GBps("broadcast", S, t, 8)
 
 
 def test_a800_alltoall_bus_bandwidth_matches_simai():
@@ -154,25 +154,25 @@ def test_a800_alltoall_bus_bandwidth_matches_simai():
     S = 2**30
     world16 = GroupShape(16, 8, 8)
     for preset, expect in (("a800-4nic", 22.0), ("a800-8nic", 44.0)):
-        t = C.alltoall(S, world16, get_cluster(preset, 2)).time_us
-        assert C.busbw_GBps("alltoall", S, t, 16) == pytest.approx(expect, rel=0.03)
+        t = collectives.alltoall(S, world16, get_cluster(preset, 2)).time_us
+        assert collectives.busbw_GBps("alltoall", S, t, 16) == pytest.approx(expect, rel=0.03)
     node = GroupShape(8, 8, 8)
-    t = C.alltoall(S, node, get_cluster("a800", 1)).time_us
-    assert C.busbw_GBps("alltoall", S, t, 8) == pytest.approx(160.0 * 7 / 8 / (7 / 8), rel=0.01)
+    t = collectives.alltoall(S, node, get_cluster("a800", 1)).time_us
+    assert collectives.busbw_GBps("alltoall", S, t, 8) == pytest.approx(160.0 * 7 / 8 / (7 / 8), rel=0.01)
 
 
 def test_collective_byte_accounting():
     cl = get_cluster("a800", 2)
     g = GroupShape(16, 8, 8)
-    flat, hier = C.alltoall(16 * MiB, g, cl), C.alltoall(16 * MiB, g, cl, hierarchical=True)
+    flat, hier = collectives.alltoall(16 * MiB, g, cl), collectives.alltoall(16 * MiB, g, cl, hierarchical=True)
     assert flat.inter_bytes == hier.inter_bytes == 16 * MiB * 8 / 16
-    ag = C.allgather(MiB, GroupShape(8, 8, 8), cl)
+    ag = collectives.allgather(MiB, GroupShape(8, 8, 8), cl)
     assert ag.intra_bytes == 7 * MiB and ag.inter_bytes == 0
     ring = replace(cl, allreduce_algorithms=("ring",))  # the ring's accounting (the 2-node tree: test_nccl_algorithms)
-    ar, rs = C.allreduce(8 * MiB, g, ring), C.reducescatter(8 * MiB, g, ring)
+    ar, rs = collectives.allreduce(8 * MiB, g, ring), collectives.reducescatter(8 * MiB, g, ring)
     assert ar.inter_bytes + ar.intra_bytes == pytest.approx(2 * (rs.inter_bytes + rs.intra_bytes))
     assert ar.inter_bytes + ar.intra_bytes == pytest.approx(2 * 15 / 16 * 8 * MiB)
-    assert C.alltoall(MiB, GroupShape(1, 1, 8), cl).time_us == 0.0
+    assert collectives.alltoall(MiB, GroupShape(1, 1, 8), cl).time_us == 0.0
 
 
 def test_link_efficiency_curve():
@@ -463,7 +463,7 @@ def test_link_profile_round_trip(tmp_path):
     # The measured intra AllToAll points become that collective's efficiency curve: with one node
     # busy (as during calibration) the model reproduces the points it was given.
     g = GroupShape(4, 4, 4)
-    assert C.alltoall(1048576, g, again.cluster(nodes=1)).time_us == pytest.approx(9000.0, rel=1e-6)
+    assert collectives.alltoall(1048576, g, again.cluster(nodes=1)).time_us == pytest.approx(9000.0, rel=1e-6)
     # The single-pair inter collective is not used: the inter link keeps its point-to-point curve.
     assert cl.link("inter", "alltoall") is cl.inter
     bad = prof.to_dict() | {"schema": "other/1"}
@@ -626,13 +626,13 @@ def test_profile_from_the_emulators_calibration_reproduces_its_points():
     cl = prof.cluster()
     one_node = prof.cluster(nodes=1)  # calibration runs the intra collectives on node 0 alone
     for s, t in raw["alltoall"]["intra"]:
-        assert C.alltoall(s, GroupShape(4, 4, 4), one_node).time_us == pytest.approx(t * 1e6, rel=1e-3)
+        assert collectives.alltoall(s, GroupShape(4, 4, 4), one_node).time_us == pytest.approx(t * 1e6, rel=1e-3)
     for s, t in raw["allgather"]["intra"]:
-        assert C.allgather(s / 4, GroupShape(4, 4, 4), one_node).time_us == pytest.approx(t * 1e6, rel=1e-3)
+        assert collectives.allgather(s / 4, GroupShape(4, 4, 4), one_node).time_us == pytest.approx(t * 1e6, rel=1e-3)
         # Both nodes running it share the machine's cores: twice the time.
-        assert C.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(2 * t * 1e6, rel=1e-3)
+        assert collectives.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(2 * t * 1e6, rel=1e-3)
     for s, t in raw["p2p"]["inter"]:  # point-to-point: latency not counted twice
-        assert C.p2p(s, "inter", cl).time_us == pytest.approx(t * 1e6, rel=2e-2)
+        assert collectives.p2p(s, "inter", cl).time_us == pytest.approx(t * 1e6, rel=2e-2)
 
 
 def test_inter_alltoall_counts_each_direction_once_against_the_node_nic():
@@ -641,7 +641,7 @@ def test_inter_alltoall_counts_each_direction_once_against_the_node_nic():
     amount comes in on the other direction, which the shaped veth limits separately."""
     S, bw, lat = 4 * MiB, 0.03, 200.0  # GB/s per node and direction, us
     cl = Cluster("t", Link(2.0, 0.0), Link(bw, lat), gpus_per_node=4, nodes=2)
-    got = C.alltoall(S, GroupShape(2, 1, 4), cl)
+    got = collectives.alltoall(S, GroupShape(2, 1, 4), cl)
     node_bytes = 4 * (S / 2)
     assert got.inter_bytes == S / 2 and got.intra_bytes == 0
     assert got.time_us == pytest.approx(lat + node_bytes / (bw * 1e3))  # 8 MiB at 0.03 GB/s: 279.8 ms
@@ -650,7 +650,7 @@ def test_inter_alltoall_counts_each_direction_once_against_the_node_nic():
     prof.collectives = {"alltoall": {"inter": [[S, 1e9]]}}  # absurd single-pair point: must not matter
     ecl = prof.cluster()
     link = ecl.inter
-    assert C.alltoall(S, GroupShape(2, 1, 4), ecl).time_us == pytest.approx(
+    assert collectives.alltoall(S, GroupShape(2, 1, 4), ecl).time_us == pytest.approx(
         link.latency_us + 4 * (S / 2) / (link.bandwidth_GBps * 1e3 * link.eff(S))
     )
 
@@ -660,10 +660,10 @@ def test_emulator_intra_collectives_share_the_machine_cores():
     prof = emulator_profile()
     one, two = prof.cluster(nodes=1), prof.cluster(nodes=2)
     g = GroupShape(4, 4, 4)
-    assert C.allgather(MiB, g, two).time_us == pytest.approx(2 * C.allgather(MiB, g, one).time_us)
+    assert collectives.allgather(MiB, g, two).time_us == pytest.approx(2 * collectives.allgather(MiB, g, one).time_us)
     a800 = get_cluster("a800")  # NVLink is per node: no such sharing
-    assert C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(2)).time_us == pytest.approx(
-        C.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(1)).time_us
+    assert collectives.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(2)).time_us == pytest.approx(
+        collectives.allgather(MiB, GroupShape(8, 8, 8), a800.with_nodes(1)).time_us
     )
 
 
@@ -732,9 +732,9 @@ def test_profile_with_concurrent_calibration_reproduces_the_exchange_patterns():
     cl = prof.cluster()
     assert cl.host_cores == 2 and cl.copy_GBps == pytest.approx(8.0)
     for s, t, _ in raw["concurrent"]["alltoall.inter_all"]:
-        assert C.alltoall(s, GroupShape(2, 1, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
+        assert collectives.alltoall(s, GroupShape(2, 1, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
     for s, t, _ in raw["concurrent"]["allgather.intra_all"]:
-        assert C.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
+        assert collectives.allgather(s / 4, GroupShape(4, 4, 4), cl).time_us == pytest.approx(t * 1e6, rel=1e-3)
     # cpu_us = fixed + per_byte x bytes sent: AllToAll 400 us + 1e-3 us/B; AllGather 500 us per ring step + 2e-3 us/B.
     assert cl.a2a_cpu_us == pytest.approx((400.0, 1e-3), rel=1e-6)
     assert cl.ag_cpu_us == pytest.approx((500.0, 2e-3), rel=1e-6)
@@ -775,7 +775,7 @@ def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
 def test_the_intra_node_allgather_follows_simais_nvlink_table():
     """TP8 AllGather bus bandwidth on the A800 preset = SimAI's NVLink ratios (nvlink_ratio.csv, one node,
     normalised to its largest size) x 160 GB/s: ~89 / 128 / 136 / 152 GB/s at 16 / 64 / 128 / 1024 MiB."""
-    from monta.perfmodel.network import collectives as C
+    from monta.perfmodel.network import collectives
     from monta.perfmodel.network.collectives import GroupShape
 
     tp8 = GroupShape.strided(8, 1, 8)
@@ -783,7 +783,7 @@ def test_the_intra_node_allgather_follows_simais_nvlink_table():
         c = replace(get_cluster(name), nccl_arch="")  # the curve itself; NCCL's latency comes on top (nccl_tuning)
         for mib, ratio in ((16, 0.45), (64, 0.65), (128, 0.69), (1024, 0.77)):
             size = mib * 2**20
-            busbw = size / C.allgather(size / 8, tp8, c).time_us / 1e3 * 7 / 8
+            busbw = size / collectives.allgather(size / 8, tp8, c).time_us / 1e3 * 7 / 8
             assert busbw == pytest.approx(160 * ratio / 0.81, rel=0.01), (name, mib)
 
 

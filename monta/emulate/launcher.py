@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from monta.emulate.launch_spec import LaunchSpec
 from monta.emulate.ranks import RankInfo
 from monta.emulate.topology import Topology
 
@@ -210,22 +211,21 @@ def launch(
     logs.mkdir(parents=True, exist_ok=True)
     result_path = logs / "supervisor-result.json"
     result_path.unlink(missing_ok=True)
-    spec = {
-        "mode": "netns" if emulated else "plain",
-        "nodes": nodes,
-        "gpus_per_node": gpus_per_node,
-        "topology": topology.to_dict(),
-        "argv": list(argv),
-        "timeout_s": timeout_s,
-        "stall_s": stall_s,
-        "preload": list(preload),
-        "log_dir": str(logs),
-        "result_path": str(result_path),
-        # Each node has its own network stack, so a fixed port cannot clash; the fallback shares ours.
-        "master_port": master_port if emulated else _free_port(),
-    }
+    spec = LaunchSpec(
+        mode="netns" if emulated else "plain",
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        topology=topology,
+        argv=tuple(argv),
+        timeout_s=timeout_s,
+        stall_s=stall_s,
+        preload=tuple(preload),
+        log_dir=str(logs),
+        result_path=str(result_path),
+        master_port=master_port if emulated else _free_port(),  # a stack per node: no clash; the fallback shares ours
+    )
     spec_path = logs / "spec.json"
-    spec_path.write_text(json.dumps(spec))
+    spec.write(spec_path)
     sup_env = _supervisor_env(env)
     cmd = [sys.executable, "-m", "monta.emulate.supervisor", str(spec_path)]
     if emulated:

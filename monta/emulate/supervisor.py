@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from monta.emulate import forkstart
+from monta.emulate.launch_spec import LaunchSpec
 from monta.emulate.privileges import drop_capabilities
 from monta.emulate.ranks import RankInfo, layout, rank_env
-from monta.emulate.topology import Topology
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02
@@ -46,13 +46,13 @@ def describe_exit(code: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: LaunchSpec):
         self.spec = spec
-        self.nodes = int(spec["nodes"])
-        self.gpn = int(spec["gpus_per_node"])
-        self.topology = Topology(**spec["topology"])
-        self.emulated = spec["mode"] == "netns"
-        self.log_dir = Path(spec["log_dir"])
+        self.nodes = spec.nodes
+        self.gpn = spec.gpus_per_node
+        self.topology = spec.topology
+        self.emulated = spec.emulated
+        self.log_dir = Path(spec.log_dir)
         self.stop_reason: str | None = None
         self.procs: dict[int, subprocess.Popen | forkstart.ForkedRank] = {}  # rank -> process
         self.codes: dict[int, int] = {}  # rank -> exit code (negative: signal)
@@ -60,7 +60,7 @@ class Supervisor:
         self.notes: list[str] = []
         self.tuning: dict[str, Any] = {}
         self.progress_dir = self.log_dir / "progress"
-        self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.get("stall_s") or DEFAULT_STALL_S)
+        self.stall_s = float(os.environ.get("MONTA_STALL_S") or spec.stall_s or DEFAULT_STALL_S)
         self.stopped_since: dict[int, float] = {}
         self.cpu_samples: list[tuple[float, dict[int, float]]] = []  # (monotonic time, CPU seconds per rank)
 
@@ -86,9 +86,9 @@ class Supervisor:
             self._kill_all()
             result["returncodes"] = [self.codes.get(r) for r in range(self.nodes * self.gpn)]
             result["elapsed_s"] = round(time.monotonic() - t0, 3)
-            tmp = Path(self.spec["result_path"] + ".tmp")
+            tmp = Path(self.spec.result_path + ".tmp")
             tmp.write_text(json.dumps(result))
-            tmp.replace(self.spec["result_path"])
+            tmp.replace(self.spec.result_path)
         return 0 if not (result["failure"] or result["error"]) else 1
 
     # -- phases -----------------------------------------------------------------------------
@@ -120,7 +120,7 @@ class Supervisor:
         # stack of every thread to its log, so the error can say where it was (launcher._tail).
         base_env.setdefault("PYTHONFAULTHANDLER", "1")
         node_addrs = [r.addr for r in ranks if r.local_rank == 0]
-        argv, preload = self.spec["argv"], self.spec.get("preload") or []
+        argv, preload = list(self.spec.argv), list(self.spec.preload)
         fork = forkstart.enabled(argv, preload)
         if fork:  # the heavy imports once, here, instead of in every rank at once (forkstart)
             why_not = forkstart.import_all(preload)
@@ -132,7 +132,7 @@ class Supervisor:
                 return
             env = {
                 **base_env,
-                **rank_env(info, self.nodes, self.gpn, node_addrs, int(self.spec["master_port"]), self.emulated),
+                **rank_env(info, self.nodes, self.gpn, node_addrs, self.spec.master_port, self.emulated),
             }
             env["MONTA_NET_TUNING"] = json.dumps(self.tuning)  # what the ranks' records say of the testbed
             log = open(self.log_dir / f"rank{info.rank}.log", "wb")
@@ -171,7 +171,7 @@ class Supervisor:
                     os.close(fd)
 
     def _watch(self, ranks: list[RankInfo]) -> dict[str, Any] | None:
-        timeout = self.spec.get("timeout_s")
+        timeout = self.spec.timeout_s
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         by_pid = {p.pid: r for r, p in self.procs.items()}
         next_check = time.monotonic() + _PROGRESS_POLL_S
@@ -348,8 +348,8 @@ def _proc_cpu_s(pid: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
-    if spec["mode"] == "plain":
+    spec = LaunchSpec.read(Path(argv[0]))
+    if not spec.emulated:
         die_with_parent()
     return Supervisor(spec).run()
 

@@ -10,8 +10,9 @@ model it builds (``monta.moe.Observers(clock=...)``), whose priced pieces charge
 
 Contention (``contention`` c > 0): on a GPU the exchange's kernels take SMs and memory bandwidth from the
 compute they overlap. Here compute advances at 1 / (1 + c) of its speed while the harness's MoE exchange is
-in flight in this process (``EXCHANGE``: the pipelines' comm thread runs every exchange inside it), so a
-piece whose target is waited wholly under the exchange lasts (1 + c) x its target. Only waits change.
+in flight in this process (the clock's ``exchange`` window: the pipelines' comm thread runs every exchange
+inside it, through ``monta.moe.Observers.run_exchange``), so a piece whose target is waited wholly under the
+exchange lasts (1 + c) x its target. Only waits change.
 """
 
 from __future__ import annotations
@@ -110,12 +111,10 @@ def stretched_left_s(target_s: float, elapsed_s: float, in_flight_s: float, c: f
     return target_s - (elapsed_s - in_flight_s * c / (1 + c))
 
 
-EXCHANGE = ExchangeWindow()
-
-
 class ComputeClock:
     """Targets: ``us_per_flop[piece]`` for pieces priced by their FLOPs, ``fixed_us[piece]`` for the rest.
-    ``contention`` c >= 0: compute waited under the harness's exchange (``EXCHANGE``) lasts (1 + c) x."""
+    ``contention`` c >= 0: compute waited under the harness's exchange (this clock's ``exchange`` window,
+    marked by the comm thread through the model's observers) lasts (1 + c) x."""
 
     def __init__(
         self, us_per_flop: dict[str, float], fixed_us: dict[str, float] | None = None, contention: float = 0.0
@@ -125,6 +124,7 @@ class ComputeClock:
         self.contention = float(contention)
         self.us_per_flop = dict(us_per_flop)
         self.fixed_us = dict(fixed_us or {})
+        self.exchange = ExchangeWindow()  # when this process's exchanges are in flight (what contention reads)
         self._local = threading.local()
         self._lock = threading.Lock()
         self.reset_stats()
@@ -191,9 +191,9 @@ class ComputeClock:
         stretch = 0.0
         if self.contention:
             c = self.contention
-            late = -stretched_left_s(owed, now - start, EXCHANGE.in_flight_s(start, now), c)
+            late = -stretched_left_s(owed, now - start, self.exchange.in_flight_s(start, now), c)
             if late < 0:
-                stretch = EXCHANGE.wait_stretched(start, owed, c)
+                stretch = self.exchange.wait_stretched(start, owed, c)
         else:
             late = now - start - owed
             if late < 0:
@@ -210,13 +210,17 @@ class ComputeClock:
 @dataclass(frozen=True, eq=False)
 class ClockPiece:
     """What a GEMM weight is priced as (``weight.clock_piece``): piece ``name`` on ``owner``'s clock (the
-    model's ``monta.moe.Observers``, which charges nothing without a clock)."""
+    model's ``monta.moe.Observers``, which charges nothing without a clock); ``owner`` also takes the
+    weight's dW, computing it at once or handing it to the schedule that defers it (Lancet's)."""
 
     name: str
     owner: Any
 
     def charge(self, t0: float, flops: float | None = None, factor: float = 1.0) -> None:
         self.owner.charge(self.name, t0, flops, factor)
+
+    def weight_grad(self, dw) -> None:
+        self.owner.weight_grad(dw)
 
 
 def _restarting(fn, clock: ComputeClock):

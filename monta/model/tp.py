@@ -7,7 +7,6 @@ DeepSpeed's ``Experts`` deep-copies the expert module and a process-group handle
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -58,16 +57,6 @@ def reduce_from_tp(x: torch.Tensor, tp: MeshAxis) -> torch.Tensor:
     return _ReduceFromTP.apply(x, tp) if tp.size > 1 else x
 
 
-class DeferredWeightGrad:
-    """Where weight gradients go: computed at once (default) or queued by a scheduler (Lancet).
-
-    A scheduler installs itself with ``DeferredWeightGrad.sink = obj``; ``obj.defer(fn)`` takes
-    a closure that computes and accumulates one dW. Per-rank process state, like autograd itself.
-    """
-
-    sink: Any = None
-
-
 def accumulate_grad(param: nn.Parameter, g: torch.Tensor) -> None:
     """Add one use's dW; when the last use of this forward is in, the gradient is final."""
     if param.grad is None:
@@ -91,7 +80,9 @@ def _charge(weight: torch.Tensor, x: torch.Tensor, t0: float) -> None:
 
 
 class _Linear(torch.autograd.Function):
-    """y = x W^T whose backward splits dX (now) from dW (now, or deferred to a sink).
+    """y = x W^T whose backward splits dX (now) from dW (now, or deferred: the weight's ``clock_piece`` names
+    the model's observers, which hand it to a schedule that defers dW, Lancet's; an untagged weight's dW
+    is computed at once).
 
     dW is written straight into ``weight.grad`` (the engine reads ``.grad``), so deferring it
     changes when it is computed, never what is computed.
@@ -119,11 +110,11 @@ class _Linear(torch.autograd.Function):
             accumulate_grad(weight, g2.t().matmul(x2))
             _charge(weight, x, t0)
 
-        sink = DeferredWeightGrad.sink
-        if sink is None:
+        piece = getattr(weight, "clock_piece", None)
+        if piece is None:
             dw()
         else:
-            sink.defer(dw)
+            piece.weight_grad(dw)
         return dx, None
 
 

@@ -134,14 +134,11 @@ class MoETransformer(nn.Module):
 
     def _tag_clock_pieces(self) -> None:
         """Name the compute piece each GEMM weight belongs to (the observers' clock prices it as that piece of
-        the full-size model). After construction: DeepSpeed deep-copies the experts."""
+        the full-size model); the MoE layers tag their experts ("experts") themselves."""
         self.head.clock_piece = ClockPiece("head", self.observers)
         for layer in self.layers:
             for proj in ("wq", "wk", "wv", "wo"):
                 getattr(layer.attn, proj).weight.clock_piece = ClockPiece("attention", self.observers)
-            for expert in layer.moe.deepspeed_moe.experts.deepspeed_experts:
-                for proj in ("w1", "w3", "w2"):
-                    getattr(expert, proj).weight.clock_piece = ClockPiece("experts", self.observers)
 
     def set_schedule(self, schedule: MoESchedule) -> None:
         for layer in self.layers:

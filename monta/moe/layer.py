@@ -31,6 +31,7 @@ from monta.comm.exchange import exchange_mesh, validate_exchange
 from monta.comm.timing import timed_combine, timed_dispatch
 from monta.groups import init_deepspeed_groups
 from monta.mesh import Mesh
+from monta.model.clock import ClockPiece
 from monta.moe.gate_routing import WorkloadChoices, workload_gate
 from monta.moe.observers import Observers
 
@@ -92,6 +93,8 @@ class ExchangeMOELayer(MOELayer):
         self.choices = choices
         self.observers = observers if observers is not None else Observers()
         self.index = self.observers.register_layer()  # this layer's place in the observers' route tallies
+        for w in self.experts.parameters():  # the experts' GEMMs: piece "experts" of the observers' clock
+            w.clock_piece = ClockPiece("experts", self.observers)
 
     # -- groups ---------------------------------------------------------------------------
     def _set_ep_group(self, ep_group):
@@ -166,6 +169,12 @@ class ExchangeMOELayer(MOELayer):
         self.observers.tally(self.index, plan, workload)
         return plan
 
+    def keep_aux(self, plan: RoutingPlan) -> None:
+        """Keep ``plan``'s aux loss and expert counts where DeepSpeed's ``MoE.forward`` reads them (the layer's
+        ``l_aux``, ``exp_counts``): the one writer of those attributes, for schedules that route a batch
+        themselves (Lancet's) as for this forward."""
+        self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts
+
     def run_experts(self, x_ECM: torch.Tensor) -> torch.Tensor:
         E, C, M = x_ECM.shape
         out = self.experts(x_ECM.reshape(self.ep_size, self.num_local_experts, C, M))
@@ -181,7 +190,7 @@ class ExchangeMOELayer(MOELayer):
         used_token = input[1] if len(input) > 1 else None
         x_SM = x.reshape(-1, x.shape[-1])
         plan = self._timed("gate", self.route, x_SM, used_token)
-        self.l_aux, self.exp_counts = plan.l_aux, plan.exp_counts  # DeepSpeed's MoE.forward reads these
+        self.keep_aux(plan)
         bwd = self.observers.backward
         dispatched, handle = self._timed("dispatch", timed_dispatch, bwd, self.exchange, x_SM, plan)
         expert_out = self._timed("experts", self.run_experts, dispatched)

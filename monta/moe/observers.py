@@ -12,7 +12,10 @@ One model shares one ``Observers`` among its layers:
 - route tallies: each layer registers (``register_layer``); ``record_routes()`` starts a step's,
   ``take_routes()`` returns one list of ``RouteTally`` per layer and stops;
 - the compute clock ``clock`` (a ``monta.model.clock.ComputeClock``, or None: the CPU's own speed),
-  charged through ``charge`` and restarted through ``restart`` by the model's pieces and schedules;
+  charged through ``charge`` and restarted through ``restart`` by the model's pieces and schedules; the
+  pipelines' comm thread runs each exchange through ``run_exchange`` (the clock's contention window);
+- the weight gradients: a GEMM weight's dW goes through ``weight_grad``, computed at once unless a
+  schedule defers them (``defer_weight_grads(sink)``: Lancet's dW filler, for one backward);
 - ``fault`` (TEST AID: a ``monta.testaids.Fault``, or None), handed to the traffic meter of every layer's
   exchange, whose pass calls it (``monta bench alltoall --inject-fault`` in layer mode).
 """
@@ -40,6 +43,7 @@ class Observers:
         self._times: dict[str, float] = {}
         self._layers = 0
         self._routes: list[list[RouteTally]] | None = None
+        self._dw_sink: Any = None
 
     def __deepcopy__(self, memo):  # DeepSpeed deep-copies experts; what watches them stays one object
         return self
@@ -118,3 +122,22 @@ class Observers:
         """This thread just communicated or waited for a thread that did: its run of compute restarts."""
         if self.clock is not None:
             self.clock.restart()
+
+    def run_exchange(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` as one exchange in flight on the clock's window (what contention reads)."""
+        if self.clock is None:
+            return fn(*args, **kwargs)
+        return self.clock.exchange.run(fn, *args, **kwargs)
+
+    # -- weight gradients -------------------------------------------------------------------------
+    def defer_weight_grads(self, sink: Any) -> None:
+        """From now on the model's dW go to ``sink.defer(fn)`` (None: computed at once again)."""
+        self._dw_sink = sink
+
+    def weight_grad(self, dw) -> None:
+        """One GEMM weight's dW (a closure that computes and accumulates it): now, or to the deferring sink."""
+        sink = self._dw_sink
+        if sink is None:
+            dw()
+        else:
+            sink.defer(dw)

@@ -67,7 +67,7 @@ def main(cfg_path: str) -> int:
     shapes = [buffer_shape(s, cfg.experts, cfg.hidden, DTYPE_BYTES[cfg.dtype], cfg.tp) for s in cfg.sizes]
     variants = variant_rows(cfg)
     check_chunks(cfg, variants, shapes)
-    slowdown = Slowdown.from_spec(cfg.aids.inject_slowdown)
+    slowdown = Slowdown.from_dict(cfg.aids.inject_slowdown)
 
     host_line = {
         "rank": rank,

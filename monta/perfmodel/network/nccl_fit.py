@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from monta.hardware.links import Cluster, Link
-from monta.perfmodel.network import collectives as C
+from monta.parallel import axis_shapes
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network.nccltests import OPS, NcclTestsLog, canonical
 
 MODEL_OPS = tuple(OPS.values())  # allreduce, allgather, reducescatter, alltoall
@@ -53,7 +54,7 @@ class Point:
 
     @property
     def busbw_GBps(self) -> float:
-        return C.busbw_GBps(self.op, self.size_bytes, self.time_us, self.ranks)
+        return collectives.busbw_GBps(self.op, self.size_bytes, self.time_us, self.ranks)
 
     @classmethod
     def of(
@@ -76,7 +77,7 @@ class Point:
             if not busbw_GBps or busbw_GBps <= 0:
                 raise ValueError(f"{source or collective}: give time_us or busbw_GBps (> 0)")
             n = nodes * gpus_per_node
-            unit = C.busbw_GBps(op, size_bytes, 1.0, n)  # busbw at 1 us; busbw scales as 1/time
+            unit = collectives.busbw_GBps(op, size_bytes, 1.0, n)  # busbw at 1 us; busbw scales as 1/time
             time_us = unit / busbw_GBps
         if time_us <= 0:
             raise ValueError(f"{source or collective}: time_us={time_us!r}: need a time > 0")
@@ -99,16 +100,16 @@ def points_from_log(log: NcclTestsLog) -> list[Point]:
 
 def predict_us(cluster: Cluster, op: str, nodes: int, gpus_per_node: int, size_bytes: float) -> float:
     """The model's time for nccl-tests' ``op`` at ``size_bytes`` with every rank of every node taking part."""
-    g = C.GroupShape(nodes * gpus_per_node, gpus_per_node, gpus_per_node)
+    g = axis_shapes(gpus_per_node, lanes=nodes * gpus_per_node)["dp"]  # the whole world: one DP group of TP 1
     cl = cluster.with_nodes(nodes, gpus_per_node)
     if op == "alltoall":
-        return C.alltoall(size_bytes, g, cl).time_us
+        return collectives.alltoall(size_bytes, g, cl).time_us
     if op == "allgather":
-        return C.allgather(size_bytes / g.size, g, cl).time_us  # nccl-tests' size is the gathered output
+        return collectives.allgather(size_bytes / g.size, g, cl).time_us  # nccl-tests' size is the gathered output
     if op == "reducescatter":
-        return C.reducescatter(size_bytes, g, cl).time_us  # nccl-tests' size is the input
+        return collectives.reducescatter(size_bytes, g, cl).time_us  # nccl-tests' size is the input
     if op == "allreduce":
-        return C.allreduce(size_bytes, g, cl).time_us
+        return collectives.allreduce(size_bytes, g, cl).time_us
     raise ValueError(f"unknown collective {op!r}")
 
 
@@ -313,6 +314,6 @@ def _residuals(cluster: Cluster, pts: list[Point], op: str, cls: str) -> list[Re
     for p in pts:
         t = predict_us(cluster, op, p.nodes, p.gpus_per_node, p.size_bytes)
         t_other = predict_us(hide, op, p.nodes, p.gpus_per_node, p.size_bytes)
-        fitted = C.busbw_GBps(op, p.size_bytes, t, p.ranks)
+        fitted = collectives.busbw_GBps(op, p.size_bytes, t, p.ranks)
         out.append(Residual(p.source, p.size_bytes, p.busbw_GBps, fitted, hidden=t_other >= t * 0.999))
     return out

@@ -47,7 +47,7 @@ from math import comb
 
 from monta import variants as registry
 from monta.hardware.links import Cluster
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network.collectives import ZERO, CollTime, GroupShape
 from monta.perfmodel.network.schedule import schedule_steps
 from monta.perfmodel.network.steps import Step  # the plugins' price hooks import it from here
@@ -150,7 +150,7 @@ def gather(in_bytes: float, g: GroupShape, cluster: Cluster) -> CollTime:
             size=n * in_bytes,
             op="allgather",
         )
-    ring = C.allgather(in_bytes, g, cluster)
+    ring = collectives.allgather(in_bytes, g, cluster)
     ti, tn = ring.intra_us, ring.inter_us
     if g.nodes > 1:  # the ring's steps wait for its slowest edge: the inter-node one
         tn += (n - 2) * latency(cluster, "inter", "allgather")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from monta.parallel import ParallelLayout
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.reports.published import Row, blind_cluster
 
 TOLERANCE = 0.10
@@ -60,13 +60,13 @@ def _world(c):
 
 def _allreduce_busbw(c, size: float) -> float:
     g = _world(c)
-    return C.busbw_GBps("allreduce", size, C.allreduce(size, g, c).time_us, c.world_size)
+    return collectives.busbw_GBps("allreduce", size, collectives.allreduce(size, g, c).time_us, c.world_size)
 
 
 def _alltoall(c, size: float):
     g = _world(c)
-    t = C.alltoall(size, g, c)
-    return t, C.busbw_GBps("alltoall", size, t.time_us, c.world_size)
+    t = collectives.alltoall(size, g, c)
+    return t, collectives.busbw_GBps("alltoall", size, t.time_us, c.world_size)
 
 
 def _near(model: float, stated) -> bool:
@@ -179,8 +179,8 @@ def check_nvls(params, expected):
     c = _cluster({"gpu": "H100", "nic_gbps": 400, **params}, nodes=1)
     S = LARGE
     g = _world(c)
-    t = C.allreduce(S, g, c).time_us
-    alg, bus = C.algbw_GBps(S, t), C.busbw_GBps("allreduce", S, t, c.world_size)
+    t = collectives.allreduce(S, g, c).time_us
+    alg, bus = collectives.algbw_GBps(S, t), collectives.busbw_GBps("allreduce", S, t, c.world_size)
     return [
         (
             f"8 GiB: algbw {alg:.0f}, busbw {bus:.0f} GB/s",

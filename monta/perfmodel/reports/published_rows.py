@@ -12,8 +12,8 @@ from pathlib import Path
 
 from monta.hardware.gpus import arch_of, cluster_of_gpu
 from monta.hardware.links import Cluster
-from monta.perfmodel.network import collectives as C
-from monta.perfmodel.network.collectives import GroupShape
+from monta.parallel import axis_shapes
+from monta.perfmodel.network import collectives
 
 EXPLAIN_ABOVE = 0.25  # a blind error above this must name its reason
 PLATEAU_BYTES = 8 * 2**30  # a row without a size is a plateau figure "for large messages": priced at 8 GiB
@@ -190,15 +190,15 @@ def predict_row(row: Row, cluster: Cluster) -> tuple[float | None, str | None]:
     n = cluster.world_size
     if n < 2:
         return None, "a collective of one rank"
-    g = GroupShape(n, cluster.gpus_per_node, cluster.gpus_per_node)
+    g = axis_shapes(cluster.gpus_per_node, lanes=n)["dp"]  # the whole world: one DP group of TP 1
     t = {
-        "allreduce": lambda: C.allreduce(S, g, cluster),
-        "allgather": lambda: C.allgather(S / n, g, cluster),  # nccl-tests' size is the gathered output
-        "reducescatter": lambda: C.reducescatter(S, g, cluster),
-        "alltoall": lambda: C.alltoall(S, g, cluster),
+        "allreduce": lambda: collectives.allreduce(S, g, cluster),
+        "allgather": lambda: collectives.allgather(S / n, g, cluster),  # nccl-tests' size is the gathered output
+        "reducescatter": lambda: collectives.reducescatter(S, g, cluster),
+        "alltoall": lambda: collectives.alltoall(S, g, cluster),
     }[op]().time_us
     if col == "time_us":
         return t, None
     if col == "algbw_GBps":
-        return C.algbw_GBps(S, t), None
-    return C.busbw_GBps(op, S, t, n), None
+        return collectives.algbw_GBps(S, t), None
+    return collectives.busbw_GBps(op, S, t, n), None

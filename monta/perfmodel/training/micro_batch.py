@@ -14,7 +14,7 @@ from monta import variants as registry
 from monta.chunking import Auto, parse_chunks
 from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as, takes_chunks
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops
@@ -84,10 +84,14 @@ def _tp_cp(m: ModelConfig, s: Strategy, g, cluster: Cluster, tokens: int, elem_b
     core (forward, backward)."""
     # Tensor parallelism without sequence parallelism: AllReduce after attention and after the
     # experts, in the forward and the backward.
-    tp_ar = C.allreduce(tokens * m.hidden * elem_bytes, g["tp"], cluster)
+    tp_ar = collectives.allreduce(tokens * m.hidden * elem_bytes, g["tp"], cluster)
     # Context parallelism: ring attention passes this rank's K and V around the CP ring (cp-1 hops),
     # overlapped with the attention core; the backward also returns dK, dV.
-    kv = C.p2p(tokens * 2 * m.kv_dim * elem_bytes, g["cp"].link, cluster, cluster.gpus_per_node) if s.cp > 1 else C.ZERO
+    kv = (
+        collectives.p2p(tokens * 2 * m.kv_dim * elem_bytes, g["cp"].link, cluster, cluster.gpus_per_node)
+        if s.cp > 1
+        else collectives.ZERO
+    )
     cp_fwd = max(0.0, (s.cp - 1) * kv.time_us - attn_core)
     cp_bwd = max(0.0, 2 * (s.cp - 1) * kv.time_us - 2 * attn_core)
     return tp_ar, kv, cp_fwd, cp_bwd

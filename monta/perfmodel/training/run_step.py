@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from monta.hardware.links import Cluster
 from monta.parallel import axis_shapes
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
@@ -236,7 +236,10 @@ def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) ->
     t = 0.0
     for g, n in ((g_dense, dense_slice), (g_exp, expert_slice)):
         if g is not None:
-            t += C.reducescatter(n * 2, g, cluster).time_us + C.allgather(n * 2 / g.size, g, cluster).time_us
+            t += (
+                collectives.reducescatter(n * 2, g, cluster).time_us
+                + collectives.allgather(n * 2 / g.size, g, cluster).time_us
+            )
     opt = optimizer_us(dense_slice, expert_slice, lanes, edp, 1, cluster)
     return max(0.0, t - window_us), t, opt
 
@@ -285,13 +288,13 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
     else:
         a2a = _exchange_us(m, s, cluster, tokens / s.tp) * skew
-    ag = C.allgather(tokens / s.tp * m.hidden * 2, axis_shapes(cluster.gpus_per_node, tp=s.tp)["tp"], cluster)
+    ag = collectives.allgather(tokens / s.tp * m.hidden * 2, axis_shapes(cluster.gpus_per_node, tp=s.tp)["tp"], cluster)
     tp_us = 4 * 2 * ag.time_us if s.tp > 1 else 0.0  # SP: AllGather + ReduceScatter around attention, fwd + bwd
     kv = tokens * m.kv_bytes_per_token * 2
     # every rank of a node passes its K/V (and activations between stages) at once: gpn concurrent sends
     gpn = cluster.gpus_per_node
     cp_link = "intra" if s.tp * s.cp <= gpn else "inter"
-    kv_us = C.p2p(kv, cp_link, cluster, gpn).time_us
+    kv_us = collectives.p2p(kv, cp_link, cluster, gpn).time_us
     cp_us = max(0.0, 3 * (s.cp - 1) * kv_us - moe_l["attention"]) if s.cp > 1 else 0.0
 
     def layer(terms: dict[str, float], exchange: float, floor: float) -> tuple[float, float]:
@@ -307,7 +310,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     even_mb = ((m.moe_layers + m.mtp) * t_moe + m.dense_layers * t_dense + head_us) / s.pp
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
     stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
-    p2p = C.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
+    p2p = collectives.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
     pp_us = bubble + s.num_micro * 2 * s.vpp * p2p if s.pp > 1 else 0.0
     grad_exposed, grad_us, opt = _grad_sync_us(m, s, cluster, t_mb)
     total = s.num_micro * t_mb + pp_us + grad_exposed + opt

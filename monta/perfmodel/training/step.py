@@ -11,7 +11,7 @@ from typing import Any
 from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
 from monta.parallel import GroupShape, axis_shapes
-from monta.perfmodel.network import collectives as C
+from monta.perfmodel.network import collectives
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.memory import params_per_rank
@@ -112,8 +112,8 @@ def _link_bytes(link: str, micro: float, layers: int, num_micro: int, cp: int, e
 def _zero3_gather(s: Strategy, g, cluster: Cluster, dense: float, expert: float, elem_bytes: int):
     """ZeRO-3's parameter gathers before each forward and backward (nothing below stage 3)."""
     if s.zero != 3:
-        return C.ZERO
-    return C.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + C.allgather(
+        return collectives.ZERO
+    return collectives.allgather(dense * elem_bytes / s.lanes, g["dp"], cluster) + collectives.allgather(
         expert * elem_bytes / s.expert_dp, g["edp"], cluster
     )
 
@@ -140,8 +140,8 @@ def _grad_sync(s: Strategy, g, cluster: Cluster, mb: MicroBatch, dense_bytes: fl
     overlapped with the last micro-batch's backward where it competes with the AllToAll for links: the
     dense and expert syncs, their time, the part of it the step waits for, and what contention adds."""
     hid_f, hid_b = mb.overlap[0], mb.overlap[1]
-    gd = C.allreduce(dense_bytes, g["dp"], cluster)
-    ge = C.allreduce(expert_bytes, g["edp"], cluster)
+    gd = collectives.allreduce(dense_bytes, g["dp"], cluster)
+    ge = collectives.allreduce(expert_bytes, g["edp"], cluster)
     t_grad = gd.time_us + ge.time_us
     # Contention: the sync slows the last backward's compute it overlaps (what the exchange already
     # stretched excepted); a longer backward then hides more of the sync.
@@ -150,7 +150,7 @@ def _grad_sync(s: Strategy, g, cluster: Cluster, mb: MicroBatch, dense_bytes: fl
     a2a_busy = mb.layers * (mb.ex_bwd - hid_b)  # the AllToAll's time on the link: compute speed does not change it
     link_busy = _shared_link_busy(s, g, a2a_busy)
     if mb.var.sync.priority:
-        chunk = C.allreduce(min(LINA_CHUNK_BYTES, dense_bytes), g["dp"], cluster).time_us
+        chunk = collectives.allreduce(min(LINA_CHUNK_BYTES, dense_bytes), g["dp"], cluster).time_us
         grad_us = _priority_sync_us(t_grad, mb.t_bwd + grad_more, mb.t_bwd_free, link_busy, chunk, mb.layers)
     else:  # fair sharing: while both are on the link, the AllToAll gets half of it
         grad_us = max(0.0, t_grad - (mb.t_bwd + grad_more)) + (
@@ -190,7 +190,9 @@ def predict_step(
 
     # Pipeline: 1F1B, (pp-1) bubble slots; activations T x h cross each stage boundary both ways.
     stage_link = "inter" if cluster.world_size // s.pp >= gpn else "intra"
-    pp_send = C.p2p(mb.tokens * m.hidden * elem_bytes, stage_link, cluster, gpn) if s.pp > 1 else C.ZERO
+    pp_send = (
+        collectives.p2p(mb.tokens * m.hidden * elem_bytes, stage_link, cluster, gpn) if s.pp > 1 else collectives.ZERO
+    )
     pp_us = (s.pp - 1) * mb.t_mb + num_micro * 2 * pp_send.time_us
 
     # ZeRO-3 gathers the parameters before each forward and backward, prefetched under compute.
