@@ -17,6 +17,11 @@ SCANNED = ("monta", "baselines", "analysis", "workflows", "tools")
 STEERING = {"forced_choices", "tallies", "record_times", "l_aux", "exp_counts"}
 # What the layer keeps from its constructor: only its own code (self.X) may set them.
 CONSTRUCTED = {"choices", "observers"}
+# The exchange, meter and chunk count change only through the layer's own ``use_exchange``: no write of them
+# through a layer (an expression that names ``deepspeed_moe``, a layer or a moe) outside monta/moe. (The names
+# alone are too common: an autograd ctx or a record has ``chunks`` too.)
+SWAPPED = {"exchange", "meter", "chunks"}
+LAYERISH = ("deepspeed_moe", "layer", "moe", "inner")
 GLOBALS = {"monta/model/clock.py": "CLOCK", "monta/comm/timing.py": "BACKWARD_CLOCK", "monta/testaids.py": "FAULT"}
 # Process-wide run state that moved onto the objects owning a run: the contention window (each ComputeClock's
 # ``exchange``) and the dW sink (the model's Observers: ``defer_weight_grads``).
@@ -44,7 +49,12 @@ def steering_writes(source: str) -> list[str]:
             if not isinstance(node, ast.Attribute):
                 continue
             own = isinstance(node.value, ast.Name) and node.value.id == "self"
-            if node.attr in STEERING or (node.attr in CONSTRUCTED and not own):
+            through_layer = any(w in ast.unparse(node.value).lower() for w in LAYERISH)
+            if (
+                node.attr in STEERING
+                or (node.attr in CONSTRUCTED and not own)
+                or (node.attr in SWAPPED and through_layer)
+            ):
                 out.append(f"{ast.unparse(node)} (line {node.lineno})")
     return out
 
@@ -135,6 +145,9 @@ def _process_wide(target: ast.AST) -> bool:
         ("layer.l_aux, layer.exp_counts = plan.l_aux, plan.exp_counts\n", 2),
         ("self.l_aux = l_aux\n", 1),
         ("layer.keep_aux(plan)\nout, l_aux = h, layer.l_aux\n", 0),
+        ("inner = self.layer.deepspeed_moe\ninner.exchange = d\ninner.chunks = Fixed(2)\n", 2),
+        ("self.layer.deepspeed_moe.meter = runner.meter\n", 1),
+        ("self.layer.use_exchange(d, 2)\nctx.chunks, ctx.meter = n, m\np.chunks = 3\n", 0),
     ],
 )
 def test_the_steering_check_catches_a_planted_write(source, caught):

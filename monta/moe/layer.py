@@ -76,8 +76,10 @@ class ExchangeMOELayer(MOELayer):
         chooser: Chooser | None = None,
         choices: WorkloadChoices | None = None,
         observers: Observers | None = None,
+        gate: torch.nn.Module | None = None,
     ):
-        super().__init__(base.gate, base.experts, base.ep_group_name, base.ep_size, base.num_local_experts)
+        gate = base.gate if gate is None else gate
+        super().__init__(gate, base.experts, base.ep_group_name, base.ep_size, base.num_local_experts)
         self.exchange_name = exchange
         self.chunks = parse_chunks(chunks)
         if isinstance(self.chunks, Auto) and chooser is None:
@@ -95,6 +97,12 @@ class ExchangeMOELayer(MOELayer):
         self.index = self.observers.register_layer()  # this layer's place in the observers' route tallies
         for w in self.experts.parameters():  # the experts' GEMMs: piece "experts" of the observers' clock
             w.clock_piece = ClockPiece("experts", self.observers)
+
+    def use_exchange(self, dispatcher: Dispatcher, chunks: Chunks | int) -> None:
+        """Run the next calls on ``dispatcher`` (built on this layer's mesh elsewhere, with its own meter) in
+        ``chunks``: the AllToAll bench races every exchange through one layer, each on its own metered
+        dispatcher. The one way in from outside: nothing else swaps the layer's exchange."""
+        self.exchange, self.meter, self.chunks = dispatcher, dispatcher.meter, parse_chunks(chunks)
 
     # -- groups ---------------------------------------------------------------------------
     def _set_ep_group(self, ep_group):
@@ -208,7 +216,9 @@ class MoE(ds_layer.MoE):
     ``"auto"`` (required with it: ``monta.perfmodel.network.chunks.model_chooser(cluster)``, say).
     ``choices``: a routing workload's ``WorkloadChoices`` for this EP member, routed in place of the gate's
     choice (None: the gate's own); ``observers``: the ``monta.moe.Observers`` that watch this layer (None:
-    its own, silent until asked). Both are fixed here: nothing outside ``monta.moe`` sets them later.
+    its own, silent until asked); ``gate``: a gate module in place of DeepSpeed's TopKGate (the AllToAll
+    bench's fixed routing plans; None: DeepSpeed's). All are fixed here: nothing outside ``monta.moe`` sets
+    them later (``use_exchange`` is the bench's one way to swap the exchange).
     """
 
     def __init__(
@@ -235,6 +245,7 @@ class MoE(ds_layer.MoE):
         chunk_chooser: Chooser | None = None,
         choices: WorkloadChoices | None = None,
         observers: Observers | None = None,
+        gate: torch.nn.Module | None = None,
     ) -> None:
         validate_exchange(exchange, 1)  # the name first; the chunks by monta.chunking
         chunks = parse_chunks(chunks)
@@ -273,6 +284,7 @@ class MoE(ds_layer.MoE):
             chunk_chooser,
             choices,
             observers,
+            gate,
         )
         if mesh is not None:
             self.set_deepspeed_parallelism()
@@ -290,6 +302,10 @@ class MoE(ds_layer.MoE):
     @property
     def exchange(self) -> Dispatcher | None:
         return self.deepspeed_moe.exchange
+
+    def use_exchange(self, dispatcher: Dispatcher, chunks: Chunks | int) -> None:
+        """``ExchangeMOELayer.use_exchange``: the next calls run on ``dispatcher`` in ``chunks``."""
+        self.deepspeed_moe.use_exchange(dispatcher, chunks)
 
     @property
     def traffic(self) -> TrafficMeter | None:

@@ -105,7 +105,7 @@ class LayerRows:
         from monta.chunking import Fixed
         from monta.dtypes import torch_dtype
         from monta.groups import init_deepspeed_groups, reset_deepspeed_groups
-        from monta.moe import MoE, Observers
+        from monta.moe import MoE
 
         _init_deepspeed(runner.cfg.backend)
         cfg, mesh = runner.cfg, runner.mesh
@@ -125,18 +125,18 @@ class LayerRows:
         cuda = cfg.backend == "nccl"  # the worker's device: this rank's GPU (the worker)
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
         ep_index = runner.exchange_mesh.ep.index
-        watch = Observers(fault=runner.fault)  # TEST AID: the runner's fault reaches the layer's exchange
+        # The fixed routing plans replace both layers' gates; every pass runs on the runner's own metered
+        # dispatchers (use_exchange below), whose meter carries the runner's fault (TEST AID).
         self.layer = MoE(
-            expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, mesh=mesh, observers=watch, **kw
+            expert=expert(cfg.hidden), exchange=cfg.variants[0], chunks=1, mesh=mesh, gate=FixedGate(), **kw
         )
         self.stock = StockMoE(expert=expert(cfg.hidden), **kw)
+        self.stock.deepspeed_moe.gate = FixedGate()  # DeepSpeed's own layer, the reference: not monta's
         self.layer.to(device=device, dtype=dtype)
         self.stock.to(device=device, dtype=dtype)
         self.stock.set_deepspeed_parallelism()
         for m in (self.layer, self.stock):
-            m.deepspeed_moe.gate = FixedGate()
             fill_weights(m, ep_index)
-        self.layer.deepspeed_moe.meter = runner.meter
 
     def _call(self, moe, inp: SizeInput):
         """Forward and backward of ``moe`` on ``inp``: (output, input gradient), both detached."""
@@ -152,9 +152,7 @@ class LayerRows:
         """One forward+backward of the layer around exchange ``variant`` in ``chunks`` chunks, on the
         routing the exchange reads (the capacity plan, or the dropless one for a token-level exchange)."""
         r = self.runner
-        inner = self.layer.deepspeed_moe
-        inner.exchange = r.dispatchers[variant]
-        inner.chunks = self._fixed(chunks)
+        self.layer.use_exchange(r.dispatchers[variant], self._fixed(chunks))
         beat(f"layer forward+backward of {variant}")  # a long call still shows the rank is alive
         return self._call(self.layer, inp.for_exchange(r.capacity_based(variant)))
 
