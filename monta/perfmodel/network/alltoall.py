@@ -18,7 +18,7 @@ def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):
     return ParallelLayout(nodes, gpus_per_node, tp=tp, ep=ep or probe.dp)
 
 
-def parse_variants(spec: str) -> list[str]:
+def parse_exchanges(spec: str) -> list[str]:
     """A comma list of exchanges, ``all`` for every registered one (``monta.variants.exchanges``: the
     core's legacy, deepspeed and monta, the baselines' routed exchanges, and plugins')."""
     from monta import variants as registry
@@ -27,7 +27,7 @@ def parse_variants(spec: str) -> list[str]:
     out = known if str(spec).strip() == "all" else [v.strip() for v in str(spec).split(",") if v.strip()]
     bad = [v for v in out if v not in known]
     if bad or not out:
-        raise ValueError(f"--variants {spec}: choose from {', '.join(known)} (or all)")
+        raise ValueError(f"--exchanges {spec}: choose from {', '.join(known)} (or all)")
     return out
 
 
