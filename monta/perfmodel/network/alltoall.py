@@ -20,7 +20,7 @@ def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):
 
 def parse_exchanges(spec: str) -> list[str]:
     """A comma list of exchanges, ``all`` for every registered one (``monta.variants.exchanges``: the
-    core's legacy, deepspeed and monta, the baselines' routed exchanges, and plugins')."""
+    core's legacy, deepspeed and monta, the baselines' token-level exchanges, and plugins')."""
     from monta import variants as registry
 
     known = list(registry.exchanges())
