@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from monta.cli_args import add_out_arguments, add_shape_arguments, check_out, deprecated_alias
+from monta.cli_args import add_exchanges_argument, add_out_arguments, add_shape_arguments, check_out
 
 
 def _size(text: str) -> int:
@@ -106,13 +106,11 @@ def _register_alltoall(sub) -> None:
     add_shape_arguments(pa)
     pa.add_argument("--ep", type=int, default=None, help="default: all data-parallel ranks (crosses nodes)")
     pa.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes, min:max:factor")
-    pa.add_argument(
-        "--exchanges",
-        default="legacy,deepspeed,monta",
-        help="comma list of exchanges (`monta variants` lists every registered one, plugins' too), or all",
+    add_exchanges_argument(
+        pa,
+        "legacy,deepspeed,monta",
+        "comma list of exchanges (`monta variants` lists every registered one, plugins' too), or all",
     )
-    # the flag's name before the exchanges were told apart from the step's variants: read, with a warning
-    pa.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
     pa.add_argument("--chunks", default="1,2,4,auto", help="monta chunk counts; 'auto' = the model's choice")
     add_out_arguments(pa, "JSONL records of the predictions", append=True)
     pa.set_defaults(func=_cmd_alltoall)

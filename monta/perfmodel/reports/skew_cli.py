@@ -10,7 +10,7 @@ def register(sub) -> None:
     """``monta predict skew`` (``sub``: the subparsers of ``monta predict``)."""
     import argparse
 
-    from monta.cli_args import add_out_arguments, add_shape_arguments, deprecated_alias
+    from monta.cli_args import add_exchanges_argument, add_out_arguments, add_shape_arguments, deprecated_alias
 
     p = sub.add_parser(
         "skew",
@@ -40,9 +40,7 @@ def register(sub) -> None:
         "--cf", dest="capacity_factor", type=float, action=deprecated_alias("--capacity-factor"), help=argparse.SUPPRESS
     )
     p.add_argument("--routing", default=DEFAULT_ROUTINGS, help="comma list of routing specs (docs/routing.md)")
-    p.add_argument("--exchanges", default="all", help="comma list of exchanges (default: every registered one)")
-    # the flag's name before the exchanges were told apart from the step's variants: read, with a warning
-    p.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
+    add_exchanges_argument(p, "all", "comma list of exchanges (default: every registered one)")
     add_out_arguments(p, "JSONL records of the predictions", append=True)
     p.set_defaults(func=_cmd)
 
