@@ -160,12 +160,12 @@ def parse_chunks_list(spec: Any) -> list[Chunks]:
             out.append(parse_chunks(x))
             continue
         try:
-            k = x if isinstance(x, int) and not isinstance(x, bool) else int(str(x).strip())
+            n = x if isinstance(x, int) and not isinstance(x, bool) else int(str(x).strip())
         except ValueError:
             raise ValueError(f"chunks {x!r}: expected positive integers or '{AUTO}' (e.g. 1,2,4,{AUTO})") from None
-        if k < 1:
-            raise ValueError(f"chunks {k}: must be >= 1")
-        out.append(Fixed(k))
+        if n < 1:
+            raise ValueError(f"chunks {n}: must be >= 1")
+        out.append(Fixed(n))
     if not out:
         raise ValueError(f"chunks: give at least one chunk count, e.g. 1,2,4,{AUTO}")
     return out

@@ -5,8 +5,8 @@
   monta.cli's parser gives it to every subcommand).
 - ``--out``: a file that exists is refused unless ``--force`` (replace it) or, where records
   accumulate, ``--append`` (add to it) is given (:func:`add_out_arguments`, :func:`check_out`).
-- Old spellings (``--cf``, ``--size``): accepted, with one line on stderr naming the new one
-  (:func:`deprecated_alias`).
+- Old spellings (``--cf``, ``--size``, ``--variants`` for exchanges): accepted, with one line on stderr
+  naming the new one (:func:`deprecated_alias`, :func:`add_exchanges_argument`).
 """
 
 from __future__ import annotations
@@ -83,6 +83,13 @@ def deprecated_alias(new: str):
             setattr(namespace, self.dest, values)
 
     return _Alias
+
+
+def add_exchanges_argument(p: argparse.ArgumentParser, default: str, help: str) -> None:
+    """``--exchanges`` (dest ``exchanges``), and ``--variants``, its name before the exchanges were told
+    apart from the step's variants (docs/design.md#names), read with a warning."""
+    p.add_argument("--exchanges", default=default, help=help)
+    p.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
 
 
 def add_shape_arguments(p: argparse.ArgumentParser, *, tp: bool = True, nodes_help: str = "nodes") -> None:

@@ -90,7 +90,9 @@ def test_predict_alltoall_prices_every_exchange_in_human_units(tmp_path, capsys)
     from monta import variants as registry
 
     out = tmp_path / "a.jsonl"
-    assert main(["predict", "alltoall", "--variants", "all", "--sizes", "16M", "--chunks", "1", "--out", str(out)]) == 0
+    assert (
+        main(["predict", "alltoall", "--exchanges", "all", "--sizes", "16M", "--chunks", "1", "--out", str(out)]) == 0
+    )
     text = capsys.readouterr().out
     assert {json.loads(x)["params"]["variant"] for x in out.read_text().splitlines()} == set(registry.exchanges())
     assert len(set(registry.exchanges()) & {"legacy", "deepspeed", "monta", "2dh", "allgather", "node-dedup"}) == 6
@@ -99,7 +101,7 @@ def test_predict_alltoall_prices_every_exchange_in_human_units(tmp_path, capsys)
 
 OUT_COMMANDS = [
     ["predict", "alltoall", "--sizes", "1M", "--chunks", "1"],
-    ["predict", "skew", "--routing", "W0", "--variants", "deepspeed"],
+    ["predict", "skew", "--routing", "W0", "--exchanges", "deepspeed"],
     ["predict", "paper"],
     ["predict", "contention", "--values", "0"],
 ]
@@ -155,3 +157,18 @@ def test_old_spellings_work_with_one_warning(capsys):
         "monta: warning: --cf is deprecated; use --capacity-factor",
         "monta: warning: --size is deprecated; use --sizes",
     ]
+
+
+@pytest.mark.parametrize("command", ["predict alltoall", "predict skew"])
+def test_predicts_take_exchanges_and_read_variants_with_one_warning(command, capsys):
+    """A value that is an exchange is named --exchanges; the old --variants still reads, and says so."""
+    new = _sub(command).parse_args(["--exchanges", "deepspeed,monta"])
+    assert capsys.readouterr().err == ""
+    old = _sub(command).parse_args(["--variants", "deepspeed,monta"])
+    assert old == new and new.exchanges == "deepspeed,monta"
+    assert capsys.readouterr().err == "monta: warning: --variants is deprecated; use --exchanges\n"
+
+
+def test_predict_alltoall_names_the_flag_of_an_unknown_exchange(capsys):
+    assert main(["predict", "alltoall", "--exchanges", "deepspeed,tutel", "--sizes", "1M", "--chunks", "1"]) == 2
+    assert "--exchanges deepspeed,tutel: choose from" in capsys.readouterr().err

@@ -202,7 +202,7 @@ def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
     from monta.perfmodel.training.run_step import HOST_OPS_LAYER, HOST_US_PER_OP, Layout, price_run
 
     c = get_cluster("h100").with_nodes(1, 1)
-    shape = dict(hidden=256, ffn=256, experts=64, topk=2, heads=4, head_dim=64, vocab=1000, dense_ffn=1024)
+    shape = dict(hidden=256, ffn=256, experts=64, top_k=2, heads=4, head_dim=64, vocab=1000, dense_ffn=1024)
     s = Layout(gpus=1, seq=256, global_batch_tokens=256 * 4)
     moe_only = price_run(RunModel(layers=2, **shape), s, c)
     with_dense = price_run(RunModel(layers=4, dense_layers=2, **shape), s, c)
@@ -246,8 +246,8 @@ def test_a_shallower_gemm_reaches_less_of_its_peak_as_measured():
     from monta.perfmodel.training.run_step import Layout, price_run
 
     c = get_cluster("h100").with_nodes(1, 8)
-    coarse = RunModel(layers=4, hidden=4096, ffn=4096, experts=64, topk=2, heads=32, head_dim=128, vocab=1000)
-    fine = RunModel(layers=4, hidden=4096, ffn=1024, experts=256, topk=8, heads=32, head_dim=128, vocab=1000)
+    coarse = RunModel(layers=4, hidden=4096, ffn=4096, experts=64, top_k=2, heads=32, head_dim=128, vocab=1000)
+    fine = RunModel(layers=4, hidden=4096, ffn=1024, experts=256, top_k=8, heads=32, head_dim=128, vocab=1000)
     assert coarse.model_flops_per_token(4096) == pytest.approx(fine.model_flops_per_token(4096), rel=0.01)
     slower = {}
     for precision in ("bf16", "fp8"):
@@ -264,7 +264,7 @@ def test_the_last_pipeline_stage_carries_the_head_and_the_mtp_layers():
     from monta.perfmodel.training.run_shape import RunModel
     from monta.perfmodel.training.run_step import Layout, price_run, slowest_stage
 
-    m = RunModel(layers=8, hidden=2048, ffn=1024, experts=16, topk=2, dense_layers=1, dense_ffn=4096, heads=16,
+    m = RunModel(layers=8, hidden=2048, ffn=1024, experts=16, top_k=2, dense_layers=1, dense_ffn=4096, heads=16,
                  head_dim=128, vocab=150000, mtp=1)  # fmt: skip
     assert slowest_stage(m, 1) == (8.0, 1.0, 1.0)
     assert slowest_stage(m, 4) == (3.0, 0.0, 1.0)  # 2 decoder layers of 8/4 (both MoE) + the MTP layer

@@ -120,7 +120,7 @@ def _monta(*args):
 
 def test_predict_skew_prints_and_records_worst_times_and_drops(tmp_path):
     out = tmp_path / "skew.jsonl"
-    p = _monta("predict", "skew", "--routing", "W0,W2", "--variants", "deepspeed,node-dedup", "--out", str(out))
+    p = _monta("predict", "skew", "--routing", "W0,W2", "--exchanges", "deepspeed,node-dedup", "--out", str(out))
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stdout.splitlines() if ln.strip().startswith(("W0", "W2"))]
     assert len(lines) == 4 and "dropless" in lines[1]

@@ -21,14 +21,14 @@ rule predict_alltoall:
         "results/logs/predict/alltoall.log",
     params:
         p=PRED,
-        variants=csv(PRED["variants"]),
+        exchanges=csv(PRED["variants"]),
         chunks=csv(PRED["chunks"]),
     conda:
         "../envs/monta.yaml"
     shell:
         "monta predict alltoall --cluster {params.p[cluster]} --nodes {params.p[nodes]}"
         " --gpus-per-node {params.p[gpus_per_node]} --tp {params.p[tp]} --sizes {params.p[sizes]}"
-        " --variants {params.variants} --chunks {params.chunks} --out {output} > {log} 2>&1"
+        " --exchanges {params.exchanges} --chunks {params.chunks} --out {output} > {log} 2>&1"
 
 
 rule predict_plan:

@@ -35,13 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     """What is swept: the layout, the buffer, the exchanges and their routing (defaults and help: the
     AlltoallConfig fields')."""
-    C = AlltoallConfig
-    add_flag(p, C, "tp", type=int)
-    add_flag(p, C, "ep", type=int)
-    add_flag(p, C, "sizes")
+    config = AlltoallConfig  # the fields the flags read their defaults and help from
+    add_flag(p, config, "tp", type=int)
+    add_flag(p, config, "ep", type=int)
+    add_flag(p, config, "sizes")
     add_flag(
         p,
-        C,
+        config,
         "variants",
         "--exchanges",
         dest="exchanges",
@@ -49,15 +49,15 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     )
     # the flag's name before the exchanges were told apart from the step's variants: read, with a warning
     p.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
-    add_flag(p, C, "chunks")
-    add_flag(p, C, "min_chunk", metavar="BYTES")
-    add_flag(p, C, "dtype", choices=DTYPES)
-    add_flag(p, C, "experts", type=int)
-    add_flag(p, C, "hidden", type=int)
-    add_flag(p, C, "topk", type=int)
-    add_flag(p, C, "capacity_factor", type=float, metavar="CF")
-    add_flag(p, C, "routing")
-    add_flag(p, C, "mode", choices=("dispatch", "layer"))
+    add_flag(p, config, "chunks")
+    add_flag(p, config, "min_chunk", metavar="BYTES")
+    add_flag(p, config, "dtype", choices=DTYPES)
+    add_flag(p, config, "experts", type=int)
+    add_flag(p, config, "hidden", type=int)
+    add_flag(p, config, "topk", type=int)
+    add_flag(p, config, "capacity_factor", type=float, metavar="CF")
+    add_flag(p, config, "routing")
+    add_flag(p, config, "mode", choices=("dispatch", "layer"))
 
 
 def _add_repetition_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,36 +18,36 @@ def make_layout(nodes: int, gpus_per_node: int, tp: int, ep: int | None = None):
     return ParallelLayout(nodes, gpus_per_node, tp=tp, ep=ep or probe.dp)
 
 
-def parse_variants(spec: str) -> list[str]:
+def parse_exchanges(spec: str) -> list[str]:
     """A comma list of exchanges, ``all`` for every registered one (``monta.variants.exchanges``: the
-    core's legacy, deepspeed and monta, the baselines' routed exchanges, and plugins')."""
+    core's legacy, deepspeed and monta, the baselines' token-level exchanges, and plugins')."""
     from monta import variants as registry
 
     known = list(registry.exchanges())
     out = known if str(spec).strip() == "all" else [v.strip() for v in str(spec).split(",") if v.strip()]
     bad = [v for v in out if v not in known]
     if bad or not out:
-        raise ValueError(f"--variants {spec}: choose from {', '.join(known)} (or all)")
+        raise ValueError(f"--exchanges {spec}: choose from {', '.join(known)} (or all)")
     return out
 
 
-def sweep(cluster: Cluster, layout, sizes: list[int], variants: list[str], chunks: list) -> list[dict[str, Any]]:
-    """One row per (size, variant, chunk count); chunk counts (``monta.chunking.parse_chunks_list``'s,
+def sweep(cluster: Cluster, layout, sizes: list[int], exchanges: list[str], chunks: list) -> list[dict[str, Any]]:
+    """One row per (size, exchange, chunk count); chunk counts (``monta.chunking.parse_chunks_list``'s,
     or anything ``parse_chunks`` reads) apply to the chunked exchanges only (``takes_chunks``)."""
     ep, _ = layout_shapes(layout)
-    asked = [parse_chunks(k) for k in chunks]
+    asked = [parse_chunks(c) for c in chunks]
     rows = []
     for size in sizes:
         legacy_t = exchange_time("legacy", size, layout, cluster).total_us
-        for v in variants:
-            for k in asked if takes_chunks(v) else [parse_chunks(1)]:
-                b = exchange_time(v, size, layout, cluster, k)
+        for v in exchanges:
+            for request in asked if takes_chunks(v) else [parse_chunks(1)]:
+                b = exchange_time(v, size, layout, cluster, request)
                 rows.append(
                     {
                         "size_bytes": size,
                         "variant": v,
                         "chunks": b.chunks,
-                        "chunks_requested": k.as_json(),
+                        "chunks_requested": request.as_json(),
                         "time_us": b.total_us,
                         "algbw_GBps": algbw_GBps(size, b.total_us),
                         "busbw_GBps": busbw_GBps("alltoall", size, b.total_us, ep.size),

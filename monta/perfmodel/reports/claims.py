@@ -232,12 +232,12 @@ def check_crossover_dispatcher(params, expected):
     S = 64 * 2**20
     want_gather = expected["better_dispatcher"] == "allgather"
     res = []
-    for k in (1, 2) if not want_gather else (16,):
-        ag = routed_exchange_time(gather_x, S, lay, c, top_k=k, experts=32).total_us
-        a2a = routed_exchange_time(flat_x, S, lay, c, top_k=k, experts=32).total_us
+    for top_k in (1, 2) if not want_gather else (16,):
+        ag = routed_exchange_time(gather_x, S, lay, c, top_k=top_k, experts=32).total_us
+        a2a = routed_exchange_time(flat_x, S, lay, c, top_k=top_k, experts=32).total_us
         gather_wins = ag < a2a
         winner = gather_x if gather_wins else flat_x
-        res.append((f"EP 16, top-{k}: {winner} faster ({ag:.0f} vs {a2a:.0f} us)", gather_wins == want_gather))
+        res.append((f"EP 16, top-{top_k}: {winner} faster ({ag:.0f} vs {a2a:.0f} us)", gather_wins == want_gather))
     return res
 
 

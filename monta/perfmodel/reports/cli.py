@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from monta.cli_args import add_out_arguments, add_shape_arguments, check_out
+from monta.cli_args import add_exchanges_argument, add_out_arguments, add_shape_arguments, check_out
 
 
 def _size(text: str) -> int:
@@ -106,10 +106,10 @@ def _register_alltoall(sub) -> None:
     add_shape_arguments(pa)
     pa.add_argument("--ep", type=int, default=None, help="default: all data-parallel ranks (crosses nodes)")
     pa.add_argument("--sizes", default="1M:16M:2", help="per-rank dispatch buffer bytes, min:max:factor")
-    pa.add_argument(
-        "--variants",
-        default="legacy,deepspeed,monta",
-        help="comma list of exchanges (`monta variants` lists every registered one, plugins' too), or all",
+    add_exchanges_argument(
+        pa,
+        "legacy,deepspeed,monta",
+        "comma list of exchanges (`monta variants` lists every registered one, plugins' too), or all",
     )
     pa.add_argument("--chunks", default="1,2,4,auto", help="monta chunk counts; 'auto' = the model's choice")
     add_out_arguments(pa, "JSONL records of the predictions", append=True)
@@ -278,7 +278,7 @@ def _cmd_alltoall(args) -> int:
     from monta import validate as V
     from monta.chunking import Fixed, parse_chunks_list
     from monta.hardware.profile import get_cluster
-    from monta.perfmodel.network.alltoall import make_layout, parse_variants, sweep
+    from monta.perfmodel.network.alltoall import make_layout, parse_exchanges, sweep
     from monta.perfmodel.reports.sweep import format_table, records
 
     V.integer(args.nodes, "nodes", 1, 1_000_000)
@@ -289,7 +289,7 @@ def _cmd_alltoall(args) -> int:
     if args.ep is not None:
         V.integer(args.ep, "ep", 1, args.nodes * args.gpus_per_node)
     sizes = V.sizes(args.sizes)
-    variants = parse_variants(args.variants)
+    exchanges = parse_exchanges(args.exchanges)
     try:
         chunks = parse_chunks_list(args.chunks)
     except ValueError as e:
@@ -299,7 +299,7 @@ def _cmd_alltoall(args) -> int:
     check_out(args)
     layout = make_layout(args.nodes, args.gpus_per_node, args.tp, args.ep)
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
-    rows = sweep(cluster, layout, sizes, variants, chunks)
+    rows = sweep(cluster, layout, sizes, exchanges, chunks)
     print(f"# predicted TP AllToAll: {layout.describe()} on {cluster.name} ({cluster.source})")
     print(
         f"# size = per-rank dispatch buffer; busbw = algbw x (n-1)/n with n = EP group size {layout.ep}; "

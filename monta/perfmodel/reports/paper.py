@@ -236,7 +236,7 @@ def run_model_steps(st: dict[str, Any]) -> dict[str, float]:
 
     m, s, c = st["model"], st["strategy"], st["cluster"]
     rm = RunModel(
-        layers=m.num_layers, hidden=m.hidden, ffn=m.ffn, experts=m.num_experts, topk=m.top_k, attention="gqa",
+        layers=m.num_layers, hidden=m.hidden, ffn=m.ffn, experts=m.num_experts, top_k=m.top_k, attention="gqa",
         heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim, vocab=m.vocab,
     )  # fmt: skip
     gpus = c.world_size

@@ -10,7 +10,7 @@ def register(sub) -> None:
     """``monta predict skew`` (``sub``: the subparsers of ``monta predict``)."""
     import argparse
 
-    from monta.cli_args import add_out_arguments, add_shape_arguments, deprecated_alias
+    from monta.cli_args import add_exchanges_argument, add_out_arguments, add_shape_arguments, deprecated_alias
 
     p = sub.add_parser(
         "skew",
@@ -40,7 +40,7 @@ def register(sub) -> None:
         "--cf", dest="capacity_factor", type=float, action=deprecated_alias("--capacity-factor"), help=argparse.SUPPRESS
     )
     p.add_argument("--routing", default=DEFAULT_ROUTINGS, help="comma list of routing specs (docs/routing.md)")
-    p.add_argument("--variants", default="all", help="comma list of exchanges (default: every registered one)")
+    add_exchanges_argument(p, "all", "comma list of exchanges (default: every registered one)")
     add_out_arguments(p, "JSONL records of the predictions", append=True)
     p.set_defaults(func=_cmd)
 
@@ -73,15 +73,15 @@ def _cmd(args) -> int:
     experts = args.experts if args.experts is not None else max(16, 2 * layout.ep)  # the skew map's 16 on 2 x 4
     V.integer(experts, "experts", 1, V.MAX_EXPERTS)
     known = list(registry.exchanges())
-    variants = known if args.variants == "all" else [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in variants if v not in known]
-    if bad or not variants:
-        raise V.UsageError(f"--variants {args.variants}: choose from {', '.join(known)} (or all)")
+    exchanges = known if args.exchanges == "all" else [v.strip() for v in args.exchanges.split(",") if v.strip()]
+    bad = [v for v in exchanges if v not in known]
+    if bad or not exchanges:
+        raise V.UsageError(f"--exchanges {args.exchanges}: choose from {', '.join(known)} (or all)")
     cluster = get_cluster(args.cluster, args.nodes, args.gpus_per_node)
     size = sizes[0]
     rows = skew_table(
         split_specs(args.routing),
-        variants,
+        exchanges,
         layout,
         cluster,
         size,

@@ -23,7 +23,7 @@ class RunModel:
     hidden: int
     ffn: int
     experts: int
-    topk: int
+    top_k: int
     shared: int = 0
     shared_ffn: int = 0
     dense_layers: int = 0
@@ -91,7 +91,7 @@ class RunModel:
             "router": 0.0,
         }
         if moe:
-            out["experts"] = 2.0 * 3 * h * self.ffn * self.topk
+            out["experts"] = 2.0 * 3 * h * self.ffn * self.top_k
             out["shared"] = 2.0 * 3 * h * self.shared_ffn * self.shared
             out["router"] = 2.0 * h * self.experts
         else:
@@ -146,7 +146,7 @@ def run_model(num, text) -> tuple[RunModel | None, str | None]:
         hidden=h,
         ffn=int(num("ffn_hidden")),
         experts=int(num("experts")),
-        topk=int(num("topk")),
+        top_k=int(num("topk")),
         shared=i("shared_experts"),
         shared_ffn=i("shared_ffn_hidden") or (int(num("ffn_hidden")) if num("shared_experts") else 0),
         dense_layers=i("dense_layers"),

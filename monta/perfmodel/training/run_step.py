@@ -129,9 +129,9 @@ def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float
     gpn = cluster.gpus_per_node
     shapes = axis_shapes(gpn, tp=s.tp, ep=s.ep)
     ep, tp = shapes["ep"], shapes["tp"]
-    S = tokens * m.topk * m.hidden * 2
+    S = tokens * m.top_k * m.hidden * 2
     chunks = best_chunks(S, ep, tp, cluster, candidates=PLAN_CHUNKS) if takes_chunks(s.variant) else 1
-    ex = exchange_shapes(s.variant, S, ep, tp, cluster, chunks, m.topk, m.experts, m.hidden * 2)
+    ex = exchange_shapes(s.variant, S, ep, tp, cluster, chunks, m.top_k, m.experts, m.hidden * 2)
     return 4 * ex.total_us  # dispatch + combine, forward and backward
 
 
@@ -158,9 +158,9 @@ def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> flo
     wide = s.dispatcher == "deepep" and ep.nodes == 1 and s.ep > 8  # DeepEP past its 8-GPU NVLink design
     total = 0.0
     for elem, cap in zip((disp_bytes, 2), DEEPEP_WIDE_NVLINK_GBPS):  # dispatch, then combine in BF16
-        S = tokens * m.topk * m.hidden * elem
+        S = tokens * m.top_k * m.hidden * elem
         if dedup:
-            ex = exchange_shapes(routed, S, ep, tp1, cluster, 1, m.topk, m.experts, m.hidden * elem)
+            ex = exchange_shapes(routed, S, ep, tp1, cluster, 1, m.top_k, m.experts, m.hidden * elem)
         else:
             ex = exchange_shapes("deepspeed", S, ep, tp1, cluster, 1)
         total += max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us
@@ -171,7 +171,7 @@ def _elementwise_bytes(m: RunModel, fp8: bool, moe: bool) -> float:
     """HBM bytes one token moves per layer outside the GEMMs and attention, forward (BF16 elements): norms,
     residuals, rotary/reshape, the MoE permutation both ways, the SwiGLU activation; FP8 adds a quantisation
     pass (read 2 bytes, write 1) over every GEMM input."""
-    h, k = m.hidden, (m.topk if moe else 1)
+    h, k = m.hidden, (m.top_k if moe else 1)
     f = m.ffn if moe else m.dense_ffn
     sh = (m.shared * m.shared_ffn) if moe else 0
     elems = 4 * h + 6 * h + 4 * h + (2 * (h + k * h) if moe else 0) + 3 * (k * f + sh)
@@ -204,7 +204,7 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     # each GEMM at the efficiency its depth allows (gemm_eff); an expert's weight gradient sees the tokens
     # routed to it from the whole EP group, a TP-split FFN's down projection a 1/tp-deep reduction
     kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps, s.fp8)
-    per_expert = max(1.0, s.ep * per_gpu * m.topk / m.experts)
+    per_expert = max(1.0, s.ep * per_gpu * m.top_k / m.experts)
     gemm = (
         p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh)
         + p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh)
@@ -276,7 +276,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     skew = 1.0
     if s.routing == "real" and s.ep > 1:
         nodes = max(1, s.ep // cluster.gpus_per_node)
-        skew = rank_load(s.ep, nodes, m.experts, m.topk, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
+        skew = rank_load(s.ep, nodes, m.experts, m.top_k, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
     moe_l = _layer_us(m, s, cluster, tokens, True, skew)
     dense_l = _layer_us(m, s, cluster, tokens, False, 1.0)
     head_kh = k_half(cluster.peak_tflops, cluster.hbm_GBps, fp8=False)  # the head runs in BF16
