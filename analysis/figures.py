@@ -21,6 +21,7 @@ import seaborn as sns  # noqa: E402
 
 from monta.variants import is_chunked  # noqa: E402
 from monta_analysis.display import fmt_bytes, split_model  # noqa: E402
+from monta_analysis.frames import MEASURED  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: str | Path, name: str) -> Path:
@@ -34,7 +35,6 @@ def _save(fig: plt.Figure, out_dir: str | Path, name: str) -> Path:
 
 # The benchmark also times the two halves of the exchange alone; they are not exchange variants.
 COMPONENTS = frozenset({"a2a", "ag"})
-MEASURED = ("measured", "emulated")
 BASELINES = ("deepspeed", "legacy")
 
 

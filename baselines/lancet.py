@@ -117,7 +117,6 @@ class DeferredDW:
 
     def __init__(self, observers: Observers):
         self.observers = observers  # the model's: takes its dW, its backward clock opens/closes, its clock restarts
-        self.clock = observers.backward
         self._q: deque = deque()
         self._cond = threading.Condition()
         self._drain = False
@@ -143,14 +142,13 @@ class DeferredDW:
         self._drain, self._error, self._in_flight = False, None, 0
         self.deferred = self.during_alltoall = 0
         self.observers.defer_weight_grads(self)
-        self.clock.listeners.append(self._on_mark)
+        self.observers.listen_backward(self._on_mark)
         self._thread = threading.Thread(target=self._run, name="lancet-dw", daemon=True)
         self._thread.start()
 
     def end(self) -> None:
         self.observers.defer_weight_grads(None)
-        if self._on_mark in self.clock.listeners:
-            self.clock.listeners.remove(self._on_mark)
+        self.observers.unlisten_backward(self._on_mark)
         with self._cond:
             self._drain = True
             self._cond.notify_all()

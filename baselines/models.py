@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from monta.exchanges import LayoutBytes, RoutingBytes
 from monta.hardware.links import Cluster
-from monta.perfmodel.network.collectives import GroupShape
+from monta.parallel import GroupShape
 from monta.perfmodel.network.routed import (
     COUNT_BYTES,  # noqa: F401  (the count exchanges' size, priced by counts())
     GATE_BYTES,

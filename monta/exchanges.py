@@ -10,7 +10,7 @@ pipeline's config check and the performance model read the registry).
 A rank's exchange is a ``monta.comm.dispatcher.Dispatcher``: ``dispatch(x_SM, plan) -> (x_ECM, handle)``
 and ``combine(y_ECM, plan, handle) -> y_SM``. An entry names how to build one:
 
-- ``run_pass(x, spec, groups, chunks, meter, phase)``: a buffer exchange, one pass over the capacity
+- ``run_pass(x, spec, mesh, chunks, meter, phase)``: a buffer exchange, one pass over the capacity
   buffer [E, C, M] exactly as ``monta.comm.exchange.run_pass`` defines it (the core's when omitted);
   its dispatcher is DeepSpeed's encode + that pass and the pass + decode, and it offers
   ``CAPACITY_PASSES`` (any window of capacity slots as one pass), which capacity-pipelining schedules
@@ -120,7 +120,7 @@ def make_exchange(name: str, origin: str, **kw: Any) -> Exchange:
         raise ValueError(f"exchange {name!r}: give run_pass= (a buffer exchange) or dispatcher=, not both")
     if origin != "monta" and not callable(kw.get("run_pass")) and not callable(kw.get("dispatcher")):
         raise ValueError(
-            f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, groups, chunks, meter, phase) "
+            f"exchange {name!r}: a plugin exchange needs run_pass=callable(x, spec, mesh, chunks, meter, phase) "
             "(a buffer exchange) or dispatcher=callable(spec) -> monta.comm.dispatcher.Dispatcher"
         )
     if kw.get("dispatcher") is not None and (kw.get("chunked") or kw.get("full_buffer")):

@@ -1,7 +1,8 @@
 """Typed run configs, one default per setting: a field of a frozen dataclass (``setting``) carries its
 default and its help, and the command line reads both from it (``add_flag``), so a flag's default and
 help live once. A config crosses the process boundary as plain JSON (``plain``) and is read back strictly
-(``from_plain``: an unknown key is a one-line error, not a silently dropped setting).
+(each config's ``from_dict`` calls ``check_keys``: an unknown key is a one-line error, not a silently
+dropped setting).
 
 Torch-free at import.
 """

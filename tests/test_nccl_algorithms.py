@@ -9,8 +9,8 @@ import pytest
 
 from monta.hardware.links import Link
 from monta.hardware.profile import get_cluster
+from monta.parallel import GroupShape
 from monta.perfmodel.network import collectives
-from monta.perfmodel.network.collectives import GroupShape
 
 GiB = 2**30
 

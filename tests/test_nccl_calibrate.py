@@ -14,6 +14,7 @@ import yaml
 from monta.cli import main
 from monta.hardware.links import Link
 from monta.hardware.profile import get_cluster
+from monta.parallel import GroupShape
 from monta.perfmodel.network import collectives
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.network import nccltests as N
@@ -133,7 +134,7 @@ def test_points_from_busbw_only_give_the_same_fit():
 def test_reducescatter_and_allreduce_use_their_own_curves_when_calibrated():
     # the curve lookup, not the algorithm pick nor NCCL's protocol model (a fitted curve is end to end)
     base = replace(get_cluster("a800"), allreduce_algorithms=("ring",), nccl_arch="")
-    g = collectives.GroupShape(16, 8, 8)
+    g = GroupShape(16, 8, 8)
     slow = Link(1.0, 0.0)
     # Without a calibration both ride AllGather's ring: unchanged predictions.
     assert collectives.reducescatter(64 * MiB, g, base).time_us == collectives.allgather(4 * MiB, g, base).time_us

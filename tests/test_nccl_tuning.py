@@ -12,11 +12,11 @@ import yaml
 from monta.hardware import clusterfile as CF
 from monta.hardware.gpus import arch_of
 from monta.hardware.profile import get_cluster
+from monta.parallel import GroupShape
 from monta.perfmodel.network import collectives
 from monta.perfmodel.network import nccl_collectives as N
 from monta.perfmodel.network import nccl_fit as F
 from monta.perfmodel.network import nccl_tuning as T
-from monta.perfmodel.network.collectives import GroupShape
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 

@@ -15,10 +15,9 @@ import pytest
 from monta.hardware.links import Cluster, Link
 from monta.hardware.profile import LinkProfile, get_cluster
 from monta.model.config import ModelConfig, resolve_config
-from monta.parallel import ParallelLayout
+from monta.parallel import GroupShape, ParallelLayout
 from monta.perfmodel.network import collectives
 from monta.perfmodel.network.chunks import choose_chunks
-from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.exchange import exchange_time
 from monta.perfmodel.reports.accuracy import evaluate, mape, report
 from monta.perfmodel.training.memory import RESERVE_GB, memory_per_rank
@@ -775,8 +774,8 @@ def test_the_model_prices_the_exchange_s_own_split_half_size_first_chunk():
 def test_the_intra_node_allgather_follows_simais_nvlink_table():
     """TP8 AllGather bus bandwidth on the A800 preset = SimAI's NVLink ratios (nvlink_ratio.csv, one node,
     normalised to its largest size) x 160 GB/s: ~89 / 128 / 136 / 152 GB/s at 16 / 64 / 128 / 1024 MiB."""
+    from monta.parallel import GroupShape
     from monta.perfmodel.network import collectives
-    from monta.perfmodel.network.collectives import GroupShape
 
     tp8 = GroupShape.strided(8, 1, 8)
     for name in ("a800-4nic", "a800-8nic"):

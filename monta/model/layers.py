@@ -49,17 +49,18 @@ def _core_flops(q_BNSD: torch.Tensor) -> float:
 
 
 class _ClockedCore(torch.autograd.Function):
-    """Causal SDPA whose forward and backward each run on the emulated clock (``clock``: the model's
-    ``monta.moe.Observers``; the same math and grads: the backward differentiates the forward's own graph)."""
+    """Causal SDPA whose forward and backward each run on the emulated clock (``observers``: the model's
+    ``monta.moe.Observers``, which carry it; the same math and grads: the backward differentiates the
+    forward's own graph)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, clock):
+    def forward(ctx, q, k, v, observers):
         t0 = time.perf_counter()
         with torch.enable_grad():
             ins = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
             o = F.scaled_dot_product_attention(*ins, is_causal=True)
-        ctx.graph, ctx.clock = (ins, o), clock
-        clock.charge("attention_core", t0, _core_flops(q))
+        ctx.graph, ctx.watch = (ins, o), observers  # ("observers" is the layer's constructed name)
+        observers.charge("attention_core", t0, _core_flops(q))
         return o.detach()
 
     @staticmethod
@@ -70,20 +71,20 @@ class _ClockedCore(torch.autograd.Function):
         got = iter(torch.autograd.grad(o, need, grad))
         grads = tuple(next(got) if t.requires_grad else None for t in ins)
         del ctx.graph
-        ctx.clock.charge("attention_core", t0, _core_flops(ins[0]), factor=2.0)
+        ctx.watch.charge("attention_core", t0, _core_flops(ins[0]), factor=2.0)
         return (*grads, None)
 
 
-def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Tensor, clock=None) -> torch.Tensor:
-    """softmax(QK^T / sqrt(D)) V, causal; on the emulated clock when ``clock`` (the model's
-    ``monta.moe.Observers``) has one that prices it."""
-    if clock is None or not clock.priced("attention_core"):
+def attention_core(q_BNSD: torch.Tensor, k_BNSD: torch.Tensor, v_BNSD: torch.Tensor, observers=None) -> torch.Tensor:
+    """softmax(QK^T / sqrt(D)) V, causal; on the emulated clock when ``observers`` (the model's
+    ``monta.moe.Observers``) carry one that prices it."""
+    if observers is None or not observers.priced("attention_core"):
         return F.scaled_dot_product_attention(q_BNSD, k_BNSD, v_BNSD, is_causal=True)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q_BNSD, k_BNSD, v_BNSD)):
-        return _ClockedCore.apply(q_BNSD, k_BNSD, v_BNSD, clock)
+        return _ClockedCore.apply(q_BNSD, k_BNSD, v_BNSD, observers)
     t0 = time.perf_counter()
     o = F.scaled_dot_product_attention(q_BNSD, k_BNSD, v_BNSD, is_causal=True)
-    clock.charge("attention_core", t0, _core_flops(q_BNSD))
+    observers.charge("attention_core", t0, _core_flops(q_BNSD))
     return o
 
 

@@ -129,6 +129,14 @@ class Observers:
             return fn(*args, **kwargs)
         return self.clock.exchange.run(fn, *args, **kwargs)
 
+    def listen_backward(self, fn) -> None:
+        """``fn("open"/"close")`` at every exchange backward's marks (Lancet's dW filler), until unlistened."""
+        self.backward.listeners.append(fn)
+
+    def unlisten_backward(self, fn) -> None:
+        if fn in self.backward.listeners:
+            self.backward.listeners.remove(fn)
+
     # -- weight gradients -------------------------------------------------------------------------
     def defer_weight_grads(self, sink: Any) -> None:
         """From now on the model's dW go to ``sink.defer(fn)`` (None: computed at once again)."""

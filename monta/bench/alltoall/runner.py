@@ -91,7 +91,7 @@ class Runner:
         self.rank = self.mesh.rank
         # every exchange (the core's or a plugin's) as the MoE layer builds it, once
         self.dispatchers = {v: build_dispatcher(v, self.exchange_mesh, 1, cfg.tp > 1, self.meter) for v in cfg.variants}
-        self.routing_spec = getattr(cfg, "routing", "W0")
+        self.routing_spec = cfg.routing
         self._layer = None  # layer mode's MoE layer (layer.LayerRows), built on first use
 
     @property
@@ -105,7 +105,7 @@ class Runner:
 
     def point(self, shape) -> PointRouting | None:
         """The point's one routing (None: the balanced one), the same on every rank and for every exchange."""
-        cf = getattr(self.cfg, "capacity_factor", 1.0)
+        cf = self.cfg.capacity_factor
         if (self.routing_spec != "W0" or cf != 1.0) and self.cfg.ep != self.layout.dp:
             raise ValueError(
                 f"--routing {self.routing_spec} at capacity factor {cf:g} needs --ep equal to the data-parallel "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monta.hardware.links import Cluster
-from monta.parallel import GroupShape  # noqa: F401  (re-exported: every collective here takes one)
+from monta.parallel import GroupShape
 
 # Notation: S = bytes each rank sends in total (nccl-tests "size" for AllToAll), n = group size,
 # p = ranks of the group on each node it spans, m = n / p nodes spanned, c = ranks of one node

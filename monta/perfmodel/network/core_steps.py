@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from monta.chunking import monta_weights
 from monta.hardware.links import Cluster
-from monta.perfmodel.network.collectives import GroupShape, allgather, alltoall
+from monta.parallel import GroupShape
+from monta.perfmodel.network.collectives import allgather, alltoall
 from monta.perfmodel.network.steps import ExchangeSteps, Step
 
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from monta import variants as registry
 from monta.chunking import CHUNK_TIE, Auto, parse_chunks
 from monta.hardware.links import Cluster
-from monta.perfmodel.network.collectives import GroupShape
+from monta.parallel import GroupShape
 from monta.perfmodel.network.routed import checked_routing
 from monta.perfmodel.network.schedule import schedule_steps
 from monta.perfmodel.network.timeline import Breakdown, layout_shapes  # noqa: F401 (re-exported)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from monta.perfmodel.network.collectives import CollTime, GroupShape
+from monta.perfmodel.network.collectives import GroupShape
 from monta.perfmodel.network.fluid import Op
 
 
@@ -74,10 +74,6 @@ class Breakdown:
             "intra_bytes": self.intra_bytes,
             **(meta if self.meta_inter_bytes or self.meta_intra_bytes else {}),
         }
-
-
-def _res(ct: CollTime) -> dict[str, float]:
-    return {"intra": ct.intra_us, "inter": ct.inter_us}
 
 
 def layout_shapes(layout) -> tuple[GroupShape, GroupShape]:

@@ -16,6 +16,7 @@ from monta.hardware.links import Cluster
 from monta.model.config import ModelConfig
 from monta.perfmodel.network import collectives
 from monta.perfmodel.network.exchange import best_chunks, exchange_shapes, modelled_as, takes_chunks
+from monta.perfmodel.network.routed import reference_exchanges
 from monta.perfmodel.training import contention as K
 from monta.perfmodel.training.compute import forward_pieces_us, gemm_us, layer_flops
 from monta.perfmodel.training.strategy import Strategy
@@ -39,7 +40,7 @@ def _exchanges(
             asked = parse_chunks(s.chunks)
             # Auto at step level searches PLAN_CHUNKS only: powers of two keep the planner fast.
             if isinstance(asked, Auto):
-                chunks = best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS)
+                chunks = best_chunks(S, g["ep"], g["tp"], cluster, candidates=PLAN_CHUNKS, exchange=xv)
             else:
                 chunks = asked.n
     if s.ep == 1:
@@ -50,7 +51,8 @@ def _exchanges(
     ex = exchange_shapes(xv, S, g["ep"], g["tp"], cluster, chunks, m.top_k, m.num_experts, m.hidden * elem_bytes)
     if pipeline_backward or not takes_chunks(xv):
         return ex, ex, chunks
-    return ex, exchange_shapes("deepspeed", S, g["ep"], g["tp"], cluster, 1), chunks
+    # The unchunked backward of a chunked exchange: the reference exchange's (the registry's flag: deepspeed).
+    return ex, exchange_shapes(reference_exchanges()[0], S, g["ep"], g["tp"], cluster, 1), chunks
 
 
 def _schedule_overlap(

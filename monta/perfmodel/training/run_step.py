@@ -22,6 +22,7 @@ from monta.hardware.links import Cluster
 from monta.parallel import axis_shapes
 from monta.perfmodel.network import collectives
 from monta.perfmodel.network.exchange import exchange_shapes
+from monta.perfmodel.network.routed import reference_exchanges
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
 from monta.perfmodel.training.run_shape import RunModel
@@ -130,7 +131,9 @@ def _variant_exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float
     shapes = axis_shapes(gpn, tp=s.tp, ep=s.ep)
     ep, tp = shapes["ep"], shapes["tp"]
     S = tokens * m.top_k * m.hidden * 2
-    chunks = best_chunks(S, ep, tp, cluster, candidates=PLAN_CHUNKS) if takes_chunks(s.variant) else 1
+    chunks = (
+        best_chunks(S, ep, tp, cluster, candidates=PLAN_CHUNKS, exchange=s.variant) if takes_chunks(s.variant) else 1
+    )
     ex = exchange_shapes(s.variant, S, ep, tp, cluster, chunks, m.top_k, m.experts, m.hidden * 2)
     return 4 * ex.total_us  # dispatch + combine, forward and backward
 
@@ -162,7 +165,7 @@ def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> flo
         if dedup:
             ex = exchange_shapes(routed, S, ep, tp1, cluster, 1, m.top_k, m.experts, m.hidden * elem)
         else:
-            ex = exchange_shapes("deepspeed", S, ep, tp1, cluster, 1)
+            ex = exchange_shapes(reference_exchanges()[0], S, ep, tp1, cluster, 1)  # stock deepspeed's
         total += max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us
     return 2 * total  # forward and backward
 
