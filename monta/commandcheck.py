@@ -34,4 +34,4 @@ def _check_step(args: argparse.Namespace) -> None:
 
     run = step_config(args)
     if args.compute == "modeled" and args.launcher == "emulate":
-        clock_of(topology(args), run.to_dict()["layout"], run.model_config)
+        clock_of(topology(args), run.layout, run.model_config)

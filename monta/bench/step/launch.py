@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
 
 from monta.bench.step.config import StepConfig
 
@@ -24,7 +23,7 @@ def topology(args: argparse.Namespace):
     return network(args)
 
 
-def clock_of(topo, lay: dict[str, Any], cfg):  # lay: the layout's nodes, gpus_per_node, tp and ep
+def clock_of(topo, layout, cfg):  # layout: the run's ParallelLayout
     """The run's clock (``monta.perfmodel.training.clock``): its topology must emulate a cluster preset."""
     from monta.perfmodel.training.clock import Clock
 
@@ -36,9 +35,9 @@ def clock_of(topo, lay: dict[str, Any], cfg):  # lay: the layout's nodes, gpus_p
     return Clock(
         topo.cluster,
         cfg,
-        tp=lay["tp"],
-        ep=lay["ep"],
-        gpus_per_node=lay["gpus_per_node"],
+        tp=layout.tp,
+        ep=layout.ep,
+        gpus_per_node=layout.gpus_per_node,
         inter_gbps=topo.inter_gbps,
         intra_gbps=topo.intra_gbps,
     )
@@ -77,9 +76,8 @@ def launch(args: argparse.Namespace, run: StepConfig) -> tuple[int, StepConfig]:
 def _emulated(args: argparse.Namespace, run: StepConfig, topo) -> tuple[int, StepConfig]:
     from monta.emulate.launcher import launch as emulate
 
-    lay = run.to_dict()["layout"]
     argv, env = _argv_env()
-    clock = clock_of(topo, lay, run.model_config).describe() if run.compute == "modeled" else None
+    clock = clock_of(topo, run.layout, run.model_config).describe() if run.compute == "modeled" else None
     run = dataclasses.replace(run, emulated=True, topology=topo.to_dict(), clock=clock)
     if clock:
         print(
