@@ -40,8 +40,6 @@ from monta.exchanges import CAPACITY_PASSES, CORE, Exchange, make_exchange  # no
 from monta.variant_names import DEFAULT_PARTS, KEYS, compose, is_composed, parse_parts, split_list
 from monta.variant_parts import OverlapInputs, Schedule, ScheduleContext, Sync  # noqa: F401  (plugins read them here)
 
-EXCHANGES = CORE  # the names the core registers; plugins add more: exchanges()
-
 ENTRY_POINT_GROUP = "monta.variants"
 # The core's exchanges register as a plugin's do, through an entry point run before every plugin's: the
 # registry names the module above it and the model (monta.core_exchanges) and never imports it.

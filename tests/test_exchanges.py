@@ -23,7 +23,7 @@ TOY = "toy-dispatcher"
 
 
 def _plugin_exchanges() -> list[str]:
-    return [n for n in registry.exchanges() if n not in registry.EXCHANGES]
+    return [n for n in registry.exchanges() if n not in registry.CORE]
 
 
 # Names a variable holding an exchange goes by where the core once branched on a plugin's name.

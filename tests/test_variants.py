@@ -345,7 +345,7 @@ def test_the_core_registers_its_exchanges_as_a_plugin_does():
 
     assert registry.CORE_ENTRY_POINT == "monta.core_exchanges:register"
     core = {n: e for n, e in registry.exchanges().items() if e.origin == "monta"}
-    assert tuple(core) == registry.EXCHANGES == ("legacy", "deepspeed", "monta")
+    assert tuple(core) == registry.CORE == ("legacy", "deepspeed", "monta")
     assert {e.price.__module__ for e in core.values()} == {"monta.core_exchanges"}
     assert [n for n, e in core.items() if e.chunked] == ["monta"] == list(registry.chunked_exchanges())
     assert reference_exchanges() == ("deepspeed",) and not any(e.reads_routing for e in core.values())

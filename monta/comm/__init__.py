@@ -2,5 +2,3 @@
 
 Import ``monta.comm.exchange`` for the strategies; this package init stays torch-free.
 """
-
-from monta.variants import EXCHANGES  # noqa: F401  (the core exchange strategies, by name; the registry keeps them)

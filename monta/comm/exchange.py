@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from monta.chunking import monta_split
-from monta.comm import EXCHANGES, activity  # noqa: F401  (EXCHANGES re-exported; defined torch-free)
+from monta.comm import activity
 from monta.comm.accounting import TrafficMeter
 from monta.comm.collectives import Streams, all_gather, all_to_all
 from monta.mesh import Mesh

@@ -10,10 +10,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from monta import variants as registry
 from monta.bench.alltoall.config import ADAPTIVE_DEFAULTS, AlltoallAids, AlltoallConfig
 from monta.bench.alltoall.launch import default_timeout, expected_seconds, stall_seconds  # noqa: F401
 from monta.cli_args import deprecated_alias
-from monta.comm import EXCHANGES
 from monta.dtypes import DTYPE_BYTES, DTYPES
 from monta.parallel import ParallelLayout
 from monta.runconfig import add_flag
@@ -45,7 +45,7 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         "variants",
         "--exchanges",
         dest="exchanges",
-        extra=f": {', '.join(EXCHANGES)}, or one a plugin registered (`monta variants` lists them)",
+        extra=f": {', '.join(registry.CORE)}, or one a plugin registered (`monta variants` lists them)",
     )
     # the flag's name before the exchanges were told apart from the step's variants: read, with a warning
     p.add_argument("--variants", dest="exchanges", action=deprecated_alias("--exchanges"), help=argparse.SUPPRESS)
@@ -260,7 +260,6 @@ def _min_chunk(text: str) -> int:
 
 def _check_routing(k, experts, hidden, elsize, sizes, tp, variants) -> None:
     """--topk fits every size: E x C routes make whole tokens, split over TP for the exchanges that split them."""
-    from monta import variants as registry
     from monta.validate import UsageError
 
     if not isinstance(k, int) or not 1 <= k <= experts:
