@@ -25,8 +25,21 @@ def _pair(pattern: tuple[tuple[int, ...], ...]):
     return _groups[pattern]
 
 
-def collectives_case(*, pattern, dtype: str, rows: int) -> dict[str, Any]:
-    """AllToAll and AllGather on the duplex transport against gloo's own collectives, same inputs."""
+def collectives_case(*, pattern, dtype: str, rows: int, staged: bool = False) -> dict[str, Any]:
+    """AllToAll and AllGather on the duplex transport against gloo's own collectives, same inputs.
+    ``staged``: through host copies, the path CUDA tensors take (gloo's sends read host memory only)."""
+    import os
+
+    from monta.comm.duplex import STAGE_ENV
+
+    os.environ[STAGE_ENV] = "1" if staged else "0"
+    try:
+        return _collectives(pattern, dtype, rows)
+    finally:
+        os.environ.pop(STAGE_ENV, None)
+
+
+def _collectives(pattern, dtype: str, rows: int) -> dict[str, Any]:
     from monta.comm.collectives import all_gather, all_to_all
 
     native, duplex = _pair(tuple(tuple(p) for p in pattern))

@@ -22,6 +22,16 @@ def test_duplex_collectives_equal_gloos_own(dist_world, name, dtype, rows):
         assert len(r["errors"]) == 2 and "do not split evenly" in r["errors"][0], r["errors"]
 
 
+@pytest.mark.parametrize("name", ["strided", "world"])
+def test_duplex_through_host_copies_equals_gloos_own(dist_world, name):
+    """The path a CUDA tensor takes (copies to host, received ones copied back on wait; it ran on an
+    H200 in tools/gpu_check.py): the same bytes as gloo's own collectives, this rank's own block kept."""
+    for r in dist_world(4).run(
+        duplex_cases.collectives_case, pattern=PATTERNS[name], dtype="bfloat16", rows=2, staged=True
+    ):
+        assert r["a2a_equal"] and r["ag_equal"], r
+
+
 def test_transport_is_chosen_by_the_environment_and_both_agree(dist_world):
     w = dist_world(4)
     duplex = w.run(duplex_cases.transport_case, nodes=2, gpn=2, tp=2, ep=2, transport="duplex")

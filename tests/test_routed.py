@@ -10,6 +10,7 @@ BF16_RTOL (the wire carries bf16 partial sums, as DeepEP's and Megatron's combin
 from __future__ import annotations
 
 import pytest
+import torch
 
 import moe_cases
 
@@ -135,3 +136,16 @@ def test_a_holder_without_rows_weights_nothing():
     empty = torch.zeros(8, 0, dtype=torch.long)
     out = weighted_partials(table, empty, torch.zeros(8, 0))
     assert out.shape == (0, 5) and out.dtype == table.dtype
+
+
+def test_a_bench_input_moves_its_routing_with_its_tokens():
+    """A layer's gate computes its routing on the data's device, and the token-level exchanges index the
+    device's rows with it: the bench's input moves its plan (and its dropless twin's) with the tokens. A
+    plan left on the CPU failed in index_select on an H200 (tools/gpu_check.py's token-level case)."""
+    from monta.bench.routes import make_input
+
+    inp = make_input(0, 0, (4, 8, 16), torch.float32, 2, device="meta")
+    assert {t.device.type for t in (inp.tokens, inp.buffer, inp.plan.slots, inp.plan.gates)} == {"meta"}
+    here = make_input(0, 0, (4, 8, 16), torch.float32, 2)
+    moved = here.plan.to("meta")
+    assert moved.slots.shape == here.plan.slots.shape and moved.capacity == here.plan.capacity

@@ -92,7 +92,9 @@ def judge(path: Path) -> dict:
 
 
 def run_case(name: str, cmd: list[str], out: Path, timeout: float) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MONTA_WANDB": "0"}
+    # The checkout first, then whatever the caller put on the path (a GPU machine's carried packages).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "MONTA_WANDB": "0"}
     t0 = time.monotonic()
     with open(out / f"{name}.log", "w") as log:
         try:

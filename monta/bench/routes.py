@@ -18,7 +18,7 @@ the routes there are, as under a real DeepSpeed gate at that factor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -38,6 +38,11 @@ class Plan:
     num_tokens: int
     chunks: int | None = None  # a chunked exchange's count (None: its default)
 
+    def to(self, device) -> Plan:
+        """The plan beside its tokens: a layer's gate computes its routing on the data's device, and the
+        token-level exchanges index CUDA rows with it (a CPU plan failed in ``index_select`` on an H200)."""
+        return replace(self, slots=self.slots.to(device), gates=self.gates.to(device))
+
 
 @dataclass(frozen=True)
 class SizeInput:
@@ -51,7 +56,7 @@ class SizeInput:
 
     def to(self, device) -> SizeInput:
         d = self.dropless.to(device) if self.dropless is not None else None
-        return SizeInput(self.tokens.to(device), self.plan, self.buffer.to(device), d)
+        return SizeInput(self.tokens.to(device), self.plan.to(device), self.buffer.to(device), d)
 
     def for_exchange(self, capacity_based: bool) -> SizeInput:
         """What an exchange reads: a capacity exchange the capacity plan, a dropless one its own."""
@@ -141,8 +146,8 @@ def make_input(
     if routing is not None:
         Cd = routing.dropless_capacity
         free = routing.routing.slots(dp_index, Cd)
-        dropless = SizeInput(tokens.to(device), Plan(free, gates, Cd, E, S), encode(tokens, free, E, Cd).to(device))
-    return SizeInput(tokens.to(device), plan, encode(tokens, slots, E, C).to(device), dropless)
+        dropless = SizeInput(tokens, Plan(free, gates, Cd, E, S), encode(tokens, free, E, Cd))
+    return SizeInput(tokens, plan, encode(tokens, slots, E, C), dropless).to(device)
 
 
 def inter_formula(variant: str, inp: SizeInput, geo_nodes: int, per_node: int, tp: int, elsize: int):

@@ -36,15 +36,19 @@ def transport_for(backend: str | None = None) -> str:
 
 
 class _Batch:
-    """The async handle of a batch of point-to-point operations (what a collective's Work offers)."""
+    """The async handle of a batch of point-to-point operations (what a collective's Work offers).
+    ``landing``: (device tensor, host copy) pairs received through host memory, copied in on wait."""
 
-    def __init__(self, works: list[Any]):
+    def __init__(self, works: list[Any], landing: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
         self._works = works
+        self._landing = landing or []
 
     def wait(self, timeout: Any = None) -> bool:
         for w in self._works:
             w.wait()
-        self._works = []
+        for dst, host in self._landing:
+            dst.copy_(host)
+        self._works, self._landing = [], []
         return True
 
     def is_completed(self) -> bool:
@@ -81,6 +85,7 @@ class DuplexGroup:
         n, me = self.size, self.index
         tags = [self._tag() for _ in parts]
         peers = [(me + k) % n for k in range(1, n)]
+        parts, landing = _through_host(parts, own=me)
         works = []
         for p in peers:
             # data from a lower rank travels up, from a higher rank down
@@ -93,7 +98,7 @@ class DuplexGroup:
             for tag, (sends, _) in zip(tags, parts):
                 if sends[p] is not None:
                     works.append(dist.isend(sends[p], dst=self.ranks[p], group=comm, tag=tag))
-        return _Batch(works)
+        return _Batch(works, landing)
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> _Batch:
         n = self.size
@@ -118,6 +123,39 @@ class DuplexGroup:
         src, dst = inp.contiguous().view(-1), out.view(n, -1)
         dst[self.index].copy_(src)
         return self._exchange(([src] * n, [dst[p] for p in range(n)]))
+
+
+STAGE_ENV = "MONTA_TEST_STAGE_HOST"  # TEST AID: "1" stages CPU tensors too, so the CPU tests run that path
+
+
+def _staged(t: torch.Tensor) -> bool:
+    return t.is_cuda or os.environ.get(STAGE_ENV) == "1"
+
+
+def _through_host(parts: tuple, own: int) -> tuple[tuple, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """gloo's point-to-point sends read and write host memory only (a CUDA pointer fails in ``writev``
+    with "Bad address", seen on an H200 with ranks sharing the GPU over gloo): device tensors travel
+    through host copies, the received ones copied back when the batch is waited on. CPU tensors pass
+    as they are (the emulator's case), so nothing changes there. ``own``: this rank's entry, which no peer
+    sends (the caller copied it already): it is left out, or the wait would overwrite it."""
+    if not any(t is not None and _staged(t) for sends, recvs in parts for t in (*sends, *recvs)):
+        return parts, []
+    landing: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def host_recv(p: int, t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None or p == own or not _staged(t):
+            return t
+        landing.append((t, torch.empty(t.shape, dtype=t.dtype)))
+        return landing[-1][1]
+
+    staged = tuple(
+        (
+            [t.cpu() if t is not None and _staged(t) else t for t in sends],
+            [host_recv(p, t) for p, t in enumerate(recvs)],
+        )
+        for sends, recvs in parts
+    )
+    return staged, landing
 
 
 # Built groups per world (keyed by the default process group) and pattern. Every rank makes the

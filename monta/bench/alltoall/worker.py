@@ -53,11 +53,18 @@ def rank_device(kind: str, backend: str) -> torch.device:
     return device
 
 
+def group_backend(backend: str) -> str:
+    """NCCL moves CUDA tensors only, and the bench's bookkeeping (per-round times, the go/stop broadcast,
+    the check's counts) lives in CPU tensors: on NCCL those go over gloo beside it (torch's per-device
+    backends), as a one-rank NCCL run on an H200 showed ("No backend type associated with device type cpu")."""
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
 def main(cfg_path: str) -> int:
     with open(cfg_path) as f:
         cfg = AlltoallConfig.from_json(f.read())
     beat("joining the process group (init_process_group)")
-    dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    dist.init_process_group(group_backend(cfg.backend), timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     torch.set_num_threads(1)
     beat("building the process groups")
     r = Runner(cfg)
