@@ -33,6 +33,7 @@ from monta.bench.alltoall.runner import (
 )
 from monta.bench.alltoall.table import print_header, print_table
 from monta.bench.hostload import HostLoad, own_run_delay_s
+from monta.comm.collectives import group_backend
 from monta.dtypes import DTYPE_BYTES, torch_dtype
 from monta.progress import beat, start_live
 from monta.results import write_records
@@ -51,13 +52,6 @@ def rank_device(kind: str, backend: str) -> torch.device:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(1, torch.cuda.device_count()))
     torch.cuda.set_device(device)
     return device
-
-
-def group_backend(backend: str) -> str:
-    """NCCL moves CUDA tensors only, and the bench's bookkeeping (per-round times, the go/stop broadcast,
-    the check's counts) lives in CPU tensors: on NCCL those go over gloo beside it (torch's per-device
-    backends), as a one-rank NCCL run on an H200 showed ("No backend type associated with device type cpu")."""
-    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
 
 def main(cfg_path: str) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from monta.comm.collectives import group_backend
 from monta.model.clock import restarted_by_dist
 from monta.progress import Eta, beat
 from monta.variants import (
@@ -35,9 +36,19 @@ def init_from_env(timeout_s: float = 300.0, backend: str = "auto") -> None:
 
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        deepspeed.init_distributed(dist_backend=backend, verbose=False, timeout=datetime.timedelta(seconds=timeout_s))
+        if torch.cuda.is_available():  # ranks beyond the GPUs share them (gloo; NCCL refuses two ranks on one)
+            gpu = int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()
+            torch.cuda.set_device(gpu)
+            # DeepSpeed's engine puts a rank on cuda:LOCAL_RANK: ranks sharing a GPU name the one they share
+            os.environ["LOCAL_RANK"] = str(gpu)
+            if backend == "gloo":
+                # DeepSpeed binds a CUDA rank's group to its device (device_id), and with a bound group torch
+                # 2.11 splits every new gloo group through a call gloo lacks (perform_nocolor_split, seen on
+                # an H200): start gloo here unbound, DeepSpeed adopts it
+                dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        deepspeed.init_distributed(
+            dist_backend=group_backend(backend), verbose=False, timeout=datetime.timedelta(seconds=timeout_s)
+        )
 
 
 def build_world(
