@@ -127,6 +127,7 @@ def layout_of(row: Row):
         precision=precision or "bf16", routing="real" if routing == "real" else "forced",
         recompute=row.text("recompute").lower(), dispatcher=dispatcher,
         a2a_overlap=row.text("a2a_overlap").lower() == "yes", cuda_graphs=row.text("cuda_graphs").lower(),
+        pp_layout=row.text("pp_layout"),
     )  # fmt: skip
     why = s.check()
     return (None, why) if why else (s, said)
@@ -139,7 +140,8 @@ def predict_value(metric: str, step_s: float, m, s, cluster) -> float:
         return step_s
     if metric == "tokens_per_s_per_gpu":
         return tok
-    tflops = tok * m.model_flops_per_token(s.seq) / 1e12
+    # in the source's FLOP count where the row states it (a TFLOPS figure is the source's count over its time)
+    tflops = tok * (m.source_gflop * 1e9 or m.model_flops_per_token(s.seq)) / 1e12
     return tflops if metric == "tflops_per_gpu" else 100.0 * tflops / cluster.peak_tflops
 
 
