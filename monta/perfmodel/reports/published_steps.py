@@ -218,7 +218,7 @@ def explain(row: Row, rec: dict) -> str:
         )
     if faster:
         return "the model's step is shorter: the GPU reaches less of its peak than the cluster file's efficiencies"
-    if t.get("last_stage_s", 0) > 0.1 * t["total_s"]:
+    if t.get("last_stage_s", 0) > 0.1 * t["total_s"] and not row.text("pp_layout"):  # a stated layout is priced
         return (
             f"the model's step is longer: {t['last_stage_s'] / t['total_s']:.0%} of it is the last pipeline stage's "
             "head and MTP layers (Megatron's default split); a run that rebalances its stages (a pipeline layout, "
