@@ -229,11 +229,34 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     )
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
+    if m.sinks:
+        t_attn = unfused_core_us(m, s, cluster)
     t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
     t_rc = _recompute_frac(s, m, p, moe) * proj_slowdown(m.hidden, tokens, kh) * per_gpu / gemm_rate
     if s.recompute.lower().startswith("full"):
-        t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
+        t_rc += t_attn / 3 + t_mem / 3
     return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}
+
+
+# Unfused attention (Transformer Engine's UnfusedDotProductAttention) moves the score matrix through HBM: forward
+# QK^T writes it, the masked softmax reads and writes it, PV reads it (4 passes); backward dP = dO V^T writes
+# one, dV reads P, the softmax backward reads P and dP and writes dS, dQ and dK read dS (7). BF16 elements.
+UNFUSED_SCORE_PASSES = 11
+
+
+def unfused_core_us(m: RunModel, s: Layout, cluster: Cluster) -> float:
+    """The attention core, forward + backward, of attention with learnable softmax sinks (GPT-OSS), which runs
+    unfused: TE's fused (cuDNN) attention takes sinks only from cuDNN 9.18, later than the NeMo containers of
+    2025-26 (9.11-9.16: verl-project/verl#5224), flash attention not at all, so TE falls back to
+    UnfusedDotProductAttention (NVIDIA/TransformerEngine#2318). That path computes the full square of scores
+    (a sliding window or the causal mask is a mask on it, not skipped work) with batched GEMMs and writes it
+    to HBM, UNFUSED_SCORE_PASSES times over per layer."""
+    seqs = s.micro_batch  # one CP shard of each: its queries against the whole sequence's keys
+    q_len, kv_len = s.seq / s.cp, float(s.seq)
+    heads = m.heads / s.tp
+    flops = 3 * 2.0 * seqs * heads * q_len * kv_len * (m.qk_dim + m.v_dim)
+    score_bytes = UNFUSED_SCORE_PASSES * 2.0 * seqs * heads * q_len * kv_len
+    return flops / (cluster.peak_tflops * cluster.gemm_eff * 1e6) + score_bytes / (cluster.hbm_GBps * 1e3)
 
 
 def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) -> tuple[float, float, float]:
@@ -292,6 +315,20 @@ def slowest_stage(
     return moe + m.mtp, per - moe, 1.0
 
 
+def exposed_sends(s: Layout) -> float:
+    """Stage-to-stage sends one rank's step waits for (forward activations and backward gradients). Without
+    interleaving every send of 1F1B is on the critical path (2 per micro-batch); with VPP > 1 Megatron overlaps
+    the steady state's sends with the other model chunks' compute (``--overlap-p2p-communication``, on by
+    default; Megatron-Bridge turns it on for VPP > 1) but not the warm-up's and the flush's
+    (``--overlap-p2p-communication-warmup-flush``, off by default): the first stage's warm-up is
+    2 (pp - 1) + (vpp - 1) pp micro-steps (Megatron-Core's interleaved schedule), its flush as many."""
+    total = 2.0 * s.num_micro * s.vpp
+    if s.vpp == 1:
+        return total
+    warmup = 2 * (s.pp - 1) + (s.vpp - 1) * s.pp
+    return min(total, 2.0 * warmup)
+
+
 def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = None) -> dict[str, float]:
     """The step's terms (us) and ``total_us`` on the slowest rank; ``maxvio`` for real routing (None: the
     default :data:`REAL_ROUTING_MAXVIO`)."""
@@ -334,7 +371,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
     stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
     p2p = collectives.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
-    pp_us = bubble + s.num_micro * 2 * s.vpp * p2p if s.pp > 1 else 0.0
+    pp_us = bubble + exposed_sends(s) * p2p if s.pp > 1 else 0.0
     grad_exposed, grad_us, opt = _grad_sync_us(m, s, cluster, t_mb)
     total = s.num_micro * t_mb + pp_us + grad_exposed + opt
     compute = s.num_micro * (per_stage * c_moe + dense_per_stage * c_dense + head_us * head_share)
