@@ -29,9 +29,6 @@ class RunModel:
     dense_layers: int = 0
     dense_ffn: int = 0
     attention: str = "mha"  # mha | gqa | mla
-    # Learnable softmax sinks (GPT-OSS; the attention column's ``+sinks``): Transformer Engine's fused and flash
-    # kernels of the time do not take them, so the attention core runs unfused (``run_step.unfused_core_us``).
-    sinks: bool = False
     heads: int = 0
     kv_heads: int = 0
     head_dim: int = 0
@@ -140,9 +137,7 @@ def run_model(num, text) -> tuple[RunModel | None, str | None]:
         return int(v) if v is not None else default
 
     h = int(num("hidden"))
-    attention, _, extra = (text("attention") or "").lower().partition("+")
-    if extra and extra != "sinks":
-        return None, f"attention {text('attention')!r}: the only modifier is '+sinks' (e.g. gqa+sinks)"
+    attention = (text("attention") or "").lower()
     heads = i("heads")
     head_dim = i("head_dim")
     if not attention or not heads:
@@ -161,7 +156,6 @@ def run_model(num, text) -> tuple[RunModel | None, str | None]:
         dense_layers=i("dense_layers"),
         dense_ffn=i("dense_ffn_hidden"),
         attention=attention,
-        sinks=extra == "sinks",
         heads=heads,
         kv_heads=i("kv_heads"),
         head_dim=head_dim,

@@ -229,34 +229,11 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     )
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
-    if m.sinks:
-        t_attn = unfused_core_us(m, s, cluster)
     t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
     t_rc = _recompute_frac(s, m, p, moe) * proj_slowdown(m.hidden, tokens, kh) * per_gpu / gemm_rate
     if s.recompute.lower().startswith("full"):
-        t_rc += t_attn / 3 + t_mem / 3
+        t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
     return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}
-
-
-# Unfused attention (Transformer Engine's UnfusedDotProductAttention) moves the score matrix through HBM: forward
-# QK^T writes it, the masked softmax reads and writes it, PV reads it (4 passes); backward dP = dO V^T writes
-# one, dV reads P, the softmax backward reads P and dP and writes dS, dQ and dK read dS (7). BF16 elements.
-UNFUSED_SCORE_PASSES = 11
-
-
-def unfused_core_us(m: RunModel, s: Layout, cluster: Cluster) -> float:
-    """The attention core, forward + backward, of attention with learnable softmax sinks (GPT-OSS), which runs
-    unfused: TE's fused (cuDNN) attention takes sinks only from cuDNN 9.18, later than the NeMo containers of
-    2025-26 (9.11-9.16: verl-project/verl#5224), flash attention not at all, so TE falls back to
-    UnfusedDotProductAttention (NVIDIA/TransformerEngine#2318). That path computes the full square of scores
-    (a sliding window or the causal mask is a mask on it, not skipped work) with batched GEMMs and writes it
-    to HBM, UNFUSED_SCORE_PASSES times over per layer."""
-    seqs = s.micro_batch  # one CP shard of each: its queries against the whole sequence's keys
-    q_len, kv_len = s.seq / s.cp, float(s.seq)
-    heads = m.heads / s.tp
-    flops = 3 * 2.0 * seqs * heads * q_len * kv_len * (m.qk_dim + m.v_dim)
-    score_bytes = UNFUSED_SCORE_PASSES * 2.0 * seqs * heads * q_len * kv_len
-    return flops / (cluster.peak_tflops * cluster.gemm_eff * 1e6) + score_bytes / (cluster.hbm_GBps * 1e3)
 
 
 def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) -> tuple[float, float, float]:
