@@ -127,6 +127,7 @@ def layout_of(row: Row):
         precision=precision or "bf16", routing="real" if routing == "real" else "forced",
         recompute=row.text("recompute").lower(), dispatcher=dispatcher,
         a2a_overlap=row.text("a2a_overlap").lower() == "yes", cuda_graphs=row.text("cuda_graphs").lower(),
+        pp_layout=row.text("pp_layout"),
     )  # fmt: skip
     why = s.check()
     return (None, why) if why else (s, said)
@@ -139,7 +140,8 @@ def predict_value(metric: str, step_s: float, m, s, cluster) -> float:
         return step_s
     if metric == "tokens_per_s_per_gpu":
         return tok
-    tflops = tok * m.model_flops_per_token(s.seq) / 1e12
+    # in the source's FLOP count where the row states it (a TFLOPS figure is the source's count over its time)
+    tflops = tok * (m.source_gflop * 1e9 or m.model_flops_per_token(s.seq)) / 1e12
     return tflops if metric == "tflops_per_gpu" else 100.0 * tflops / cluster.peak_tflops
 
 
@@ -216,7 +218,7 @@ def explain(row: Row, rec: dict) -> str:
         )
     if faster:
         return "the model's step is shorter: the GPU reaches less of its peak than the cluster file's efficiencies"
-    if t.get("last_stage_s", 0) > 0.1 * t["total_s"]:
+    if t.get("last_stage_s", 0) > 0.1 * t["total_s"] and not row.text("pp_layout"):  # a stated layout is priced
         return (
             f"the model's step is longer: {t['last_stage_s'] / t['total_s']:.0%} of it is the last pipeline stage's "
             "head and MTP layers (Megatron's default split); a run that rebalances its stages (a pipeline layout, "

@@ -38,6 +38,10 @@ class RunModel:
     v_head: int = 0
     vocab: int = 0
     mtp: int = 0
+    # The FLOPs per token (forward + backward, GFLOP) a source's TFLOPS or MFU figure counts, where the row
+    # states it (``source_gflop_per_token``): a figure in the source's count is compared in that count. 0: the
+    # model's own count (:meth:`model_flops_per_token`).
+    source_gflop: float = 0.0
     assumed: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -161,6 +165,7 @@ def run_model(num, text) -> tuple[RunModel | None, str | None]:
         v_head=i("v_head_dim"),
         vocab=vocab,
         mtp=i("mtp_layers"),
+        source_gflop=num("source_gflop_per_token") or 0.0,
         assumed=tuple(assumed),
     )
     return m, None

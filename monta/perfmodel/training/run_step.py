@@ -87,6 +87,9 @@ class Layout:
     # tokens, the [E, C, M] buffer crosses EP groups strided by TP): the paper's setup. Empty: Megatron's EP
     # (ETP 1, tokens sharded over TP by sequence parallelism) with ``dispatcher``.
     variant: str = ""
+    # Megatron-Core's ``--pipeline-model-parallel-layout`` where the run states one (``pp_layout``); empty: the
+    # default split (decoder layers evenly, the MTP layers and the head on the last stage).
+    pp_layout: str = ""
 
     @property
     def dp(self) -> int:
@@ -108,6 +111,15 @@ class Layout:
             return f"ep={self.ep} does not divide tp*cp*dp = {self.tp * self.cp * self.dp} (EP folds over them)"
         if self.global_batch_tokens < self.seq * self.micro_batch * self.dp:
             return "the global batch is smaller than one micro-batch per data-parallel rank"
+        if self.pp_layout:
+            from monta.perfmodel.training.pp_layout import parse
+
+            try:
+                stages = len(parse(self.pp_layout))
+            except ValueError as e:
+                return str(e)
+            if stages != self.pp * self.vpp:
+                return f"pp_layout {self.pp_layout!r} has {stages} stages, not pp x vpp = {self.pp * self.vpp}"
         return None
 
 
@@ -255,7 +267,9 @@ def host_floor_us(m: RunModel, s: Layout, moe: bool = True) -> float:
     return 3 * ops * HOST_US_PER_OP * HOST_GRAPHED.get(s.cuda_graphs, 1.0)
 
 
-def slowest_stage(m: RunModel, pp: int) -> tuple[float, float, float]:
+def slowest_stage(
+    m: RunModel, pp: int, pp_layout: str = "", times: tuple[float, float, float] = (1.0, 1.0, 1.0)
+) -> tuple[float, float, float]:
     """(MoE layers, dense layers, share of the output layer) of one micro-batch's pass on the pipeline stage
     that paces the step. Megatron-Core splits the decoder layers evenly over the stages (the dense ones first)
     and, unless a layout says otherwise, puts the MTP layers ("by default, all MTP layers sit on the last
@@ -263,13 +277,33 @@ def slowest_stage(m: RunModel, pp: int) -> tuple[float, float, float]:
     last stage (``--account-for-loss-in-pipeline-split`` and ``--pipeline-model-parallel-layout`` exist to
     rebalance it: Megatron-LM's arguments, Megatron-Bridge's "asymmetric PP: loss"). In 1F1B every micro-batch
     passes every stage, so the slowest stage sets the pace: the last one, with its even share of the decoder
-    plus the MTP layers and the whole head. A run that rebalances by a layout the row does not state is priced
-    slower than it ran. With one stage this is the whole model."""
+    plus the MTP layers and the whole head. With a stated layout (``pp_layout``, :mod:`pp_layout`) the stage
+    whose layers take longest at ``times`` (a MoE layer's, a dense layer's, the head's) paces it. With one
+    stage this is the whole model."""
     if pp == 1:
         return float(m.moe_layers + m.mtp), float(m.dense_layers), 1.0
+    if pp_layout:
+        from monta.perfmodel.training.pp_layout import stage_loads
+
+        loads = stage_loads(pp_layout, pp, m.layers, m.dense_layers, m.mtp)
+        return max(loads, key=lambda ld: sum(n * t for n, t in zip(ld, times)))
     per = m.layers / pp
     moe = min(float(m.moe_layers), per)
     return moe + m.mtp, per - moe, 1.0
+
+
+def exposed_sends(s: Layout) -> float:
+    """Stage-to-stage sends one rank's step waits for (forward activations and backward gradients). Without
+    interleaving every send of 1F1B is on the critical path (2 per micro-batch); with VPP > 1 Megatron overlaps
+    the steady state's sends with the other model chunks' compute (``--overlap-p2p-communication``, on by
+    default; Megatron-Bridge turns it on for VPP > 1) but not the warm-up's and the flush's
+    (``--overlap-p2p-communication-warmup-flush``, off by default): the first stage's warm-up is
+    2 (pp - 1) + (vpp - 1) pp micro-steps (Megatron-Core's interleaved schedule), its flush as many."""
+    total = 2.0 * s.num_micro * s.vpp
+    if s.vpp == 1:
+        return total
+    warmup = 2 * (s.pp - 1) + (s.vpp - 1) * s.pp
+    return min(total, 2.0 * warmup)
 
 
 def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = None) -> dict[str, float]:
@@ -305,16 +339,16 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         hidden = min(exchange, gpu) if s.a2a_overlap else 0.0
         return max(gpu + OVERLAP_CONTENTION * hidden, floor) + exchange - hidden + tp_us + cp_us, gpu
 
-    per_stage, dense_per_stage, head_share = slowest_stage(m, s.pp)
     t_moe, c_moe = layer(moe_l, a2a, host)
     a2a_exposed = a2a - (min(a2a, c_moe) if s.a2a_overlap else 0.0)
     t_dense, c_dense = layer(dense_l, 0.0, host_dense)
+    per_stage, dense_per_stage, head_share = slowest_stage(m, s.pp, s.pp_layout, (t_moe, t_dense, head_us))
     t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us * head_share
     even_mb = ((m.moe_layers + m.mtp) * t_moe + m.dense_layers * t_dense + head_us) / s.pp
     bubble = (s.pp - 1) / s.vpp * t_mb if s.pp > 1 else 0.0
     stage_link = "inter" if s.gpus // s.pp >= cluster.gpus_per_node else "intra"
     p2p = collectives.p2p(tokens / s.tp * m.hidden * 2, stage_link, cluster, gpn).time_us if s.pp > 1 else 0.0
-    pp_us = bubble + s.num_micro * 2 * s.vpp * p2p if s.pp > 1 else 0.0
+    pp_us = bubble + exposed_sends(s) * p2p if s.pp > 1 else 0.0
     grad_exposed, grad_us, opt = _grad_sync_us(m, s, cluster, t_mb)
     total = s.num_micro * t_mb + pp_us + grad_exposed + opt
     compute = s.num_micro * (per_stage * c_moe + dense_per_stage * c_dense + head_us * head_share)
