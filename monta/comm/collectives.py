@@ -40,7 +40,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Any) -> Any:
 def group_backend(backend: str) -> str:
     """NCCL moves CUDA tensors only, and the bench's bookkeeping (per-round times, the go/stop broadcast,
     the check's counts) lives in CPU tensors: on NCCL those go over gloo beside it (torch's per-device
-    backends), as a one-rank NCCL run of the AllToAll bench on an H200 showed ("No backend type associated with device type cpu")."""
+    backends), as a one-rank NCCL run of the AllToAll bench on an H200 showed ("No backend type
+    associated with device type cpu")."""
     return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
 
