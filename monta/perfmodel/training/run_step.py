@@ -64,6 +64,14 @@ DEEPEP_WIDE_NVLINK_GBPS = (400.0, 190.0)
 # compute runs on the rest, (1 + c) x as long with c = 24 / (132 - 24) (the step model's contention factor,
 # monta.perfmodel.training.contention).
 OVERLAP_CONTENTION = 24 / (132 - 24)
+# The loss over the vocabulary is memory-bound: HBM bytes per logit (one token, one vocabulary entry, forward +
+# backward) of Megatron-Core's fused vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py on
+# tensor_parallel/cross_entropy.py's VocabParallelCrossEntropy), each jit-fused function one kernel: the BF16
+# logits read and an FP32 copy written (2 + 4, ``calculate_logits_max``), the max subtracted and exponentiated in
+# place (4 + 4, ``calculate_predicted_logits``), divided by the sum in place into the saved softmax (4 + 4,
+# ``calculate_cross_entropy_loss``); backward, the softmax read and the BF16 gradient written (4 + 2,
+# ``calculate_gradients``). Each MTP layer has its own loss.
+LOSS_BYTES_PER_LOGIT = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 2
 
 
 @dataclass(frozen=True)
@@ -320,6 +328,8 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
     ) * proj_slowdown(m.hidden, tokens, head_kh)
+    loss_us = LOSS_BYTES_PER_LOGIT * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.hbm_GBps * 1e3)
+    head_us += loss_us
     host, host_dense = host_floor_us(m, s), host_floor_us(m, s, moe=False)
     if s.variant:
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
@@ -367,6 +377,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
         "grad_exposed_us": grad_exposed,
         "grad_sync_us": grad_us,
         "optimizer_us": opt,
+        "loss_us": s.num_micro * loss_us,
         "routing_skew": skew,
         "num_micro": float(s.num_micro),
         # for a calibration: layer passes per step on one stage, and what the bubble multiplies them by
