@@ -1,7 +1,8 @@
 """How much of an unchunked exchange's AllGather runs before its AllToAll has ended on every rank of a node.
 
-On the emulator a node's ranks leave the inter-node AllToAll at different times (docs/testbed.md, the early
-AllGather), and the exchange's AllGather (point to point, every pair of the node's ranks: ``monta.comm.duplex``;
+Where a node's ranks leave the inter-node AllToAll at different times (on the emulator they did, up to a
+third of its time apart, while its nodes restarted TCP's slow start after idle: docs/testbed.md, the early
+AllGather), the exchange's AllGather (point to point, every pair of the node's ranks: ``monta.comm.duplex``;
 gloo sends once the receiver has posted) moves a pair's slices as soon as both of them have left. Those bytes
 go on the node's loopback, otherwise idle during the AllToAll, so part of the AllGather hides behind it. Given
 when each of a node's ranks left, ``early_bytes`` is what the loopback carries until the last one leaves:
