@@ -252,12 +252,15 @@ def test_nodes_get_reno_and_quickack_and_ranks_are_told():
     code = (
         "import json, os, subprocess; t = json.loads(os.environ['MONTA_NET_TUNING']); "
         "cc = open('/proc/sys/net/ipv4/tcp_congestion_control').read().strip(); "
+        "idle = open('/proc/sys/net/ipv4/tcp_slow_start_after_idle').read().strip(); "
         "r = subprocess.run(['ip', 'route', 'show', '198.18.0.0/24'], capture_output=True, text=True).stdout; "
-        "print(json.dumps([t, cc, 'quickack 1' in r]))"
+        "print(json.dumps([t, cc, 'quickack 1' in r, idle]))"
     )
     res = launch([PY, "-c", code], 2, 1, Topology(inter_gbps=1.0), timeout_s=60, stdout=open(os.devnull, "w"))
-    tuning, cc, quick = json.loads(res.stdout.strip().splitlines()[-1])
+    tuning, cc, quick, idle = json.loads(res.stdout.strip().splitlines()[-1])
     assert tuning["tcp_cc"] == "reno" == cc and tuning["quickack"] is True and quick and tuning["notes"] == []
+    # an idle connection keeps its window, as an RDMA queue pair keeps its rate (docs/testbed.md, the early AllGather)
+    assert idle == "0" and tuning["slow_start_after_idle"] is False
     res = launch(
         [PY, "-c", code], 2, 1, Topology(inter_gbps=1.0, tcp_cc="bbr"), timeout_s=60, stdout=open(os.devnull, "w")
     )

@@ -76,6 +76,21 @@ def _run(cmd: list[str], node: Node | None = None) -> str:
 TCP_MEM = "4096 4194304 33554432"
 
 
+def _keep_window_after_idle(node: Node, notes: list[str]) -> bool:
+    """No slow start after idle; False (and a note) where the kernel refuses it. An RDMA queue pair sends at
+    the link's rate after a pause, while TCP (by default) shrinks an idle connection's window back to its first
+    one. With that restart a node's 8 AllToAll flows, starting together after the AllGather's second, took the
+    one FIFO NIC unevenly: ranks left the AllToAll up to a third of its time apart and the AllGather of the
+    ranks done first ran under it, deepspeed 6-8% under its halves' sum at 2 x 8 (docs/testbed.md, the early
+    AllGather)."""
+    try:
+        _run(["sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"], node)
+        return True
+    except RuntimeError as e:
+        notes.append(f"node {node.index}: tcp_slow_start_after_idle=0 refused ({e}); flows restart slow after idle")
+        return False
+
+
 def _tune_tcp(node: Node, cc: str, notes: list[str]) -> dict[str, object]:
     """TCP settings of one emulated node; what the kernel refuses is noted and left at its default.
 
@@ -86,10 +101,12 @@ def _tune_tcp(node: Node, cc: str, notes: list[str]) -> dict[str, object]:
       transport) gets pure ACKs back, which Linux delays by up to 40 ms; small pipelined chunks
       then stall (8 chunks of 4 MiB took 128-193 ms instead of 77). Both the NIC's subnet route and
       the local route (same-node traffic rides loopback) get it.
+    - no slow start after idle (``_keep_window_after_idle``).
     """
     applied: dict[str, object] = {}
     for name in ("tcp_rmem", "tcp_wmem"):
         _run(["sysctl", "-q", "-w", f"net.ipv4.{name}={TCP_MEM}"], node)
+    applied["slow_start_after_idle"] = not _keep_window_after_idle(node, notes)
     try:
         _run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"], node)
         applied["tcp_cc"] = cc

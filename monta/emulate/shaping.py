@@ -9,6 +9,8 @@ from __future__ import annotations
 # 1 Gbit/s), small because a full bucket lets a message of that size through unshaped. Loopback
 # carries 64 KiB packets, so its bucket must hold one.
 _MIN_BURST_BYTES = 32 * 1024
+# TCP payload per frame on the emulated NIC (1448 B in a 1514 B frame; htb counts frames).
+PAYLOAD_SHARE = 1448 / 1514
 _MIN_BURST_BYTES_LO = 80 * 1024
 _BURST_SECONDS = 0.00025
 # Bulk queue depth as time at the shaped rate. Deep FIFOs delay the ACKs of the opposite

@@ -21,11 +21,10 @@ from monta.bench.stats import (
     overlap_efficiency_vs_sum,
     summarize,
 )
+from monta.emulate.shaping import PAYLOAD_SHARE  # payload per frame on the emulated NIC
 from monta.results import environment, make_record, new_run_id
 from monta.testaids import Slowdown
 
-# Payload per frame on the emulated NIC (1448 B of TCP payload in a 1514 B frame; htb counts frames).
-PAYLOAD_SHARE = 1448 / 1514
 LINK_SHORTFALL = 0.85  # below this share of the payload ceiling, a link did not deliver its rate
 # Only transfers that take this long at the configured rate are judged: shorter ones are bound by
 # latency and start skew (and the htb bucket lets their first 32 KiB through unshaped).

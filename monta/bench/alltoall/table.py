@@ -30,7 +30,12 @@ def print_header(cfg: AlltoallConfig, layout, hosts, transport) -> None:
     print(f"# layout: {layout.describe()}; backend {cfg.backend}, transport {transport}")
     topo = cfg.topology or {}
     tuning = net_tuning()
-    tun = f"; tcp {tuning.get('tcp_cc')}, quickack {'on' if tuning.get('quickack') else 'off'}" if tuning else ""
+    tun = (
+        f"; tcp {tuning.get('tcp_cc')}, quickack {'on' if tuning.get('quickack') else 'off'}, "
+        f"slow start after idle {'off' if tuning.get('slow_start_after_idle') is False else 'on'}"
+        if tuning
+        else ""
+    )
     print(f"# network: {topo.get('description', 'unshaped')}{tun}")
     d = cfg.to_dict()
     knobs = {

@@ -1,0 +1,82 @@
+"""The emulated 8x claim is judged against the testbed's bound with the NIC's token bucket, computed from the
+record that reached it (monta.emulate.bound, monta_analysis.testbed_bound), not against the typed bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from monta.emulate.bound import bucket_bound, record_bound
+from monta.results import make_record
+from monta_analysis import claims
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+
+
+def _rec(variant, chunks, time_us, ratio=None, ci=None, size=16 * MIB, inter=1 * MIB, intra=14 * MIB):
+    """A 2 x 8, TP8 record of `monta bench alltoall` on a800-4nic@0.0625 (the pipeline's 2 x 8 clock)."""
+    params = {
+        "size_bytes": size,
+        "variant": variant,
+        "chunks": chunks,
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "tp": 8,
+        "ep": 2,
+        "experts": 2,
+        "hidden": 1024,
+        "dtype": "float32",
+        "inter_gbps": 0.0625,
+        "intra_gbps": 0.8511,
+    }
+    metrics = {"time_us": time_us, "inter_bytes": inter, "intra_bytes": intra, "wrong": 0}
+    if ratio is not None:
+        metrics["speedup_vs_legacy"] = ratio
+        metrics["speedup_vs_legacy_ci"] = ci or [ratio, ratio]
+    return make_record(kind="alltoall", source="emulated", experiment="t", params=params, metrics=metrics, env={})
+
+
+def test_the_testbed_bound_is_the_pipeline_bound_with_one_bucket_off_both_exchanges():
+    # 16 MiB on 2 x 8: a node's 8 ranks send 1 MiB each off the node at 0.0625 Gbit/s (payload 1448 of 1514 B
+    # per frame) and 14 MiB each on the loopback at 0.8511 Gbit/s; MoNTA's 8 chunks of the 256-slot slice are
+    # [17, 35, 34, 34, 34, 34, 34, 34]; at r < 1 the span is the AllToAll plus the last chunk's AllGather.
+    a = 8 * MIB / (0.0625e9 / 8 * 1448 / 1514)
+    g = 8 * 14 * MIB / (0.8511e9 / 8)
+    b = 32 * 1024 / (0.0625e9 / 8)
+    span = 1 + (g / a) * 34 / 256
+    want = (8 * a - b) / (a * span - b)
+    got = record_bound(_rec("monta", 8, 1.28e6)["params"], _rec("monta", 8, 1.28e6)["metrics"])
+    assert got["value"] == pytest.approx(want, rel=1e-9) and got["value"] == pytest.approx(7.096, abs=1e-3)
+    assert got["chunks"] == 8 and got["bucket_ms"] == pytest.approx(4.194, abs=1e-3)
+    # without the bucket it is the chunking module's pipeline bound of the same split
+    assert bucket_bound(8, a, g, [17, 35] + [34] * 6, 0.0) == pytest.approx(8 / span)
+    # a record that does not state its shaped rates has no testbed bound
+    bare = _rec("monta", 8, 1.28e6)
+    del bare["params"]["intra_gbps"]
+    assert record_bound(bare["params"], bare["metrics"]) is None
+
+
+def _claims(monta_ratio, ci):
+    legacy = 9.0e6
+    recs = [
+        _rec("legacy", 1, legacy, inter=8 * MIB, intra=0),
+        _rec("monta", 8, legacy / monta_ratio, ratio=monta_ratio, ci=ci),
+        _rec("monta", 4, legacy / 6.2, ratio=6.2),
+    ]
+    paper = yaml.safe_load((ROOT / "analysis" / "paper.yaml").read_text())
+    return "\n".join(claims.claims_table(recs, paper))
+
+
+def test_the_8x_verdict_quotes_the_computed_bound_and_fails_past_it():
+    # 7.04x, the fresh clone's 2 x 8 16 MiB reading: over the typed 6.90x, under the testbed's 7.10x
+    within = _claims(7.04, [7.01, 7.12])
+    assert "| 8x | 7.04x | no data | **bound below the claim** (at most 7.10x here: the testbed's bound" in within
+    assert "6.90x" not in within
+    # a ratio whose interval lies above the testbed's bound is a testbed bug until shown otherwise
+    above = _claims(7.30, [7.20, 7.40])
+    assert "**above its bound** (7.30x over the bound 7.10x: check the testbed)" in above
+    # above the bound's value but with the bound inside its interval: not shown to be past it
+    assert "**bound below the claim**" in _claims(7.15, [7.05, 7.25])

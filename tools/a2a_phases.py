@@ -1,0 +1,138 @@
+"""Per-rank timestamps of an unchunked exchange's two phases on the emulator: stock DeepSpeed's order, the
+inter-node AllToAll of the 1/TP slice then the node's AllGather (the composite), next to each phase alone,
+with local rank 0 of every node sampling its loopback's and NIC's transmitted bytes (/proc/net/dev) and its
+TCP retransmissions. The report says when each rank left the AllToAll, how many of the node's AllGather
+bytes the loopback carried before the last one left, and what ``monta.emulate.early_gather`` makes of those
+leaving times (docs/testbed.md, the early AllGather).
+
+    monta emulate run --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 -- \\
+        python tools/a2a_phases.py rank 16M 3 phases.json
+    python tools/a2a_phases.py report phases.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+MODES = ("composite", "a2a", "ag")
+
+
+def _tx() -> tuple[int, int]:
+    """(loopback, other devices) transmitted bytes of this network namespace."""
+    lo = other = 0
+    for line in open("/proc/net/dev").read().splitlines()[2:]:
+        name, rest = line.split(":", 1)
+        sent = int(rest.split()[8])
+        lo, other = (lo + sent, other) if name.strip() == "lo" else (lo, other + sent)
+    return lo, other
+
+
+def _retrans() -> int:
+    rows = [line.split() for line in open("/proc/net/snmp") if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("RetransSegs")])
+
+
+def rank_main(size: int, iters: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from monta.comm.duplex import duplex_groups
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tp = int(os.environ["LOCAL_WORLD_SIZE"])  # TP = a whole node, EP over the nodes
+    nodes = world // tp
+    node_group = duplex_groups([list(range(n * tp, (n + 1) * tp)) for n in range(nodes)], rank)
+    ep_group = duplex_groups([[i + n * tp for n in range(nodes)] for i in range(tp)], rank)
+    elems = size // 4 // tp  # float32 elements of the 1/TP slice
+    x, a_out, g_out = torch.ones(elems), torch.empty(elems), torch.empty(elems * tp)
+    samples, stop = [], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.monotonic(), *_tx()))
+            time.sleep(0.002)
+
+    if rank % tp == 0:
+        threading.Thread(target=sample, daemon=True).start()
+    rows = []
+    for it in range(iters + 1):  # the first round warms up
+        for mode in MODES:
+            dist.barrier()
+            r0, t0, ta, tg = _retrans(), time.monotonic(), None, None
+            if mode != "ag":
+                ep_group.all_to_all(a_out, x).wait()
+                ta = time.monotonic()
+            if mode != "a2a":
+                node_group.all_gather(g_out, a_out).wait()
+                tg = time.monotonic()
+            if it:
+                rows.append(
+                    {"it": it, "mode": mode, "rank": rank, "t0": t0, "ta": ta, "tg": tg, "retrans": _retrans() - r0}
+                )
+    stop.set()
+    every_rows, every_samples = [None] * world, [None] * world
+    dist.all_gather_object(every_rows, rows)
+    dist.all_gather_object(every_samples, samples)
+    if rank == 0:
+        meta = {"size": size, "tp": tp, "nodes": nodes}
+        got = {"meta": meta, "rows": [r for rs in every_rows for r in rs]}
+        got["samples"] = {str(i): s for i, s in enumerate(every_samples) if s}
+        with open(out, "w") as f:
+            json.dump(got, f)
+    dist.destroy_process_group()
+
+
+def report(path: str, loopback_gbps: float) -> list[str]:
+    from monta.emulate.early_gather import early_bytes
+
+    d = json.load(open(path))
+    meta, rows = d["meta"], d["rows"]
+    tp, slice_bytes = meta["tp"], meta["size"] / meta["tp"]
+    lines = []
+    for it in sorted({r["it"] for r in rows}):
+        got = {m: [r for r in rows if r["it"] == it and r["mode"] == m] for m in MODES}
+        comp = got["composite"]
+        t0, last_a = max(r["t0"] for r in comp), max(r["ta"] for r in comp)
+
+        def span(rs, key):
+            return 1e3 * (max(r[key] for r in rs) - max(r["t0"] for r in rs))
+
+        lines.append(
+            f"iteration {it}: composite {span(comp, 'tg'):.0f} ms; AllToAll alone {span(got['a2a'], 'ta'):.0f} ms, "
+            f"AllGather alone {span(got['ag'], 'tg'):.0f} ms (sum {span(got['a2a'], 'ta') + span(got['ag'], 'tg'):.0f})"
+        )
+        ends = sorted(comp, key=lambda r: r["ta"])
+        lines.append(
+            "  left the AllToAll (ms, rank:time): " + " ".join(f"{r['rank']}:{1e3 * (r['ta'] - t0):.0f}" for r in ends)
+        )
+        for node in range(meta["nodes"]):
+            mine = [r for r in comp if r["rank"] // tp == node]
+            s = d["samples"].get(str(node * tp), [])
+            before = [lo for t, lo, _ in s if t <= t0]
+            until = [lo for t, lo, _ in s if t <= last_a]
+            measured = (until[-1] - before[-1]) / 2**20 if before and until else float("nan")
+            model = early_bytes([r["ta"] for r in mine], slice_bytes, loopback_gbps * 1e9 / 8) / 2**20
+            retrans = sum(r["retrans"] for r in mine if r["rank"] % tp == 0)
+            lines.append(
+                f"  node {node}: loopback bytes before the last rank left {measured:.1f} MiB, early_gather "
+                f"{model:.1f} MiB; TCP retransmissions in the composite {retrans}"
+            )
+    return lines
+
+
+if __name__ == "__main__":
+    from monta.units import parse_size
+
+    if len(sys.argv) == 5 and sys.argv[1] == "rank":
+        rank_main(parse_size(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    elif len(sys.argv) == 4 and sys.argv[1] == "report":
+        print("\n".join(report(sys.argv[2], float(sys.argv[3]))))
+    else:
+        raise SystemExit(
+            "usage: a2a_phases.py rank SIZE ITERS OUT.json (under `monta emulate run`) | report OUT.json LOOPBACK_GBPS"
+        )
