@@ -20,7 +20,7 @@ paper = "analysis/paper.yaml"
 
 # %%
 from monta.bench.hostload import RANK_WAIT_LIMIT
-from monta_analysis import alltoall_tables, figures, frames, table_files
+from monta_analysis import alltoall_tables, figures, frames, table_files, testbed_bound
 from monta_analysis.report import Manifest
 
 recs = frames.load(records)
@@ -34,6 +34,13 @@ print(f"{len(recs)} records, {len(table)} AllToAll points")
 
 # %%
 shown, cpu_note = alltoall_tables.with_intervals(summary)
+past = testbed_bound.past_own_bound(recs)
+past_note = (
+    f"Past their own testbed bound (monta.emulate.bound; a testbed effect until a measured cause explains it): "
+    f"{'; '.join(past)}"
+    if past
+    else "No emulated MoNTA point lies above its own testbed bound."
+)
 caption = "TP AllToAll: time per exchange and MoNTA's speedups" + (f". {cpu_note}" if cpu_note else "")
 manifest.section(
     "AllToAll comparison",
@@ -48,7 +55,9 @@ manifest.section(
         "t_deepspeed / max(t_a2a, t_ag), the gain of a perfect overlap (gain and ideal share deepspeed as "
         "their baseline); CPU-bound = the ranks of a variant this point's ratios use waited for a "
         f"core more than {100 * RANK_WAIT_LIMIT:.0f}% of its timed wall time; inter-node link = per node "
-        "and direction (for a predicted cluster, its NICs)." + (f" **{cpu_note}.**" if cpu_note else "")
+        "and direction (for a predicted cluster, its NICs)."
+        + (f" **{cpu_note}.**" if cpu_note else "")
+        + f" {past_note}"
     ),
 )
 table_files.write_table(

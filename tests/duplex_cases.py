@@ -32,11 +32,15 @@ def collectives_case(*, pattern, dtype: str, rows: int, staged: bool = False) ->
 
     from monta.comm.duplex import STAGE_ENV
 
+    before = os.environ.get(STAGE_ENV)
     os.environ[STAGE_ENV] = "1" if staged else "0"
     try:
         return _collectives(pattern, dtype, rows)
     finally:
-        os.environ.pop(STAGE_ENV, None)
+        if before is None:
+            os.environ.pop(STAGE_ENV, None)
+        else:
+            os.environ[STAGE_ENV] = before
 
 
 def _collectives(pattern, dtype: str, rows: int) -> dict[str, Any]:

@@ -4,6 +4,7 @@ and the report built from them (docs/testbed.md, the early AllGather)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,24 @@ def test_phase_timestamps_and_the_report_from_them(tmp_path):
     assert [line.split(":")[0] for line in lines[2:]] == ["  node 0", "  node 1"]
 
 
-def test_the_tool_says_how_to_call_it():
-    res = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True)
-    assert res.returncode != 0 and "usage: a2a_phases.py rank SIZE ITERS OUT.json" in res.stderr
+def test_the_tool_says_how_to_call_it(tmp_path):
+    def run(*args, **env):
+        clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+        return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env={**clean, **env})
+
+    cases = [
+        ((), "usage: a2a_phases.py rank SIZE ITERS OUT.json"),
+        (("rank", "16M", "3", "x.json"), "rank mode needs RANK, WORLD_SIZE, LOCAL_WORLD_SIZE"),
+        (("report", str(tmp_path / "none.json"), "2.0"), "none.json: no such file"),
+    ]
+    for args, said in cases:
+        res = run(*args)
+        assert res.returncode == 2 and said in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    (tmp_path / "p.json").write_text("{}")
+    res = run("report", str(tmp_path / "p.json"), "fast")
+    assert res.returncode == 2 and "LOOPBACK_GBPS 'fast': give a positive number" in res.stderr
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    res = run("rank", "12Q", "3", "x.json", **env)
+    assert res.returncode == 2 and "SIZE '12Q': size '12Q': expected a byte count" in res.stderr
+    res = run("rank", "16M", "-1", "x.json", **env)
+    assert res.returncode == 2 and "ITERS '-1': give a positive whole number" in res.stderr

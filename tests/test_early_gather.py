@@ -13,8 +13,8 @@ def test_pairs_that_have_both_left_send_at_the_loopback_rate_until_the_last_rank
     assert early_bytes([0.0, 0.0, 1.0, 1.0], 1.0, 1.0) == pytest.approx(1.0)
     # given time, they send no more than their own slices: 2 B, whatever the gap
     assert early_bytes([0.0, 0.0, 10.0], 1.0, 1.0) == pytest.approx(2.0)
-    # a third rank at 1 s adds 4 slices (6 ready), the next second moves 1 more: 2 + 1
     assert early_bytes([0.0, 0.0, 1.0, 2.0], 1.0, 1.0) == pytest.approx(2.0)
+    # a third rank at 2 s adds 4 slices (6 ready), the next second moves 1 more: 2 + 1
     assert early_bytes([0.0, 0.0, 2.0, 3.0], 1.0, 1.0) == pytest.approx(3.0)
     # ranks that leave together leave nothing to hide; one rank alone has no pair
     assert early_bytes([5.0] * 8, 1 << 20, 1e8) == 0.0

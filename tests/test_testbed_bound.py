@@ -80,3 +80,17 @@ def test_the_8x_verdict_quotes_the_computed_bound_and_fails_past_it():
     assert "**above its bound** (7.30x over the bound 7.10x: check the testbed)" in above
     # above the bound's value but with the bound inside its interval: not shown to be past it
     assert "**bound below the claim**" in _claims(7.15, [7.05, 7.25])
+
+
+def test_every_point_past_its_own_bound_is_named_not_only_the_best():
+    from monta_analysis.testbed_bound import past_own_bound
+
+    recs = [
+        _rec("monta", 8, 1_280_000, 7.04, [7.01, 7.12]),  # under its bound (7.10x): not named
+        _rec("monta", 4, 720_000, 7.30, [7.20, 7.40], size=8 * MIB),  # CI above its own bound: named
+        _rec("monta", 2, 830_000, 9.0, [5.0, 9.5], size=8 * MIB),  # value above, interval not: not named
+        _rec("deepspeed", 1, 2_000_000, 9.0, [8.9, 9.1]),  # only MoNTA's ratio over legacy has this bound
+    ]
+    past = past_own_bound(recs)
+    assert len(past) == 1 and past[0].startswith("2 x 8 8 MiB, 4 chunks: 7.30x (CI low 7.20) over its bound"), past
+    assert past_own_bound(recs[:1]) == []

@@ -7,7 +7,10 @@ leaving times (docs/testbed.md, the early AllGather).
 
     monta emulate run --nodes 2 --gpus-per-node 8 --topology a800-4nic@0.0625 -- \\
         python tools/a2a_phases.py rank 16M 3 phases.json
-    python tools/a2a_phases.py report phases.json
+    python tools/a2a_phases.py report phases.json LOOPBACK_GBPS   (the loopback's shaped rate, e.g. 0.8511)
+
+Usage errors (a bad size, count or rate, a missing file, ``rank`` outside ``monta emulate run``) print one
+line and exit 2.
 """
 
 from __future__ import annotations
@@ -125,14 +128,44 @@ def report(path: str, loopback_gbps: float) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":
+USAGE = "usage: a2a_phases.py rank SIZE ITERS OUT.json (under `monta emulate run`) | report OUT.json LOOPBACK_GBPS"
+
+
+def _fail(why: str) -> None:
+    print(f"a2a_phases.py: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _number(text: str, what: str, kind=int) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        _fail(f"{what} {text!r}: give a positive {'whole ' if kind is int else ''}number")
+    return value
+
+
+def main(argv: list[str]) -> None:
     from monta.units import parse_size
 
-    if len(sys.argv) == 5 and sys.argv[1] == "rank":
-        rank_main(parse_size(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
-    elif len(sys.argv) == 4 and sys.argv[1] == "report":
-        print("\n".join(report(sys.argv[2], float(sys.argv[3]))))
+    if len(argv) == 4 and argv[0] == "rank":
+        missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR") if k not in os.environ]
+        if missing:
+            need = ", ".join(missing)
+            _fail(f"rank mode needs {need}: run it under `monta emulate run ... -- python tools/a2a_phases.py rank`")
+        try:
+            size = parse_size(argv[1])
+        except ValueError as e:
+            _fail(f"SIZE {argv[1]!r}: {e}")
+        rank_main(size, int(_number(argv[2], "ITERS")), argv[3])
+    elif len(argv) == 3 and argv[0] == "report":
+        if not os.path.isfile(argv[1]):
+            _fail(f"{argv[1]}: no such file (write it with the rank mode first)")
+        print("\n".join(report(argv[1], _number(argv[2], "LOOPBACK_GBPS", float))))
     else:
-        raise SystemExit(
-            "usage: a2a_phases.py rank SIZE ITERS OUT.json (under `monta emulate run`) | report OUT.json LOOPBACK_GBPS"
-        )
+        _fail(USAGE)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

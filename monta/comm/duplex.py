@@ -52,6 +52,7 @@ class _Batch:
         return True
 
     def is_completed(self) -> bool:
+        """Whether the transfers are done; data received through host copies lands only on ``wait``."""
         return all(w.is_completed() for w in self._works)
 
 
@@ -148,9 +149,18 @@ def _through_host(parts: tuple, own: int) -> tuple[tuple, list[tuple[torch.Tenso
         landing.append((t, torch.empty(t.shape, dtype=t.dtype)))
         return landing[-1][1]
 
+    copies: dict[int, torch.Tensor] = {}  # one host copy per tensor: an AllGather sends one tensor to all
+
+    def host_send(p: int, t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None or p == own or not _staged(t):
+            return None if p == own else t
+        if id(t) not in copies:
+            copies[id(t)] = t.cpu()
+        return copies[id(t)]
+
     staged = tuple(
         (
-            [t.cpu() if t is not None and _staged(t) else t for t in sends],
+            [host_send(p, t) for p, t in enumerate(sends)],
             [host_recv(p, t) for p, t in enumerate(recvs)],
         )
         for sends, recvs in parts

@@ -37,7 +37,13 @@ def init_from_env(timeout_s: float = 300.0, backend: str = "auto") -> None:
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if torch.cuda.is_available():  # ranks beyond the GPUs share them (gloo; NCCL refuses two ranks on one)
-            gpu = int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()
+            local, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+            if backend == "nccl" and local >= gpus:
+                raise ValueError(
+                    f"LOCAL_RANK {local} on a node of {gpus} GPU(s): NCCL takes one rank per GPU; start at most "
+                    f"{gpus} ranks per node, or --backend gloo to share the GPUs"
+                )
+            gpu = local % gpus
             torch.cuda.set_device(gpu)
             # DeepSpeed's engine puts a rank on cuda:LOCAL_RANK: ranks sharing a GPU name the one they share
             os.environ["LOCAL_RANK"] = str(gpu)
