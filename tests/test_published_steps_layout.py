@@ -27,6 +27,27 @@ def test_the_layout_string_expands_as_megatron_writes_it():
     assert sum(v.count("t") for v in bridge) == 61
     with pytest.raises(ValueError, match="symbols"):
         parse("Et|tx|L")
+    with pytest.raises(ValueError, match=r"^pipeline layout '' is empty: write its stages \(e\.g\. 'Et\|"):
+        parse("")
+
+
+@pytest.mark.parametrize(
+    "layout, said",
+    [
+        ("Et*5|t*5|t*5|tm", "holds 0 'L' (output layer with the loss)"),
+        ("Et*5|t*5|t*5L|tmL", "holds 2 'L' (output layer with the loss)"),
+        ("t*6|t*5|t*5|tmL", "holds 0 'E' (embedding)"),
+        ("Et*5|Et*5|t*5|tmL", "holds 2 'E' (embedding)"),
+    ],
+)
+def test_a_layout_holds_one_embedding_and_one_head(layout, said):
+    """Without its ``L`` the head and loss would vanish from the step (priced short, silently); with two
+    they would count twice: the layout is refused, and a row stating it is unpriced with that reason."""
+    with pytest.raises(ValueError) as e:
+        parse(layout)
+    assert str(e.value) == f"pipeline layout {layout!r} {said}: write exactly one"
+    base = dict(gpus=32, ep=8, pp=4, seq=4096, global_batch_tokens=32 * 4096 * 8)
+    assert Layout(**base, pp_layout=layout).check() == f"pipeline layout {layout!r} {said}: write exactly one"
 
 
 def test_interleaved_stages_land_on_their_gpu_and_the_dense_layers_come_first():
@@ -35,8 +56,12 @@ def test_interleaved_stages_land_on_their_gpu_and_the_dense_layers_come_first():
     assert loads[0] == (2.0, 2.0, 0.0)  # "Ett" (2 dense) + "tt" (virtual stage 4: MoE)
     assert loads[1] == (3.0, 1.0, 0.0)  # "tt" (1 dense, 1 MoE) + "tt"
     assert loads[3] == (4.0, 0.0, 1.0)  # "tt" + "tmL": 3 MoE + the MTP layer, and the head
-    with pytest.raises(ValueError, match="decoder layers"):
+    with pytest.raises(ValueError) as e:
         stage_loads("Ett|tt|tt|tmL", pp=4, layers=15, dense_layers=3, mtp=1)
+    assert str(e.value) == "pipeline layout 'Ett|tt|tt|tmL' holds 7 decoder layers; the model has 15"
+    with pytest.raises(ValueError) as e:  # the decoder layers fit: the MTP count gets its own words
+        stage_loads("Ett|tt|tt|tt|tt|tt|tt|tL", pp=4, layers=15, dense_layers=3, mtp=1)
+    assert str(e.value) == "pipeline layout 'Ett|tt|tt|tt|tt|tt|tt|tL' holds 0 MTP layers; the model has 1"
 
 
 def test_a_layout_that_unloads_the_last_stage_shortens_the_step():
@@ -62,5 +87,10 @@ def test_a_layout_that_does_not_fit_the_row_is_its_reason():
     assert rec["predicted_blind"] is None and "32 stages, not pp x vpp = 16" in rec["reason"]
     wrong_layers = {**row, "pp_layout": "Et*4|(t*4|)*14tL"}  # no MTP layer for a model that has one
     rec = PS.blind(Row(wrong_layers))
-    assert rec["predicted_blind"] is None and rec["reason"].startswith("cannot be priced: pipeline layout")
+    said = "cannot be priced: pipeline layout 'Et*4|(t*4|)*14tL' holds 0 MTP layers; the model has 1"
+    assert rec["predicted_blind"] is None and rec["reason"] == said
+    no_head = {**row, "pp_layout": "Et*4|(t*4|)*14tm"}  # the head and its loss left out
+    rec = PS.blind(Row(no_head))
+    said = "pipeline layout 'Et*4|(t*4|)*14tm' holds 0 'L' (output layer with the loss): write exactly one"
+    assert rec["predicted_blind"] is None and rec["reason"] == said
     assert PS.blind(Row(row))["predicted_blind"] is not None

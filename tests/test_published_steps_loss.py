@@ -9,16 +9,18 @@ import pytest
 
 from monta.hardware.profile import get_cluster
 from monta.perfmodel.training.run_shape import RunModel
-from monta.perfmodel.training.run_step import LOSS_BYTES_PER_LOGIT, Layout, price_run
+from monta.perfmodel.training.run_step import Layout, price_run
 
 M = RunModel(layers=4, hidden=2048, ffn=768, experts=16, top_k=4, attention="gqa", heads=16, kv_heads=4,
              head_dim=128, vocab=150000)  # fmt: skip
 
 
-def test_the_byte_count_is_the_fused_cross_entropys_passes():
-    # forward: BF16 logits read + FP32 copy, max subtracted and exp in place, divided in place; backward: the
-    # softmax read and the BF16 gradient written
-    assert LOSS_BYTES_PER_LOGIT == 28
+BF16, FP32 = 2, 4
+# Megatron-Core's fused cross entropy per logit, pass by pass (bytes read + written): forward, the BF16 logits
+# read and an FP32 copy written; the max subtracted and exp taken in place; divided by the sum in place into the
+# saved softmax; backward, the softmax read and the BF16 gradient written
+FUSED_CE_PASSES = ((BF16, FP32), (FP32, FP32), (FP32, FP32), (FP32, BF16))
+BYTES_PER_LOGIT = sum(r + w for r, w in FUSED_CE_PASSES)
 
 
 def test_the_loss_is_the_logits_bytes_over_hbm_per_micro_batch_and_adds_to_the_step():
@@ -27,7 +29,7 @@ def test_the_loss_is_the_logits_bytes_over_hbm_per_micro_batch_and_adds_to_the_s
     t = price_run(M, s, c)
     tokens = 2 * 4096 / 2  # one micro-batch's tokens on one TP rank (the vocabulary split over TP)
     assert t["num_micro"] == 2
-    assert t["loss_us"] == pytest.approx(2 * 28 * M.vocab * tokens / (c.hbm_GBps * 1e3))
+    assert t["loss_us"] == pytest.approx(2 * BYTES_PER_LOGIT * M.vocab * tokens / (c.hbm_GBps * 1e3))
     without = price_run(replace(M, vocab=0), s, c)
     assert without["loss_us"] == 0
     assert t["total_us"] - without["total_us"] > t["loss_us"]  # the head's GEMMs come with it

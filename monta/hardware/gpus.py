@@ -53,6 +53,13 @@ def cluster_of_gpu(name: str, *, links_only: bool = False) -> str | None:
     return e.cluster if e and (e.compute or links_only) else None
 
 
+def gpu_of(name: str) -> str | None:
+    """The one GPU ``name`` names, as the lookup spells it ("NVIDIA H200" -> "H200"), or None. Finer than its
+    cluster file: an H200 and an H100 share ``h100`` but are not the same GPU."""
+    e = _entry(name)
+    return re.search(e.pattern, name, re.IGNORECASE).group(0).upper() if e else None
+
+
 def arch_of(gpu_model: str) -> str:
     """The NCCL generation of a GPU model name ('' when unknown: the plain link model)."""
     e = _entry(gpu_model)

@@ -151,8 +151,8 @@ def _time_ratio(metric: str, measured: float, predicted: float) -> float:
 
 
 def blind(row: Row, compute_tables=()) -> dict[str, Any]:
-    """One row's blind record (``_priced`` private: for calibration). A measured compute table of the row's
-    cluster (``monta.perfmodel.training.measured_compute``) replaces its GEMM and attention efficiencies."""
+    """One row's blind record (``_priced`` private: for calibration). A compute table measured on the row's GPU
+    (``monta.perfmodel.training.measured_compute``) replaces its cluster's GEMM and attention efficiencies."""
     from monta.perfmodel.training.run_shape import run_model
     from monta.perfmodel.training.run_step import price_run
 
@@ -183,7 +183,7 @@ def blind(row: Row, compute_tables=()) -> dict[str, Any]:
     if m.experts % s.ep:
         rec["reason"] = f"ep={s.ep} does not divide the {m.experts} experts"
         return rec
-    table = next((t for t in compute_tables if t.cluster == c.name), None)
+    table = next((t for t in compute_tables if t.cluster == c.name and t.fits(row.text("gpu"))), None)
     if table is not None:
         c, rec["compute_table"] = table.apply(c), table.path
     try:

@@ -69,7 +69,7 @@ def add_arguments(p) -> None:
         default=None,
         metavar="FILE",
         help="a GPU's measured compute (data/measured/gpu-compute-h100.json, tools/gpu_compute_table.py): its GEMM "
-        "and attention efficiencies replace the cluster file's for the step rows on the cluster it names "
+        "and attention efficiencies replace the cluster file's for the step rows on the GPU it measured "
         "(repeatable; step tables only)",
     )
 
@@ -85,11 +85,27 @@ def compute_tables(paths) -> list:
         raise V.UsageError(str(e)) from None
 
 
+def unused_table(data, recs, tables) -> None:
+    """A usage error for a table that priced no row: its GPU is no priced row's (an H200's table against a file
+    of H100 rows would otherwise be taken silently for the H100's)."""
+    from monta import validate as V
+
+    for t in tables:
+        if not any(r["compute_table"] == t.path for r in recs):
+            gpus = sorted({r["gpu"] for r in recs if r["cluster"] == t.cluster}) or ["none"]
+            raise V.UsageError(
+                f"--compute-table {t.path}: measured on {t.device} ({t.gpu}), but the {t.cluster} rows of {data} "
+                f"ran on {', '.join(gpus)}: drop it or give a table measured on their GPU"
+            )
+
+
 def run(args) -> int:
     """The command's body for a step table (``args`` of ``monta predict published``)."""
     from monta.perfmodel.reports.out_files import write_jsonl, write_text
 
-    recs, prs = price_steps(read_step_rows(args.data), compute_tables(getattr(args, "compute_table", None) or ()))
+    tables = compute_tables(getattr(args, "compute_table", None) or ())
+    recs, prs = price_steps(read_step_rows(args.data), tables)
+    unused_table(args.data, recs, tables)
     summ = step_summary(recs, prs)
     text = markdown(args.data, recs, prs, summ)
     print(text)

@@ -29,11 +29,19 @@ NOT_GEMMS = ("gate.", "chunk_copy", "attn_core.")
 @dataclass(frozen=True)
 class ComputeTable:
     path: str
-    device: str
+    device: str  # the device name the table was measured on ("NVIDIA H100 80GB HBM3")
+    gpu: str  # that device as the GPU-name lookup spells it ("H100"): the rows it applies to name this GPU
     cluster: str  # the cluster file whose GPU it measured
     gemm_eff: float
     attn_eff: float
     kernels: int  # GEMM kernels the asymptote was fitted on
+
+    def fits(self, gpu_name: str) -> bool:
+        """Whether a row naming ``gpu_name`` ran on this table's GPU (an H200's table is not an H100's, though
+        both are priced on the ``h100`` cluster file)."""
+        from monta.hardware.gpus import gpu_of
+
+        return gpu_of(gpu_name) == self.gpu
 
     def apply(self, cluster):
         """``cluster`` with the measured efficiencies."""
@@ -66,8 +74,9 @@ def fit_table(table: dict, peak_tflops: float, hbm_GBps: float) -> tuple[float, 
 
 
 def load_compute_table(path: str | Path) -> ComputeTable:
-    """The table at ``path`` fitted against the cluster file it names (``model.cluster``); a file that is not
-    such a table raises ValueError saying what to change."""
+    """The table at ``path`` fitted against the cluster file it names (``model.cluster``), which must be the
+    cluster of its ``device_name``; a file that is not such a table raises ValueError saying what to change."""
+    from monta.hardware.gpus import cluster_of_gpu, gpu_of
     from monta.hardware.profile import get_cluster
 
     p = Path(path)
@@ -80,9 +89,16 @@ def load_compute_table(path: str | Path) -> ComputeTable:
     name = (table.get("model") or {}).get("cluster")
     if not name:
         raise ValueError(f"--compute-table {path}: names no cluster (model.cluster): rescore it with --cluster")
+    device = str(table.get("device_name") or "")
+    gpu = gpu_of(device)
+    if gpu is None or cluster_of_gpu(device) != name:
+        raise ValueError(
+            f"--compute-table {path}: its device {device or '(none)'!r} is not a GPU of the cluster it names "
+            f"({name}): rescore it with the device's --cluster"
+        )
     base = get_cluster(name)
     try:
         gemm, attn, used = fit_table(table, base.peak_tflops, base.hbm_GBps)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"--compute-table {path}: {e}") from None
-    return ComputeTable(str(p), table.get("device_name", ""), name, gemm, attn, used)
+    return ComputeTable(str(p), device, gpu, name, gemm, attn, used)

@@ -29,10 +29,17 @@ def parse(text: str) -> list[str]:
         s = expanded
     s = re.sub(rf"([{SYMBOLS}])\*(\d+)", lambda g: g.group(1) * int(g.group(2)), s)
     bad = set(s) - set(SYMBOLS) - {"|"}
-    if bad or not s:
+    if not s:
+        raise ValueError(f"pipeline layout {text!r} is empty: write its stages (e.g. 'Et|(tt|)*30mL') or leave it out")
+    if bad:
         raise ValueError(
             f"pipeline layout {text!r}: symbols are E, t, m, L, '|', 'X*n' and '(...)*n' (not {''.join(sorted(bad))})"
         )
+    # the embedding and the head with its loss run once per micro-batch: a layout without one, or with two,
+    # would price a step that drops or doubles them
+    for sym, what in (("E", "embedding"), ("L", "output layer with the loss")):
+        if s.count(sym) != 1:
+            raise ValueError(f"pipeline layout {text!r} holds {s.count(sym)} {sym!r} ({what}): write exactly one")
     return s.split("|")
 
 
@@ -43,9 +50,11 @@ def stage_loads(text: str, pp: int, layers: int, dense_layers: int, mtp: int) ->
     stages = parse(text)
     if len(stages) % pp:
         raise ValueError(f"pipeline layout {text!r} has {len(stages)} stages, not a multiple of pp={pp}")
-    decoder = sum(v.count("t") for v in stages)
-    if decoder != layers or sum(v.count("m") for v in stages) != mtp:
+    decoder, held_mtp = (sum(v.count(sym) for v in stages) for sym in "tm")
+    if decoder != layers:
         raise ValueError(f"pipeline layout {text!r} holds {decoder} decoder layers; the model has {layers}")
+    if held_mtp != mtp:
+        raise ValueError(f"pipeline layout {text!r} holds {held_mtp} MTP layers; the model has {mtp}")
     loads = [[0.0, 0.0, 0.0] for _ in range(pp)]
     done = 0
     for i, v in enumerate(stages):
