@@ -87,6 +87,9 @@ def rank_main(size: int, iters: int, out: str) -> None:
         got["samples"] = {str(i): s for i, s in enumerate(every_samples) if s}
         with open(out, "w") as f:
             json.dump(got, f)
+    # every rank done with every communicator before any tears its own down: a rank that left first aborted
+    # in gloo's teardown once ("terminate called without an active exception", a fresh clone's CI)
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -159,6 +162,12 @@ def main(argv: list[str]) -> None:
         except ValueError as e:
             _fail(f"SIZE {argv[1]!r}: {e}")
         rank_main(size, int(_number(argv[2], "ITERS")), argv[3])
+        # End as the project's forked ranks do (monta.emulate.forkstart): without the interpreter's finalization,
+        # in which a gloo communicator still referenced (the duplex groups' cache) aborted one rank in about ten
+        # ("terminate called without an active exception", no Python frame; a fresh clone's CI and a loop here).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     elif len(argv) == 3 and argv[0] == "report":
         if not os.path.isfile(argv[1]):
             _fail(f"{argv[1]}: no such file (write it with the rank mode first)")
