@@ -129,16 +129,17 @@ class DuplexGroup:
 STAGE_ENV = "MONTA_TEST_STAGE_HOST"  # TEST AID: "1" stages CPU tensors too, so the CPU tests run that path
 
 
-def _staged(t: torch.Tensor) -> bool:
-    return t.is_cuda or os.environ.get(STAGE_ENV) == "1"
-
-
 def _through_host(parts: tuple, own: int) -> tuple[tuple, list[tuple[torch.Tensor, torch.Tensor]]]:
     """gloo's point-to-point sends read and write host memory only (a CUDA pointer fails in ``writev``
     with "Bad address", seen on an H200 with ranks sharing the GPU over gloo): device tensors travel
     through host copies, the received ones copied back when the batch is waited on. CPU tensors pass
     as they are (the emulator's case), so nothing changes there. ``own``: this rank's entry, which no peer
     sends (the caller copied it already): it is left out, or the wait would overwrite it."""
+    forced = os.environ.get(STAGE_ENV) == "1"  # read once per exchange, not once per tensor
+
+    def _staged(t: torch.Tensor) -> bool:
+        return t.is_cuda or forced
+
     if not any(t is not None and _staged(t) for sends, recvs in parts for t in (*sends, *recvs)):
         return parts, []
     landing: list[tuple[torch.Tensor, torch.Tensor]] = []
