@@ -94,3 +94,36 @@ def test_every_point_past_its_own_bound_is_named_not_only_the_best():
     past = past_own_bound(recs)
     assert len(past) == 1 and past[0].startswith("2 x 8 8 MiB, 4 chunks: 7.30x (CI low 7.20) over its bound"), past
     assert past_own_bound(recs[:1]) == []
+
+
+def test_the_bound_takes_legacy_as_measured_and_tells_the_drain_from_a_testbed_bug():
+    from monta.emulate.bound import legacy_as_measured
+    from monta_analysis.testbed_bound import past_own_bound
+
+    got = record_bound(_rec("monta", 8, 1.28e6)["params"], _rec("monta", 8, 1.28e6)["metrics"])
+    a, b, s = got["a2a_ms"], got["bucket_ms"], got["span"]
+    legacy_ms = 8 * a * 1.01  # legacy 1% over TP x its link time (its own host work)
+    both = legacy_as_measured(got, legacy_ms)
+    assert both["chunks"] == pytest.approx(legacy_ms / (a * s - b)) and both["bytes"] == pytest.approx(
+        legacy_ms / (a - b)
+    )
+    assert got["value"] < both["chunks"] < both["bytes"] < 8.1
+    recs = [
+        _rec("legacy", 1, legacy_ms * 1e3, inter=8 * MIB, intra=0),
+        # over the TP A bound (7.08x) but under legacy as measured (7.15x): legacy's own work, not named
+        _rec("monta", 8, 1_260_000, 7.12, [7.10, 7.13]),
+        # a second run's legacy is not this run's
+        _rec("legacy", 1, 1.5 * legacy_ms * 1e3, inter=8 * MIB, intra=0),
+    ]
+    for r in recs[:2]:
+        r["run_id"] = "run-a"
+    assert past_own_bound(recs) == []
+    drain = _rec("monta", 8, 1_200_000, 7.60, [7.50, 7.70])  # past the split's bound, under the bytes' bound
+    bug = _rec("monta", 8, 1_100_000, 8.40, [8.30, 8.50])  # past what MoNTA's bytes allow
+    drain["run_id"] = bug["run_id"] = "run-a"
+    past = past_own_bound(recs + [drain, bug])
+    assert len(past) == 2
+    assert past[0].startswith("2 x 8 16 MiB, 8 chunks: 7.60x (CI low 7.50) over its bound 7.15x, under its bytes'")
+    assert (
+        past[0].endswith("(the drain)") and past[1].endswith("(a testbed bug)") and "OVER its bytes' bound" in past[1]
+    )

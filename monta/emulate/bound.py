@@ -52,4 +52,16 @@ def record_bound(params: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[
         "r": ag_s / a2a_s,
         "bucket_ms": 1e3 * bucket_s,
         "chunks": chunks,
+        "span": pipeline_span(shares, ag_s / a2a_s),
     }
+
+
+def legacy_as_measured(bound: dict[str, float], legacy_ms: float) -> dict[str, float]:
+    """A record's bounds (``record_bound``) with legacy's time as measured in the same run instead of TP A - b
+    (legacy's own host work, 0.2-0.8% over its link time on the pipeline's sweeps, is legacy's, not the
+    testbed's): ``chunks`` = L / (A s - b), what MoNTA's split can reach if each chunk's AllToAll ends at once
+    on every rank; ``bytes`` = L / (A - b), what no exchange sending MoNTA's inter-node bytes can pass
+    (its AllGathers all hidden). Between the two lies the drain: the last chunk's AllGather, which on the
+    emulator partly runs while a node's last ranks still receive (docs/testbed.md, the chunk pipeline's drain)."""
+    a, b = bound["a2a_ms"], bound["bucket_ms"]
+    return {"chunks": legacy_ms / (a * bound["span"] - b), "bytes": legacy_ms / (a - b)}

@@ -113,6 +113,18 @@ def _paired(m: dict, t: list[list[float]], idx: dict, si: int, vi: int, v: str) 
         )
 
 
+def _spans(m: dict, spans: list[list[float]], idx: dict, si: int, vi: int) -> None:
+    """Row ``vi``'s times from the first rank's start to the last one's end (ranks on one host's clock:
+    ``runner.Timings.span_times``) and its paired speedup over legacy by them, beside the slowest rank's own."""
+    if not spans[vi]:
+        return
+    m["span_samples_us"], m["span_us"] = spans[vi], float(statistics.median(spans[vi]))
+    bi = idx.get(("legacy", 1))
+    if bi is not None and bi != vi and spans[bi]:
+        pt, lo, hi = bootstrap(median_ratio, [spans[bi], spans[vi]], seed=1000 * si + vi)
+        m["span_speedup_vs_legacy"], m["span_speedup_vs_legacy_ci"] = pt, [lo, hi]
+
+
 def _row_metrics(cfg: AlltoallConfig, layout, tm, si: int, vi: int, times_us: list[float], wrong, load) -> dict:
     """Row ``vi`` at size ``si``: its timing summary, bandwidths, bytes per call, CPU time and check count."""
     m = summarize(times_us)
@@ -180,6 +192,7 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
             if link:
                 m["link_delivery"] = link
             _paired(m, t, idx, si, vi, v)
+            _spans(m, [[x * 1e6 for x in tm.span_times[si][vj]] for vj in range(len(variants))], idx, si, vi)
             if slowdown.applies(v):
                 m["injected_slowdown"] = slowdown.fraction  # TEST AID: this variant was slowed on purpose
                 # ... and what it took before its delay, so a gate check can tell the injection from a

@@ -198,6 +198,19 @@ def _rows(variants) -> str:
     return f"{len(variants)} variant rows ({', '.join(row_label(v, c) for v, c in variants)})"
 
 
+def host_clock_shared() -> bool:
+    """Whether every rank runs on this rank's kernel (one boot id), so that their monotonic clocks are one
+    (network namespaces do not move it). Collective."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            mine = f.read().strip()
+    except OSError:
+        mine = None
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return mine is not None and all(b == mine for b in every)
+
+
 def _grid(n_sizes: int, n_variants: int) -> list[list[list]]:
     return [[[] for _ in range(n_variants)] for _ in range(n_sizes)]
 
@@ -209,6 +222,11 @@ class Timings:
     n_sizes: int
     n_variants: int
     times: list = field(init=False)  # s, the slowest rank's, per iteration
+    # s, per iteration: from the first rank's start to the last rank's end on the host's one clock, where every
+    # rank runs on one kernel (the emulator; ``host_clock_shared``), else empty. A world barrier releases the
+    # ranks apart (on the emulator up to tens of ms at the pipeline's clocks, hundreds at p4de's), and a rank
+    # released late times only its own part: the slowest rank's own time can read under the bytes' time.
+    span_times: list = field(init=False)
     cpu: list = field(init=False)  # s of CPU time, averaged over ranks
     clean: list = field(init=False)  # TEST AID: the injected variant's times without its delay
     spans: list = field(init=False)  # (start, end) perf_counter of each call on this rank (rank 0: host load)
@@ -219,6 +237,7 @@ class Timings:
 
     def __post_init__(self) -> None:
         self.times = _grid(self.n_sizes, self.n_variants)
+        self.span_times = _grid(self.n_sizes, self.n_variants)
         self.cpu = _grid(self.n_sizes, self.n_variants)
         self.clean = _grid(self.n_sizes, self.n_variants)
         self.spans = _grid(self.n_sizes, self.n_variants)
@@ -233,12 +252,15 @@ def time_sizes(
     iteration so drift and noise hit all alike) until ``rule`` stops it; rank 0 decides, all follow."""
     world = r.layout.world_size
     tm = Timings(len(inputs), len(variants))
+    shared = host_clock_shared()
     for si, x in enumerate(inputs):
         t_size = time.perf_counter()
         it = 0
         while True:
             beat(f"timing size {format_size(sizes[si])} ({si + 1}/{len(inputs)}), iteration {it + 1}")
             round_t = torch.zeros(len(variants), dtype=torch.float64)
+            # each call's (-start, end) on this host's monotonic clock: one MAX reduce gives the first start, last end
+            round_se = torch.full((2, len(variants)), -float("inf"), dtype=torch.float64)
             round_c = torch.zeros(len(variants), dtype=torch.float64)
             round_clean = torch.zeros(len(variants), dtype=torch.float64)  # before an injected delay
             k = it % len(variants)
@@ -258,6 +280,7 @@ def time_sizes(
                     took += slowdown.delay(tm.clean[si][vi], took)
                 t1 = time.perf_counter()
                 round_t[vi] = took
+                round_se[0, vi], round_se[1, vi] = -t0, t0 + took
                 round_c[vi] = time.process_time() - c0
                 d1 = own_run_delay_s()
                 if d0 is not None and d1 is not None:
@@ -268,6 +291,8 @@ def time_sizes(
                 tm.bytes_per_call[(si, vi)] = (r.meter.inter, r.meter.intra)
                 tm.meta_per_call[(si, vi)] = r.meter.bytes("inter", op="meta")
             dist.all_reduce(round_t, op=dist.ReduceOp.MAX)  # an iteration lasts until its slowest rank is done
+            if shared:
+                dist.all_reduce(round_se, op=dist.ReduceOp.MAX)
             if slowdown.variant is not None:
                 dist.all_reduce(round_clean, op=dist.ReduceOp.MAX)
             dist.all_reduce(round_c, op=dist.ReduceOp.SUM)
@@ -277,6 +302,8 @@ def time_sizes(
                 if round_clean[vi] > 0:
                     tm.clean[si][vi].append(float(round_clean[vi]))
                 tm.times[si][vi].append(float(round_t[vi]))
+                if shared:
+                    tm.span_times[si][vi].append(float(round_se[1, vi] + round_se[0, vi]))
                 tm.cpu[si][vi].append(float(round_c[vi]) / world)
             it += 1
             # Rank 0 decides whether to go on and tells everyone (one small broadcast per round).

@@ -207,6 +207,15 @@ def summary_rows(records) -> list[dict[str, Any]]:
             row["pipeline_bound"] = pipeline_bound(p["tp"], r, best_c, _capacity_slice(p, best_c))
             if "vs_legacy" in row:  # how close the k-chunk pipeline came to its own bound
                 row["of_pipeline_bound"] = row["vs_legacy"] / row["pipeline_bound"]
+        if "span_speedup_vs_legacy" in m:  # ranks on one host's clock: the same ratio from first start to last end
+            row["span_vs_legacy"], row["span_vs_legacy_ci"] = (
+                m["span_speedup_vs_legacy"],
+                m["span_speedup_vs_legacy_ci"],
+            )
+            a2a = vs.get(("a2a", 1), {}).get("metrics", {})
+            if "span_speedup_vs_legacy" in a2a:
+                row["span_a2a_vs_legacy"] = a2a["span_speedup_vs_legacy"]
+                row["span_a2a_vs_legacy_ci"] = a2a["span_speedup_vs_legacy_ci"]
         loads = [rec["metrics"].get("host_cpu") for rec in vs.values()]
         row["host_cpu"] = _merge_loads(loads)
         # The size's ratios are CPU-bound when a variant they are computed from was (legacy,
@@ -290,6 +299,16 @@ def print_footer(records) -> None:
                 f"ideal {row['ideal_vs_deepspeed']:.2f}x efficiency {100 * row['overlap_efficiency']:.0f}%{ci}{sums}"
             )
         print("# " + "  ".join(parts))
+        if "span_vs_legacy" in row:
+            a2a = (
+                f", the AllToAll alone {fmt_ci(row['span_a2a_vs_legacy'], row['span_a2a_vs_legacy_ci'])}"
+                if "span_a2a_vs_legacy" in row
+                else ""
+            )
+            print(
+                f"#        from the first rank's start to the last one's end (one host clock): vs legacy "
+                f"{fmt_ci(row['span_vs_legacy'], row['span_vs_legacy_ci'])}{a2a}"
+            )
         links = ", ".join(
             f"{v} {100 * d['share']:.0f}% ({d['link']})" for v, d in row["links"].items() if d.get("judged", True)
         )

@@ -1,0 +1,78 @@
+"""tools/chunk_phases.py on the emulator: per-rank stamps of MoNTA's chunk pipeline (the project's run_pass),
+the AllToAll alone beside it, and the report built from them (docs/testbed.md, the chunk pipeline's drain)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monta.emulate import Topology, launch, namespace_problem
+
+PROBLEM = namespace_problem()
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "chunk_phases.py"
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_chunk_stamps_and_the_report_from_them(tmp_path):
+    out = tmp_path / "chunks.json"
+    launch(
+        [sys.executable, str(TOOL), "rank", "256K", "4", "1", str(out)],
+        2,
+        2,
+        Topology(inter_gbps=0.5, intra_gbps=2.0),
+        timeout_s=120,
+        stdout=subprocess.DEVNULL,
+    )
+    got = json.loads(out.read_text())
+    # 256 KiB of [2 experts, capacity, 1024 floats] rows: capacity 32, 16 slots per TP rank, MoNTA's split of 4
+    assert got["meta"] == {
+        "size": 256 << 10,
+        "tp": 2,
+        "nodes": 2,
+        "chunks": 4,
+        "split": [2, 5, 5, 4],
+        "row_bytes": 8192,
+    }
+    rows = got["rows"]
+    assert sorted((r["mode"], r["rank"]) for r in rows) == sorted((m, k) for m in ("monta", "a2a") for k in range(4))
+    for r in rows:
+        # the pass left one AllToAll per chunk, in order, before it ended; the AllToAll alone is not stamped
+        assert len(r["leaves"]) == (4 if r["mode"] == "monta" else 0)
+        assert r["t0"] < min(r["leaves"] + [r["end"]]) and r["leaves"] == sorted(r["leaves"])
+        assert all(t <= r["end"] for t in r["leaves"])
+    assert set(got["samples"]) == {"0", "2"}  # local rank 0 of each node sampled its counters
+    lines = subprocess.run(
+        [sys.executable, str(TOOL), "report", str(out), "2.0"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert lines[0] == "0.25 MiB per rank, 4 chunks cut [2, 5, 5, 4]"
+    assert lines[1].startswith("iteration 1: monta ") and "the AllToAll alone" in lines[1]
+    assert lines[1].count("(the slowest rank's own ") == 2
+    # the bound's drain: 2 ranks x 1 peer x 4 slots x 8 KiB at 2 Gbit/s = 0.26 ms
+    assert [line.split(":")[0] for line in lines[2:]] == ["  node 0", "  node 1"]
+    assert all("the bound's drain 0.3 ms" in line and "of the last AllGather's 64 KiB" in line for line in lines[2:])
+
+
+def test_the_tool_says_how_to_call_it():
+    def run(*args, **env):
+        clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+        return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env={**clean, **env})
+
+    cases = [
+        ((), "usage: chunk_phases.py rank SIZE CHUNKS ITERS OUT.json"),
+        (("rank", "4M", "8", "3", "x.json"), "rank mode needs RANK, WORLD_SIZE, LOCAL_WORLD_SIZE"),
+        (("report", "/nonexistent/c.json", "2.0"), "c.json: no such file"),
+    ]
+    for args, said in cases:
+        res = run(*args)
+        assert res.returncode == 2 and said in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    res = run("rank", "12Q", "8", "3", "x.json", **env)
+    assert res.returncode == 2 and "SIZE '12Q'" in res.stderr
+    res = run("rank", "4M", "0", "3", "x.json", **env)
+    assert res.returncode == 2 and "CHUNKS '0': give a positive whole number" in res.stderr
