@@ -89,9 +89,8 @@ def past_own_bound(records: Sequence[Mapping[str, Any]]) -> list[str]:
         bounds = legacy_as_measured(got, legacy) if legacy else {"chunks": got["value"], "bytes": None}
         if low <= bounds["chunks"]:
             continue
-        point = (
-            f"{p.get('nodes')} x {p.get('gpus_per_node')} {int(p['size_bytes']) >> 20} MiB, {p.get('chunks')} chunks"
-        )
+        tp = "" if p.get("tp") == p.get("gpus_per_node") else f" TP{p.get('tp')}"
+        point = f"{p.get('nodes')} x {p.get('gpus_per_node')}{tp} {int(p['size_bytes']) >> 20} MiB, {p.get('chunks')} chunks"
         said = f"{point}: {m[key]:.2f}x (CI low {low:.2f}) over its bound {bounds['chunks']:.2f}x"
         if bounds["bytes"] is not None:
             past = low > bounds["bytes"]
