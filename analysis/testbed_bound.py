@@ -90,7 +90,8 @@ def past_own_bound(records: Sequence[Mapping[str, Any]]) -> list[str]:
         if low <= bounds["chunks"]:
             continue
         tp = "" if p.get("tp") == p.get("gpus_per_node") else f" TP{p.get('tp')}"
-        point = f"{p.get('nodes')} x {p.get('gpus_per_node')}{tp} {int(p['size_bytes']) >> 20} MiB, {p.get('chunks')} chunks"
+        mib = int(p["size_bytes"]) >> 20
+        point = f"{p.get('nodes')} x {p.get('gpus_per_node')}{tp} {mib} MiB, {p.get('chunks')} chunks"
         said = f"{point}: {m[key]:.2f}x (CI low {low:.2f}) over its bound {bounds['chunks']:.2f}x"
         if bounds["bytes"] is not None:
             past = low > bounds["bytes"]
