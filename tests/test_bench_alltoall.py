@@ -155,6 +155,14 @@ def test_paired_ratios_adaptive_iterations_and_an_injected_slowdown(tmp_path):
     for m in by.values():
         assert m["host_cpu"]["busy"] is not None and 0 <= m["host_cpu"]["busy"] <= 1
         assert m["cpu_bound"] in (True, False) and "injected_slowdown" not in m
+    # the emulated ranks share one kernel's clock: each call also from the first rank's start to the last one's
+    # end, never shorter than the slowest rank's own time in the same iteration
+    for m in by.values():
+        assert len(m["span_samples_us"]) == n
+        assert all(s >= t for s, t in zip(m["span_samples_us"], m["samples_us"], strict=True))
+    lo, hi = by["monta"]["span_speedup_vs_legacy_ci"]
+    assert lo <= by["monta"]["span_speedup_vs_legacy"] <= hi and "span_speedup_vs_legacy" not in by["legacy"]
+    assert "from the first rank's start to the last one's end (one host clock): vs legacy" in plain.stdout
     env = recs[0]["env"]
     assert env["transport"] == "duplex" and env["net_tuning"]["tcp_cc"] == "reno"
     assert env["net_tuning"]["quickack"] is True
