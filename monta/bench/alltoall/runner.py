@@ -198,6 +198,17 @@ def _rows(variants) -> str:
     return f"{len(variants)} variant rows ({', '.join(row_label(v, c) for v, c in variants)})"
 
 
+def _keep_round(tm: Timings, si: int, ran: list[int], took, clean, cpu, spans) -> None:
+    """One timed iteration's figures, reduced over the ranks, into ``tm`` for the variant rows that ran."""
+    for vi in ran:
+        if clean[vi] > 0:
+            tm.clean[si][vi].append(float(clean[vi]))
+        tm.times[si][vi].append(float(took[vi]))
+        if spans is not None:  # (-first start, last end)
+            tm.span_times[si][vi].append(float(spans[1, vi] + spans[0, vi]))
+        tm.cpu[si][vi].append(float(cpu[vi]))
+
+
 def host_clock_shared() -> bool:
     """Whether every rank runs on this rank's kernel (one boot id), so that their monotonic clocks are one
     (network namespaces do not move it). Collective."""
@@ -296,15 +307,8 @@ def time_sizes(
             if slowdown.variant is not None:
                 dist.all_reduce(round_clean, op=dist.ReduceOp.MAX)
             dist.all_reduce(round_c, op=dist.ReduceOp.SUM)
-            for vi in range(len(variants)):
-                if not r.runs(sizes[si], *variants[vi]):
-                    continue
-                if round_clean[vi] > 0:
-                    tm.clean[si][vi].append(float(round_clean[vi]))
-                tm.times[si][vi].append(float(round_t[vi]))
-                if shared:
-                    tm.span_times[si][vi].append(float(round_se[1, vi] + round_se[0, vi]))
-                tm.cpu[si][vi].append(float(round_c[vi]) / world)
+            ran = [vi for vi in range(len(variants)) if r.runs(sizes[si], *variants[vi])]
+            _keep_round(tm, si, ran, round_t, round_clean, round_c / world, round_se if shared else None)
             it += 1
             # Rank 0 decides whether to go on and tells everyone (one small broadcast per round).
             go = torch.zeros(1, dtype=torch.int64)

@@ -207,15 +207,7 @@ def summary_rows(records) -> list[dict[str, Any]]:
             row["pipeline_bound"] = pipeline_bound(p["tp"], r, best_c, _capacity_slice(p, best_c))
             if "vs_legacy" in row:  # how close the k-chunk pipeline came to its own bound
                 row["of_pipeline_bound"] = row["vs_legacy"] / row["pipeline_bound"]
-        if "span_speedup_vs_legacy" in m:  # ranks on one host's clock: the same ratio from first start to last end
-            row["span_vs_legacy"], row["span_vs_legacy_ci"] = (
-                m["span_speedup_vs_legacy"],
-                m["span_speedup_vs_legacy_ci"],
-            )
-            a2a = vs.get(("a2a", 1), {}).get("metrics", {})
-            if "span_speedup_vs_legacy" in a2a:
-                row["span_a2a_vs_legacy"] = a2a["span_speedup_vs_legacy"]
-                row["span_a2a_vs_legacy_ci"] = a2a["span_speedup_vs_legacy_ci"]
+        row.update(_span_fields(m, vs))
         loads = [rec["metrics"].get("host_cpu") for rec in vs.values()]
         row["host_cpu"] = _merge_loads(loads)
         # The size's ratios are CPU-bound when a variant they are computed from was (legacy,
@@ -243,6 +235,31 @@ def summary_rows(records) -> list[dict[str, Any]]:
     return out
 
 
+def _span_fields(m: dict, vs: dict) -> dict[str, Any]:
+    """Ranks on one host's clock: MoNTA's and the AllToAll alone's ratio over legacy from the first rank's start
+    to the last one's end (``span_speedup_vs_legacy``), beside the slowest rank's own time."""
+    out: dict[str, Any] = {}
+    if "span_speedup_vs_legacy" in m:
+        out["span_vs_legacy"], out["span_vs_legacy_ci"] = m["span_speedup_vs_legacy"], m["span_speedup_vs_legacy_ci"]
+        a2a = vs.get(("a2a", 1), {}).get("metrics", {})
+        if "span_speedup_vs_legacy" in a2a:
+            out["span_a2a_vs_legacy"] = a2a["span_speedup_vs_legacy"]
+            out["span_a2a_vs_legacy_ci"] = a2a["span_speedup_vs_legacy_ci"]
+    return out
+
+
+def _span_line(row: dict[str, Any]) -> str:
+    a2a = (
+        f", the AllToAll alone {fmt_ci(row['span_a2a_vs_legacy'], row['span_a2a_vs_legacy_ci'])}"
+        if "span_a2a_vs_legacy" in row
+        else ""
+    )
+    return (
+        "#        from the first rank's start to the last one's end (one host clock): vs legacy "
+        f"{fmt_ci(row['span_vs_legacy'], row['span_vs_legacy_ci'])}{a2a}"
+    )
+
+
 def _wait_label(vc, rec) -> str:
     wait = (rec["metrics"].get("host_cpu") or {}).get("rank_wait")
     return row_label(*vc) + (f" ({100 * wait:.0f}%)" if wait is not None else "")
@@ -261,6 +278,16 @@ def _merge_loads(loads) -> dict[str, float] | None:
     out["psi_some"] = sum(x["psi_some"] * x["sampled_s"] for x in psi) / w if len(psi) == len(loads) else None
     out["sampled_s"] = w
     return out
+
+
+def _print_injected(records) -> None:
+    injected = {
+        r["params"]["variant"]: r["metrics"]["injected_slowdown"]
+        for r in records
+        if r["metrics"].get("injected_slowdown")
+    }
+    for v, f in injected.items():
+        print(f"# TEST AID: {v} was slowed by {100 * f:g}% on purpose (--inject-slowdown)")
 
 
 def print_footer(records) -> None:
@@ -300,15 +327,7 @@ def print_footer(records) -> None:
             )
         print("# " + "  ".join(parts))
         if "span_vs_legacy" in row:
-            a2a = (
-                f", the AllToAll alone {fmt_ci(row['span_a2a_vs_legacy'], row['span_a2a_vs_legacy_ci'])}"
-                if "span_a2a_vs_legacy" in row
-                else ""
-            )
-            print(
-                f"#        from the first rank's start to the last one's end (one host clock): vs legacy "
-                f"{fmt_ci(row['span_vs_legacy'], row['span_vs_legacy_ci'])}{a2a}"
-            )
+            print(_span_line(row))
         links = ", ".join(
             f"{v} {100 * d['share']:.0f}% ({d['link']})" for v, d in row["links"].items() if d.get("judged", True)
         )
@@ -341,13 +360,7 @@ def print_footer(records) -> None:
         )
     for line in filter(None, [chunk_floor.footer(records)]):  # the rows --min-chunk left out
         print(line)
-    injected = {
-        r["params"]["variant"]: r["metrics"]["injected_slowdown"]
-        for r in records
-        if r["metrics"].get("injected_slowdown")
-    }
-    for v, f in injected.items():
-        print(f"# TEST AID: {v} was slowed by {100 * f:g}% on purpose (--inject-slowdown)")
+    _print_injected(records)
     n_wrong = sum(r["metrics"]["wrong"] for r in records)
     checked = all(r["metrics"]["checked"] for r in records)
     print(f"# Out of bounds values : {n_wrong if checked else 'N/A'} {'OK' if checked and n_wrong == 0 else ''}")
