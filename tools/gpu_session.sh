@@ -10,7 +10,9 @@
 # ranks sharing the GPU over gloo on CUDA tensors, then one NCCL rank); steps.tar.gz (monta bench step, every
 # variant of the mini model, 4 ranks sharing the GPU over gloo and one NCCL rank: records and logs);
 # with COMPUTE=1 also compute-r1/r2.{json,md} (tools/gpu_compute_table.py twice, for the spread between runs);
-# session.log. Exit status: 0 when the check and both steps passed, else 1.
+# with HOSTOPS=1 host-ops-r1/r2.json (tools/gpu_host_ops.py twice: the host's time per eager op, and per op of a
+# router replayed as one CUDA graph); STEPS=0 skips the steps; session.log. Exit status: 0 when the check and
+# the steps run passed, else 1.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 mkdir -p "$OUT"
@@ -24,6 +26,10 @@ python3 -c 'import torch, deepspeed; print("torch", torch.__version__, "cuda", t
 rc=0
 python3 tools/gpu_check.py --out /tmp/gpu-check --timeout 240 || rc=1
 tar czf "$OUT/gpu-check.tar.gz" -C /tmp gpu-check
+if [ "${HOSTOPS:-0}" = 1 ]; then
+  for r in r1 r2; do python3 tools/gpu_host_ops.py --out "$OUT/host-ops-$r.json" || rc=1; done
+fi
+if [ "${STEPS:-1}" = 1 ]; then
 mkdir -p /tmp/steps
 step=(-m monta.cli bench step --launcher env --model moe-2x70b-mini --steps 3 --warmup 1 --no-wandb --force)
 timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 4 "${step[@]}" --backend gloo \
@@ -38,6 +44,7 @@ for f in sys.argv[1:]:  # every variant's loss: the exchanges move the same numb
     print(f"{f}: {len(loss)} variants, loss {lo:.6f}-{hi:.6f} (spread {(hi - lo) / lo:.1e} relative)")
 PY
 tar czf "$OUT/steps.tar.gz" -C /tmp steps
+fi
 [ "${COMPUTE:-0}" = 1 ] || exit $rc
 for r in r1 r2; do
   python3 tools/gpu_compute_table.py --out "/tmp/compute-$r" --cluster h100 \
