@@ -25,6 +25,12 @@ from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.network.routed import reference_exchanges
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
+from monta.perfmodel.training.passes import (
+    LOSS_BYTES_PER_LOGIT,
+    TE_LOSS_BYTES_PER_LOGIT,
+    elementwise_bytes,
+    unfused_bytes,
+)
 from monta.perfmodel.training.run_shape import RunModel
 
 # Hopper and Blackwell tensor cores run dense FP8 at twice their dense BF16 rate (H100 SXM 1,979 vs 989;
@@ -64,14 +70,6 @@ DEEPEP_WIDE_NVLINK_GBPS = (400.0, 190.0)
 # compute runs on the rest, (1 + c) x as long with c = 24 / (132 - 24) (the step model's contention factor,
 # monta.perfmodel.training.contention).
 OVERLAP_CONTENTION = 24 / (132 - 24)
-# The loss over the vocabulary is memory-bound: HBM bytes per logit (one token, one vocabulary entry, forward +
-# backward) of Megatron-Core's fused vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py on
-# tensor_parallel/cross_entropy.py's VocabParallelCrossEntropy), each jit-fused function one kernel: the BF16
-# logits read and an FP32 copy written (2 + 4, ``calculate_logits_max``), the max subtracted and exponentiated in
-# place (4 + 4, ``calculate_predicted_logits``), divided by the sum in place into the saved softmax (4 + 4,
-# ``calculate_cross_entropy_loss``); backward, the softmax read and the BF16 gradient written (4 + 2,
-# ``calculate_gradients``). Each MTP layer has its own loss.
-LOSS_BYTES_PER_LOGIT = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 2
 
 
 @dataclass(frozen=True)
@@ -98,6 +96,11 @@ class Layout:
     # Megatron-Core's ``--pipeline-model-parallel-layout`` where the run states one (``pp_layout``); empty: the
     # default split (decoder layers evenly, the MTP layers and the head on the last stage).
     pp_layout: str = ""
+    # The loss's implementation (``cross_entropy``: "te" for Transformer Engine's; else Megatron-Core's default,
+    # its own fused "native" one) and whether RoPE runs fused (``rope_fusion``: "no" where the run's code turns
+    # it off).
+    cross_entropy: str = ""
+    rope_fused: bool = True
 
     @property
     def dp(self) -> int:
@@ -190,20 +193,6 @@ def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> flo
     return 2 * total  # forward and backward
 
 
-def _elementwise_bytes(m: RunModel, fp8: bool, moe: bool) -> float:
-    """HBM bytes one token moves per layer outside the GEMMs and attention, forward (BF16 elements): norms,
-    residuals, rotary/reshape, the MoE permutation both ways, the SwiGLU activation; FP8 adds a quantisation
-    pass (read 2 bytes, write 1) over every GEMM input."""
-    h, k = m.hidden, (m.top_k if moe else 1)
-    f = m.ffn if moe else m.dense_ffn
-    sh = (m.shared * m.shared_ffn) if moe else 0
-    elems = 4 * h + 6 * h + 4 * h + (2 * (h + k * h) if moe else 0) + 3 * (k * f + sh)
-    out = 2.0 * elems
-    if fp8:
-        out += 3.0 * (h + m.heads * m.v_dim + k * h + k * f + (h + sh if sh else 0))
-    return out
-
-
 def _recompute_frac(s: Layout, m: RunModel, pieces: dict[str, float], moe: bool) -> float:
     """Forward GEMM FLOPs per token a layer recomputes (selective modules) -- full recompute: all of it."""
     rc = s.recompute.lower()
@@ -237,7 +226,7 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     )
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
-    t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
+    t_mem = (3 * elementwise_bytes(m, s.fp8, moe) + unfused_bytes(m, s, moe)) * per_gpu / (cluster.hbm_GBps * 1e3)
     t_rc = _recompute_frac(s, m, p, moe) * proj_slowdown(m.hidden, tokens, kh) * per_gpu / gemm_rate
     if s.recompute.lower().startswith("full"):
         t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
@@ -328,7 +317,8 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
     ) * proj_slowdown(m.hidden, tokens, head_kh)
-    loss_us = LOSS_BYTES_PER_LOGIT * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.hbm_GBps * 1e3)
+    loss_bytes = TE_LOSS_BYTES_PER_LOGIT if s.cross_entropy == "te" else LOSS_BYTES_PER_LOGIT
+    loss_us = loss_bytes * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.hbm_GBps * 1e3)
     head_us += loss_us
     host, host_dense = host_floor_us(m, s), host_floor_us(m, s, moe=False)
     if s.variant:
