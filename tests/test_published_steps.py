@@ -196,11 +196,12 @@ def test_calibration_pools_one_gpu_generation_and_leaves_the_row_s_source_out(pr
 
 
 def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
-    """A model too small to cover the host floor: each dense layer adds the per-layer floor (attention, norms),
-    not the MoE layer's, whose 64 local experts add 3 ops each."""
+    """A model too small to cover the host floor: each dense layer adds a dense layer's floor (attention, norms,
+    its MLP), not the MoE layer's (router, preprocess, exchange, 64 local experts at 3 ops each)."""
     from monta.hardware.profile import get_cluster
+    from monta.perfmodel.training.host_floor import HOST_US_PER_OP, OPS_ATTENTION, OPS_DENSE_MLP
     from monta.perfmodel.training.run_shape import RunModel
-    from monta.perfmodel.training.run_step import HOST_OPS_LAYER, HOST_US_PER_OP, Layout, price_run
+    from monta.perfmodel.training.run_step import Layout, price_run
 
     c = get_cluster("h100").with_nodes(1, 1)
     shape = dict(hidden=256, ffn=256, experts=64, top_k=2, heads=4, head_dim=64, vocab=1000, dense_ffn=1024)
@@ -209,7 +210,8 @@ def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
     with_dense = price_run(RunModel(layers=4, dense_layers=2, **shape), s, c)
     per_dense_layer = (with_dense["host_floor_us"] - moe_only["host_floor_us"]) / (2 * s.num_micro)
     # the floor less the dense layer's own few microseconds of GPU work
-    assert 0.98 * 3 * HOST_OPS_LAYER * HOST_US_PER_OP < per_dense_layer < 3 * HOST_OPS_LAYER * HOST_US_PER_OP
+    floor = 3 * (OPS_ATTENTION + OPS_DENSE_MLP) * HOST_US_PER_OP
+    assert 0.98 * floor < per_dense_layer < floor
 
 
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():

@@ -57,6 +57,38 @@ def elementwise_bytes(m: RunModel, fp8: bool, moe: bool) -> float:
     return out
 
 
+def mlp_elementwise_share(m: RunModel, s: Layout, moe: bool) -> float:
+    """The share of a layer's elementwise time (``elementwise_bytes`` x 3 + ``unfused_bytes``) that the MLP node
+    runs: the MoE permutation, the activation, their quantisation and the experts' second bias; the norms,
+    residuals and rotary belong to the attention node."""
+    h, k = m.hidden, (m.top_k if moe else 1)
+    f = m.ffn if moe else m.dense_ffn
+    sh = (m.shared * m.shared_ffn) if moe else 0
+    mlp = 2.0 * ((2 * (h + k * h) if moe else 0) + 3 * (k * f + sh))
+    if s.fp8:
+        mlp += 3.0 * (k * h + k * f + (h + sh if sh else 0))
+    mlp *= 3
+    total = 3 * elementwise_bytes(m, s.fp8, moe) + unfused_bytes(m, s, moe)
+    if moe and m.linear_bias:
+        mlp += EXPERT_BIAS_BYTES * m.top_k * m.hidden
+    return mlp / total if total else 0.0
+
+
+def recompute_bytes(m: RunModel, s: Layout, moe: bool) -> float:
+    """HBM bytes one token moves per layer re-running the memory-bound modules a selective recompute names
+    (Megatron-Core's ``--recompute-modules``): ``layernorm`` re-runs the input and pre-MLP norms (each reads and
+    writes the hidden state: 4 x hidden elements), ``moe_act`` the experts' activation (reads the gate and up
+    halves, writes the product: 3 x top-k x FFN elements), BF16."""
+    rc = s.recompute.lower()
+    mods = rc.partition(":")[2].split(",") if rc.startswith("selective:") else []
+    elems = 0.0
+    if "layernorm" in mods:
+        elems += 4 * m.hidden
+    if "moe_act" in mods and moe:
+        elems += 3 * m.top_k * m.ffn
+    return 2.0 * elems
+
+
 def unfused_bytes(m: RunModel, s: Layout, moe: bool) -> float:
     """HBM bytes one token moves per layer, forward + backward, in passes the run leaves unfused: RoPE without
     its fused kernel over the queries and keys (not MLA's, whose rotary part Megatron-Bridge keeps fused), the
