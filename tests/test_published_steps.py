@@ -40,8 +40,8 @@ def test_the_score_the_docs_report(priced):
     recs, prs = priced
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
-    # bounds just above the score with the loss term priced (docs/results/published-steps.md: blind 19.5%,
-    # calibrated 14.2%, unseen rows 10.0%): a regression of a point fails
+    # bounds just above the score (docs/results/published-steps.md, "The host floor by graph scope": blind 19.8%,
+    # calibrated 14.9%, unseen rows 7.7%): a regression of a point fails
     assert s["forced_blind"]["median"] <= 0.20  # the blind target (25%) met; the calibrated one (12%) not
     assert s["forced_calibrated"]["median"] <= 0.15
     assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
@@ -49,7 +49,7 @@ def test_the_score_the_docs_report(priced):
     # the rows no term was chosen with in view, scored apart: a pair is seen when either of its rows is
     forced = [r for r in recs if r["predicted_blind"] is not None and r["routing"] == "forced"]
     assert s["unseen_forced_blind"]["n"] == sum(not r["seen_by"] for r in forced) < len(forced)
-    assert s["unseen_forced_blind"]["median"] <= 0.11
+    assert s["unseen_forced_blind"]["median"] <= 0.085
     assert s["unseen_pairs"] == sum(not p["seen"] for p in prs) < s["pairs"]
     assert all(p["seen"] for p in prs if p["pair"] == "S10 -> S11")
     # forced-balance and real-routing rows are scored apart
