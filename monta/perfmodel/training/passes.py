@@ -59,14 +59,14 @@ def elementwise_bytes(m: RunModel, fp8: bool, moe: bool) -> float:
 
 def mlp_elementwise_share(m: RunModel, s: Layout, moe: bool) -> float:
     """The share of a layer's elementwise time (``elementwise_bytes`` x 3 + ``unfused_bytes``) that the MLP node
-    runs: the MoE permutation, the activation, their quantisation and the experts' second bias; the norms,
-    residuals and rotary belong to the attention node."""
+    runs: the MoE permutation, the routed experts' activation, their quantisation and the experts' second bias;
+    the norms, residuals, rotary and the shared experts belong to the attention node (Megatron-Core's
+    ``submodule_attn_forward`` runs the shared experts after the router)."""
     h, k = m.hidden, (m.top_k if moe else 1)
     f = m.ffn if moe else m.dense_ffn
-    sh = (m.shared * m.shared_ffn) if moe else 0
-    mlp = 2.0 * ((2 * (h + k * h) if moe else 0) + 3 * (k * f + sh))
+    mlp = 2.0 * ((2 * (h + k * h) if moe else 0) + 3 * k * f)
     if s.fp8:
-        mlp += 3.0 * (k * h + k * f + (h + sh if sh else 0))
+        mlp += 3.0 * (k * h + k * f)
     mlp *= 3
     total = 3 * elementwise_bytes(m, s.fp8, moe) + unfused_bytes(m, s, moe)
     if moe and m.linear_bias:

@@ -206,8 +206,8 @@ def _layer_us(
     m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool, skew: float
 ) -> tuple[dict[str, float], float]:
     """One layer, one micro-batch, forward + backward, on one GPU: its compute terms (us), and the part of them
-    the MLP node runs (the experts' and shared experts' or the dense FFN's GEMMs and elementwise work: A2A
-    overlap pairs it apart from the attention node)."""
+    the MLP node runs (the routed experts' or the dense FFN's GEMMs and elementwise work: A2A
+    overlap pairs it apart from the attention node, which runs the shared experts)."""
     p = m.layer_flops(s.seq, moe)
     gemm_rate = cluster.peak_tflops * (FP8_OVER_BF16 * FP8_GEMM_EFF if s.fp8 else cluster.gemm_eff) * 1e6
     attn_rate = cluster.peak_tflops * cluster.attn_eff * 1e6
@@ -216,12 +216,13 @@ def _layer_us(
     # routed to it from the whole EP group, a TP-split FFN's down projection a 1/tp-deep reduction
     kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps, s.fp8)
     per_expert = max(1.0, s.ep * per_gpu * m.top_k / m.experts)
-    mlp_gemm = (
-        p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh)
-        + p["shared"] * ffn_slowdown(m.hidden, m.shared_ffn // s.tp, tokens, kh)
-        + p["dense"] * ffn_slowdown(m.hidden, m.dense_ffn // s.tp, tokens, kh)
+    # the MLP node of Megatron-Core's merged 1F1B: the routed experts (a dense layer's FFN); the shared experts
+    # run in the attention node, after the router (fine_grained_callables.submodule_attn_forward)
+    mlp_gemm = p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh) + p["dense"] * ffn_slowdown(
+        m.hidden, m.dense_ffn // s.tp, tokens, kh
     )
-    gemm = p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh) + mlp_gemm + p["router"]
+    shared = p["shared"] * ffn_slowdown(m.hidden, m.shared_ffn // s.tp, tokens, kh)
+    gemm = p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh) + mlp_gemm + shared + p["router"]
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
     t_mem = (3 * elementwise_bytes(m, s.fp8, moe) + unfused_bytes(m, s, moe)) * per_gpu / (cluster.hbm_GBps * 1e3)
