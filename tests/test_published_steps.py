@@ -40,8 +40,8 @@ def test_the_score_the_docs_report(priced):
     recs, prs = priced
     s = PS.step_summary(recs, prs)
     assert s["priced_blind"] >= 25 and s["priced_sources"] >= 8
-    # bounds just above the score with the loss term priced (docs/results/published-steps.md: blind 19.5%,
-    # calibrated 14.2%, unseen rows 10.0%): a regression of a point fails
+    # bounds just above the score (docs/results/published-steps.md, "The host floor by graph scope": blind 19.8%,
+    # calibrated 14.2%, unseen rows 7.7%): a regression of a point fails
     assert s["forced_blind"]["median"] <= 0.20  # the blind target (25%) met; the calibrated one (12%) not
     assert s["forced_calibrated"]["median"] <= 0.15
     assert s["pairs"] == 20 and s["pairs_direction_right"] >= 18
@@ -49,7 +49,7 @@ def test_the_score_the_docs_report(priced):
     # the rows no term was chosen with in view, scored apart: a pair is seen when either of its rows is
     forced = [r for r in recs if r["predicted_blind"] is not None and r["routing"] == "forced"]
     assert s["unseen_forced_blind"]["n"] == sum(not r["seen_by"] for r in forced) < len(forced)
-    assert s["unseen_forced_blind"]["median"] <= 0.11
+    assert s["unseen_forced_blind"]["median"] <= 0.085
     assert s["unseen_pairs"] == sum(not p["seen"] for p in prs) < s["pairs"]
     assert all(p["seen"] for p in prs if p["pair"] == "S10 -> S11")
     # forced-balance and real-routing rows are scored apart
@@ -196,11 +196,12 @@ def test_calibration_pools_one_gpu_generation_and_leaves_the_row_s_source_out(pr
 
 
 def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
-    """A model too small to cover the host floor: each dense layer adds the per-layer floor (attention, norms),
-    not the MoE layer's, whose 64 local experts add 3 ops each."""
+    """A model too small to cover the host floor: each dense layer adds a dense layer's floor (attention, norms,
+    its MLP), not the MoE layer's (router, preprocess, exchange, 64 local experts at 3 ops each)."""
     from monta.hardware.profile import get_cluster
+    from monta.perfmodel.training.host_floor import HOST_US_PER_OP, OPS_ATTENTION, OPS_DENSE_MLP
     from monta.perfmodel.training.run_shape import RunModel
-    from monta.perfmodel.training.run_step import HOST_OPS_LAYER, HOST_US_PER_OP, Layout, price_run
+    from monta.perfmodel.training.run_step import Layout, price_run
 
     c = get_cluster("h100").with_nodes(1, 1)
     shape = dict(hidden=256, ffn=256, experts=64, top_k=2, heads=4, head_dim=64, vocab=1000, dense_ffn=1024)
@@ -209,7 +210,8 @@ def test_a_dense_layer_waits_on_the_host_without_the_expert_ops():
     with_dense = price_run(RunModel(layers=4, dense_layers=2, **shape), s, c)
     per_dense_layer = (with_dense["host_floor_us"] - moe_only["host_floor_us"]) / (2 * s.num_micro)
     # the floor less the dense layer's own few microseconds of GPU work
-    assert 0.98 * 3 * HOST_OPS_LAYER * HOST_US_PER_OP < per_dense_layer < 3 * HOST_OPS_LAYER * HOST_US_PER_OP
+    floor = 3 * (OPS_ATTENTION + OPS_DENSE_MLP) * HOST_US_PER_OP
+    assert 0.98 * floor < per_dense_layer < floor
 
 
 def test_the_paper_setup_priced_by_the_scored_run_model_agrees_with_the_step_model():

@@ -127,7 +127,8 @@ def layout_of(row: Row):
         precision=precision or "bf16", routing="real" if routing == "real" else "forced",
         recompute=row.text("recompute").lower(), dispatcher=dispatcher,
         a2a_overlap=row.text("a2a_overlap").lower() == "yes", cuda_graphs=row.text("cuda_graphs").lower(),
-        pp_layout=row.text("pp_layout"),
+        pp_layout=row.text("pp_layout"), cross_entropy=row.text("cross_entropy").lower(),
+        rope_fused=row.text("rope_fusion").lower() != "no",
     )  # fmt: skip
     why = s.check()
     return (None, why) if why else (s, said)

@@ -42,6 +42,10 @@ class RunModel:
     # states it (``source_gflop_per_token``): a figure in the source's count is compared in that count. 0: the
     # model's own count (:meth:`model_flops_per_token`).
     source_gflop: float = 0.0
+    # Biases on the linear layers, the experts' included (GPT-OSS: ``linear_bias`` yes; Megatron-Bridge's
+    # provider sets ``add_bias_linear``): their FLOPs are negligible, the experts' second bias is not
+    # (``passes.EXPERT_BIAS_BYTES``).
+    linear_bias: bool = False
     assumed: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -166,6 +170,7 @@ def run_model(num, text) -> tuple[RunModel | None, str | None]:
         vocab=vocab,
         mtp=i("mtp_layers"),
         source_gflop=num("source_gflop_per_token") or 0.0,
+        linear_bias=(text("linear_bias") or "").lower() == "yes",
         assumed=tuple(assumed),
     )
     return m, None

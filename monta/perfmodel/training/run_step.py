@@ -3,11 +3,12 @@ VPP, CP, DP with a distributed optimizer) on one GPU, priced from the model's sh
 cluster file. The terms are those of ``monta.perfmodel.training.step`` on a Megatron layout: GEMMs at the
 cluster's peak x efficiency (FP8 at twice the BF16 peak), the causal attention core at its own efficiency,
 memory-bound elementwise work at HBM rate (FP8's quantisation passes included), recomputation, a per-layer
-host (kernel-launch) floor that CUDA graphs remove, the MoE token exchange priced by the exchange model
-(``exchange_shapes``: a flat AllToAll, or the node-deduplicating exchange for DeepEP/HybridEP; DeepEP at its
-measured rates on an NVLink domain wider than 8 GPUs; a ``monta.variants`` exchange on DeepSpeed's layout for
-the paper's setup) and hidden behind another micro-batch's compute when A2A overlap is on (that compute slowed
-by the SMs the exchange holds), tensor- and context-parallel communication, the 1F1B / interleaved pipeline
+host (kernel-launch) floor by the parts of the layer a CUDA-graph scope leaves to the host (``host_floor``), the
+MoE token exchange priced by the exchange model (``exchange_shapes``: a flat AllToAll, or the node-deduplicating
+exchange for DeepEP/HybridEP; DeepEP at its measured rates on an NVLink domain wider than 8 GPUs; a
+``monta.variants`` exchange on DeepSpeed's layout for the paper's setup), with A2A overlap paired with another
+micro-batch's work as Megatron-Core's merged 1F1B schedules it (``a2a_overlap``: two streams, the host in the
+loop, the SMs the exchange holds), tensor- and context-parallel communication, the 1F1B / interleaved pipeline
 bubble and stage-to-stage sends, the gradient sync the backward does not hide, and the optimizer.
 Real routing is priced by the skew model: the most-loaded EP rank's load over the mean
 (``monta.perfmodel.network.skew.SkewFactors``) stretches its expert compute and its exchange.
@@ -23,8 +24,18 @@ from monta.parallel import axis_shapes
 from monta.perfmodel.network import collectives
 from monta.perfmodel.network.exchange import exchange_shapes
 from monta.perfmodel.network.routed import reference_exchanges
+from monta.perfmodel.training.a2a_overlap import LayerParts, overlapped_layer_us, serial_us, unpaired_share
 from monta.perfmodel.training.compute import optimizer_us
 from monta.perfmodel.training.gemm_eff import depth_eff, ffn_slowdown, k_half, proj_slowdown
+from monta.perfmodel.training.host_floor import HOST_US_PER_OP, graph_scopes, host_floor_us, node_ops
+from monta.perfmodel.training.passes import (
+    LOSS_BYTES_PER_LOGIT,
+    TE_LOSS_BYTES_PER_LOGIT,
+    elementwise_bytes,
+    mlp_elementwise_share,
+    recompute_bytes,
+    unfused_bytes,
+)
 from monta.perfmodel.training.run_shape import RunModel
 
 # Hopper and Blackwell tensor cores run dense FP8 at twice their dense BF16 rate (H100 SXM 1,979 vs 989;
@@ -36,22 +47,8 @@ FP8_OVER_BF16 = 2.0
 # so FP8's asymptote is 0.53 / depth_eff = 0.59 of the FP8 peak (0.98 x the 60% the cluster files assume for
 # BF16's). A fraction of the FP8 peak, measured as such: a measured BF16 table (``--compute-table``) leaves it.
 FP8_GEMM_EFF = 0.53 / depth_eff(7168, k_half(5000.0, 7700.0, fp8=True))
-# Host (kernel-launch) floor per layer and micro-batch, forward + backward, when kernels are launched from
-# Python: HOST_OPS_LAYER ops for attention, norms, router and permutation (the same guide counts 72 router
-# kernels, 31 fused, 17 with DeepEP's fused preprocessing) plus HOST_OPS_EXPERT per local expert (quantise,
-# GEMMs; twice with FP8), forward, and twice that in the backward, at HOST_US_PER_OP each ("a few
-# microseconds" of host time even for an op without a kernel, the guide says; ~10 us for an op through
-# Transformer Engine's Python layer; 5-25 us of CPU work per eager PyTorch op before its kernel runs in
-# https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, which brackets it and does
-# not pin it). Model assumptions: the per-op time was chosen with the Qwen3-30B rows' micro-batch contrast in
-# view (MBS 1 vs 8 on Blackwell: ~3x tokens/s): those rows say so in steps.csv's ``seen_by`` and are scored
-# apart from the unseen ones.
-# The GPU waits when its own work per layer is shorter. CUDA graphs of part of the layer halve the floor,
-# of the whole step remove it.
-HOST_OPS_LAYER = 130
-HOST_OPS_EXPERT = 3
-HOST_US_PER_OP = 10.0
-HOST_GRAPHED = {"": 1.0, "no": 1.0, "partial": 0.5, "full": 0.0}
+# The host (kernel-launch) floor per layer and micro-batch, by the parts a row's CUDA-graph scope covers:
+# ``monta.perfmodel.training.host_floor`` (its op counts and their sources).
 # The MaxVio (max expert load / mean - 1) of real, dropless routing where a row states none: a log-normal
 # per-expert load (the skew model's ``lognormal`` workload, DeepEP#393's fit of DeepSeek-V3's counts).
 REAL_ROUTING_MAXVIO = 0.5
@@ -64,14 +61,6 @@ DEEPEP_WIDE_NVLINK_GBPS = (400.0, 190.0)
 # compute runs on the rest, (1 + c) x as long with c = 24 / (132 - 24) (the step model's contention factor,
 # monta.perfmodel.training.contention).
 OVERLAP_CONTENTION = 24 / (132 - 24)
-# The loss over the vocabulary is memory-bound: HBM bytes per logit (one token, one vocabulary entry, forward +
-# backward) of Megatron-Core's fused vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py on
-# tensor_parallel/cross_entropy.py's VocabParallelCrossEntropy), each jit-fused function one kernel: the BF16
-# logits read and an FP32 copy written (2 + 4, ``calculate_logits_max``), the max subtracted and exponentiated in
-# place (4 + 4, ``calculate_predicted_logits``), divided by the sum in place into the saved softmax (4 + 4,
-# ``calculate_cross_entropy_loss``); backward, the softmax read and the BF16 gradient written (4 + 2,
-# ``calculate_gradients``). Each MTP layer has its own loss.
-LOSS_BYTES_PER_LOGIT = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 2
 
 
 @dataclass(frozen=True)
@@ -98,6 +87,11 @@ class Layout:
     # Megatron-Core's ``--pipeline-model-parallel-layout`` where the run states one (``pp_layout``); empty: the
     # default split (decoder layers evenly, the MTP layers and the head on the last stage).
     pp_layout: str = ""
+    # The loss's implementation (``cross_entropy``: "te" for Transformer Engine's; else Megatron-Core's default,
+    # its own fused "native" one) and whether RoPE runs fused (``rope_fusion``: "no" where the run's code turns
+    # it off).
+    cross_entropy: str = ""
+    rope_fused: bool = True
 
     @property
     def dp(self) -> int:
@@ -117,6 +111,10 @@ class Layout:
             return f"tp*pp*cp = {self.tp * self.pp * self.cp} does not divide the {self.gpus} GPUs"
         if (self.tp * self.cp * self.dp) % self.ep:
             return f"ep={self.ep} does not divide tp*cp*dp = {self.tp * self.cp * self.dp} (EP folds over them)"
+        try:
+            graph_scopes(self.cuda_graphs)
+        except ValueError as e:
+            return str(e)
         if self.global_batch_tokens < self.seq * self.micro_batch * self.dp:
             return "the global batch is smaller than one micro-batch per data-parallel rank"
         if self.pp_layout:
@@ -166,12 +164,12 @@ def _published_exchange(dispatcher: str | None) -> str | None:
     return next((name for name, e in registry.exchanges().items() if dispatcher and dispatcher in e.stands_for), None)
 
 
-def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> float:
-    """One MoE layer's token exchange of one micro-batch, forward and backward (dispatch + combine each):
+def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> tuple[float, float]:
+    """One MoE layer's token exchange of one micro-batch, one way: (dispatch, combine); the backward repeats it:
     ``tokens`` per rank, each sent to top-k experts; DeepEP/HybridEP send a token once per node (the registered
     exchange that stands for their dispatcher, ``_published_exchange``) and dispatch in FP8 with an FP8 recipe."""
     if s.ep == 1:
-        return 0.0
+        return 0.0, 0.0
     gpn = cluster.gpus_per_node
     shapes = axis_shapes(gpn, ep=s.ep)  # the published runs' EP over consecutive ranks, no TP
     ep, tp1 = shapes["ep"], shapes["tp"]
@@ -179,29 +177,15 @@ def _exchange_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float) -> flo
     dedup = routed is not None
     disp_bytes = 1 if (dedup and s.fp8) else 2
     wide = s.dispatcher == "deepep" and ep.nodes == 1 and s.ep > 8  # DeepEP past its 8-GPU NVLink design
-    total = 0.0
+    parts = []
     for elem, cap in zip((disp_bytes, 2), DEEPEP_WIDE_NVLINK_GBPS):  # dispatch, then combine in BF16
         S = tokens * m.top_k * m.hidden * elem
         if dedup:
             ex = exchange_shapes(routed, S, ep, tp1, cluster, 1, m.top_k, m.experts, m.hidden * elem)
         else:
             ex = exchange_shapes(reference_exchanges()[0], S, ep, tp1, cluster, 1)  # stock deepspeed's
-        total += max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us
-    return 2 * total  # forward and backward
-
-
-def _elementwise_bytes(m: RunModel, fp8: bool, moe: bool) -> float:
-    """HBM bytes one token moves per layer outside the GEMMs and attention, forward (BF16 elements): norms,
-    residuals, rotary/reshape, the MoE permutation both ways, the SwiGLU activation; FP8 adds a quantisation
-    pass (read 2 bytes, write 1) over every GEMM input."""
-    h, k = m.hidden, (m.top_k if moe else 1)
-    f = m.ffn if moe else m.dense_ffn
-    sh = (m.shared * m.shared_ffn) if moe else 0
-    elems = 4 * h + 6 * h + 4 * h + (2 * (h + k * h) if moe else 0) + 3 * (k * f + sh)
-    out = 2.0 * elems
-    if fp8:
-        out += 3.0 * (h + m.heads * m.v_dim + k * h + k * f + (h + sh if sh else 0))
-    return out
+        parts.append(max(ex.total_us, S / (cap * 1e3)) if wide else ex.total_us)
+    return parts[0], parts[1]
 
 
 def _recompute_frac(s: Layout, m: RunModel, pieces: dict[str, float], moe: bool) -> float:
@@ -218,8 +202,12 @@ def _recompute_frac(s: Layout, m: RunModel, pieces: dict[str, float], moe: bool)
     return out
 
 
-def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool, skew: float) -> dict[str, float]:
-    """One layer, one micro-batch, forward + backward, on one GPU: its compute terms (us)."""
+def _layer_us(
+    m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool, skew: float
+) -> tuple[dict[str, float], float]:
+    """One layer, one micro-batch, forward + backward, on one GPU: its compute terms (us), and the part of them
+    the MLP node runs (the routed experts' or the dense FFN's GEMMs and elementwise work: A2A
+    overlap pairs it apart from the attention node, which runs the shared experts)."""
     p = m.layer_flops(s.seq, moe)
     gemm_rate = cluster.peak_tflops * (FP8_OVER_BF16 * FP8_GEMM_EFF if s.fp8 else cluster.gemm_eff) * 1e6
     attn_rate = cluster.peak_tflops * cluster.attn_eff * 1e6
@@ -228,20 +216,22 @@ def _layer_us(m: RunModel, s: Layout, cluster: Cluster, tokens: float, moe: bool
     # routed to it from the whole EP group, a TP-split FFN's down projection a 1/tp-deep reduction
     kh = k_half(cluster.peak_tflops * (FP8_OVER_BF16 if s.fp8 else 1.0), cluster.hbm_GBps, s.fp8)
     per_expert = max(1.0, s.ep * per_gpu * m.top_k / m.experts)
-    gemm = (
-        p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh)
-        + p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh)
-        + p["shared"] * ffn_slowdown(m.hidden, m.shared_ffn // s.tp, tokens, kh)
-        + p["dense"] * ffn_slowdown(m.hidden, m.dense_ffn // s.tp, tokens, kh)
-        + p["router"]
+    # the MLP node of Megatron-Core's merged 1F1B: the routed experts (a dense layer's FFN); the shared experts
+    # run in the attention node, after the router (fine_grained_callables.submodule_attn_forward)
+    mlp_gemm = p["experts"] * skew * ffn_slowdown(m.hidden, m.ffn, per_expert, kh) + p["dense"] * ffn_slowdown(
+        m.hidden, m.dense_ffn // s.tp, tokens, kh
     )
+    shared = p["shared"] * ffn_slowdown(m.hidden, m.shared_ffn // s.tp, tokens, kh)
+    gemm = p["attn_proj"] * proj_slowdown(m.hidden, tokens, kh) + mlp_gemm + shared + p["router"]
     t_gemm = 3 * gemm * per_gpu / gemm_rate
     t_attn = 3 * p["attn_core"] * per_gpu / attn_rate
-    t_mem = 3 * _elementwise_bytes(m, s.fp8, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
+    t_mem = (3 * elementwise_bytes(m, s.fp8, moe) + unfused_bytes(m, s, moe)) * per_gpu / (cluster.hbm_GBps * 1e3)
     t_rc = _recompute_frac(s, m, p, moe) * proj_slowdown(m.hidden, tokens, kh) * per_gpu / gemm_rate
+    t_rc += recompute_bytes(m, s, moe) * per_gpu / (cluster.hbm_GBps * 1e3)
     if s.recompute.lower().startswith("full"):
         t_rc += p["attn_core"] * per_gpu / attn_rate + t_mem / 3
-    return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}
+    t_mlp = 3 * mlp_gemm * per_gpu / gemm_rate + t_mem * mlp_elementwise_share(m, s, moe)
+    return {"gemm": t_gemm, "attention": t_attn, "elementwise": t_mem, "recompute": t_rc}, t_mlp
 
 
 def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) -> tuple[float, float, float]:
@@ -265,14 +255,6 @@ def _grad_sync_us(m: RunModel, s: Layout, cluster: Cluster, window_us: float) ->
             )
     opt = optimizer_us(dense_slice, expert_slice, lanes, edp, 1, cluster)
     return max(0.0, t - window_us), t, opt
-
-
-def host_floor_us(m: RunModel, s: Layout, moe: bool = True) -> float:
-    """The host's time per layer and micro-batch, forward + backward (see :data:`HOST_US_PER_OP`): a dense
-    layer's without the MoE layer's per-expert ops."""
-    local = max(1, m.experts // s.ep) if moe else 0
-    ops = HOST_OPS_LAYER + local * HOST_OPS_EXPERT * (2 if s.fp8 else 1)
-    return 3 * ops * HOST_US_PER_OP * HOST_GRAPHED.get(s.cuda_graphs, 1.0)
 
 
 def slowest_stage(
@@ -314,6 +296,28 @@ def exposed_sends(s: Layout) -> float:
     return min(total, 2.0 * warmup)
 
 
+def _moe_layer_us(
+    m: RunModel, s: Layout, c_moe: float, moe_mlp: float, one_way: tuple[float, float]
+) -> tuple[float, float, float]:
+    """One MoE layer of one micro-batch, forward + backward: (its time, the exchange exposed, the host's wait),
+    from its compute ``c_moe`` (``moe_mlp`` of it the MLP node's), the exchange one way (dispatch, combine) and
+    the host's ops by node; with A2A overlap as Megatron-Core's merged 1F1B schedules it (``a2a_overlap``)."""
+    a2a = 2 * sum(one_way)
+    attn, mlp = c_moe - moe_mlp, moe_mlp  # the attention node's and the MLP node's work, forward 1 : backward 2
+    ops = node_ops(m, s)
+    host_us = tuple(ops[k] * HOST_US_PER_OP for k in ("attn", "dispatch", "mlp", "combine"))
+    flex = not s.variant and _published_exchange(s.dispatcher) is not None
+    parts = LayerParts(attn / 3, 2 * attn / 3, mlp / 3, 2 * mlp / 3, *one_way, host_us, HOST_US_PER_OP, flex)
+
+    def layer(p: LayerParts) -> float:
+        if s.a2a_overlap and a2a > 0:
+            return overlapped_layer_us(p, unpaired_share(s.num_micro, s.pp, s.vpp), OVERLAP_CONTENTION)
+        return serial_us(p)
+
+    t, no_host = layer(parts), layer(parts.without_host())
+    return t, min(a2a, max(0.0, no_host - c_moe)), max(0.0, t - no_host)
+
+
 def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = None) -> dict[str, float]:
     """The step's terms (us) and ``total_us`` on the slowest rank; ``maxvio`` for real routing (None: the
     default :data:`REAL_ROUTING_MAXVIO`)."""
@@ -322,19 +326,22 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     if s.routing == "real" and s.ep > 1:
         nodes = max(1, s.ep // cluster.gpus_per_node)
         skew = rank_load(s.ep, nodes, m.experts, m.top_k, REAL_ROUTING_MAXVIO if maxvio is None else maxvio)
-    moe_l = _layer_us(m, s, cluster, tokens, True, skew)
-    dense_l = _layer_us(m, s, cluster, tokens, False, 1.0)
+    moe_l, moe_mlp = _layer_us(m, s, cluster, tokens, True, skew)
+    dense_l, _ = _layer_us(m, s, cluster, tokens, False, 1.0)
     head_kh = k_half(cluster.peak_tflops, cluster.hbm_GBps, fp8=False)  # the head runs in BF16
     head_us = (
         3 * 2.0 * m.hidden * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.peak_tflops * cluster.gemm_eff * 1e6)
     ) * proj_slowdown(m.hidden, tokens, head_kh)
-    loss_us = LOSS_BYTES_PER_LOGIT * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.hbm_GBps * 1e3)
+    loss_bytes = TE_LOSS_BYTES_PER_LOGIT if s.cross_entropy == "te" else LOSS_BYTES_PER_LOGIT
+    loss_us = loss_bytes * m.vocab * (1 + m.mtp) * tokens / s.tp / (cluster.hbm_GBps * 1e3)
     head_us += loss_us
-    host, host_dense = host_floor_us(m, s), host_floor_us(m, s, moe=False)
+    host_dense = host_floor_us(m, s, moe=False)
     if s.variant:
         a2a = _variant_exchange_us(m, s, cluster, tokens) * skew if s.ep > 1 else 0.0
+        one_way = (a2a / 4, a2a / 4)
     else:
-        a2a = _exchange_us(m, s, cluster, tokens / s.tp) * skew
+        one_way = tuple(x * skew for x in _exchange_us(m, s, cluster, tokens / s.tp))
+        a2a = 2 * sum(one_way)
     ag = collectives.allgather(tokens / s.tp * m.hidden * 2, axis_shapes(cluster.gpus_per_node, tp=s.tp)["tp"], cluster)
     tp_us = 4 * 2 * ag.time_us if s.tp > 1 else 0.0  # SP: AllGather + ReduceScatter around attention, fwd + bwd
     kv = tokens * m.kv_bytes_per_token * 2
@@ -344,14 +351,11 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     kv_us = collectives.p2p(kv, cp_link, cluster, gpn).time_us
     cp_us = max(0.0, 3 * (s.cp - 1) * kv_us - moe_l["attention"]) if s.cp > 1 else 0.0
 
-    def layer(terms: dict[str, float], exchange: float, floor: float) -> tuple[float, float]:
-        gpu = sum(terms.values())
-        hidden = min(exchange, gpu) if s.a2a_overlap else 0.0
-        return max(gpu + OVERLAP_CONTENTION * hidden, floor) + exchange - hidden + tp_us + cp_us, gpu
-
-    t_moe, c_moe = layer(moe_l, a2a, host)
-    a2a_exposed = a2a - (min(a2a, c_moe) if s.a2a_overlap else 0.0)
-    t_dense, c_dense = layer(dense_l, 0.0, host_dense)
+    c_moe = sum(moe_l.values())
+    t_moe_core, a2a_exposed, host_wait = _moe_layer_us(m, s, c_moe, moe_mlp, one_way)
+    t_moe = t_moe_core + tp_us + cp_us
+    c_dense = sum(dense_l.values())
+    t_dense = max(c_dense, host_dense) + tp_us + cp_us
     per_stage, dense_per_stage, head_share = slowest_stage(m, s.pp, s.pp_layout, (t_moe, t_dense, head_us))
     t_mb = per_stage * t_moe + dense_per_stage * t_dense + head_us * head_share
     even_mb = ((m.moe_layers + m.mtp) * t_moe + m.dense_layers * t_dense + head_us) / s.pp
@@ -365,8 +369,7 @@ def price_run(m: RunModel, s: Layout, cluster: Cluster, maxvio: float | None = N
     return {
         "total_us": total,
         "compute_us": compute,
-        "host_floor_us": s.num_micro
-        * (per_stage * max(0.0, host - c_moe) + dense_per_stage * max(0.0, host_dense - c_dense)),
+        "host_floor_us": s.num_micro * (per_stage * host_wait + dense_per_stage * max(0.0, host_dense - c_dense)),
         "exchange_us": s.num_micro * per_stage * a2a,
         "exchange_exposed_us": s.num_micro * per_stage * a2a_exposed,
         "tp_us": s.num_micro * (per_stage + dense_per_stage) * tp_us,
