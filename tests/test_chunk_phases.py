@@ -38,6 +38,7 @@ def test_chunk_stamps_and_the_report_from_them(tmp_path):
         "chunks": 4,
         "split": [2, 5, 5, 4],
         "row_bytes": 8192,
+        "gpus_per_node": 2,
     }
     rows = got["rows"]
     assert sorted((r["mode"], r["rank"]) for r in rows) == sorted((m, k) for m in ("monta", "a2a") for k in range(4))
@@ -56,6 +57,39 @@ def test_chunk_stamps_and_the_report_from_them(tmp_path):
     # the bound's drain: 2 ranks x 1 peer x 4 slots x 8 KiB at 2 Gbit/s = 0.26 ms
     assert [line.split(":")[0] for line in lines[2:]] == ["  node 0", "  node 1"]
     assert all("the bound's drain 0.3 ms" in line and "of the last AllGather's 64 KiB" in line for line in lines[2:])
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_tp_smaller_than_the_node(tmp_path):
+    # 2 x 4 at TP2: EP 4 (the DP degree, as the bench), 4 experts; each node's two TP pairs gather on its loopback
+    out = tmp_path / "tp2.json"
+    launch(
+        [sys.executable, str(TOOL), "rank", "512K", "2", "1", str(out), "2"],
+        2,
+        4,
+        Topology(inter_gbps=0.5, intra_gbps=2.0),
+        timeout_s=120,
+        stdout=subprocess.DEVNULL,
+    )
+    got = json.loads(out.read_text())
+    # 512 KiB of [4 experts, capacity, 1024 floats] rows: capacity 32, 16 slots per TP rank, split [8, 8]
+    assert got["meta"] == {
+        "size": 512 << 10,
+        "tp": 2,
+        "nodes": 2,
+        "chunks": 2,
+        "split": [8, 8],
+        "row_bytes": 16384,
+        "gpus_per_node": 4,
+    }
+    assert set(got["samples"]) == {"0", "4"} and all(len(r["leaves"]) in (0, 2) for r in got["rows"])
+    lines = subprocess.run(
+        [sys.executable, str(TOOL), "report", str(out), "2.0"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    # the node's last AllGathers: 4 ranks x 1 peer x 8 slots x 16 KiB = 512 KiB, 2.1 ms at 2 Gbit/s
+    assert [line.split(":")[0] for line in lines[2:]] == ["  node 0", "  node 1"]
+    assert all("the bound's drain 2.1 ms" in line and "of the last AllGather's 512 KiB" in line for line in lines[2:])
 
 
 def test_the_tool_says_how_to_call_it():

@@ -10,7 +10,7 @@ measured) against the drain the bound counts, how many of that AllGather's bytes
 the last rank left, and what ``monta.emulate.early_gather`` makes of the leaving times (docs/testbed.md).
 
     monta emulate run --nodes 2 --gpus-per-node 8 --topology p4de@0.015 -- \\
-        python tools/chunk_phases.py rank 4M 8 4 chunks.json
+        python tools/chunk_phases.py rank 4M 8 4 chunks.json [TP]   (TP: default the node; EP the rest)
     python tools/chunk_phases.py report chunks.json LOOPBACK_GBPS   (the loopback's shaped rate, e.g. 0.6923)
 
 Usage errors print one line and exit 2.
@@ -25,7 +25,7 @@ import threading
 import time
 
 HIDDEN = (
-    1024  # float32 elements per token row, as `monta bench alltoall`: the buffer is [experts = nodes, capacity, HIDDEN]
+    1024  # float32 elements per token row, as `monta bench alltoall`: the buffer is [experts = EP, capacity, HIDDEN]
 )
 
 
@@ -39,17 +39,17 @@ def _tx() -> tuple[int, int]:
     return lo, other
 
 
-def _buffer(size: int, nodes: int, tp: int, chunks: int):
+def _buffer(size: int, experts: int, tp: int, chunks: int):
     import torch
 
-    row = nodes * HIDDEN * 4
+    row = experts * HIDDEN * 4
     capacity = size // row
     if capacity % tp or capacity // tp < chunks:
         _fail(f"SIZE {size} B: the capacity {capacity} must split over TP {tp} into at least {chunks} slots per rank")
-    return torch.ones(nodes, capacity, HIDDEN)
+    return torch.ones(experts, capacity, HIDDEN)
 
 
-def rank_main(size: int, chunks: int, iters: int, out: str) -> None:
+def rank_main(size: int, chunks: int, iters: int, out: str, tp: int | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -61,11 +61,14 @@ def rank_main(size: int, chunks: int, iters: int, out: str) -> None:
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    tp = int(os.environ["LOCAL_WORLD_SIZE"])  # TP = a whole node, EP over the nodes
-    nodes = world // tp
-    mesh = exchange_mesh(build_mesh(ParallelLayout(nodes, tp, tp=tp, ep=nodes)))
-    x = _buffer(size, nodes, tp, chunks)
-    whole = x.view(nodes, tp, -1, HIDDEN)[:, mesh.tp.index].contiguous()
+    gpn = int(os.environ["LOCAL_WORLD_SIZE"])
+    tp = tp or gpn  # TP inside a node (default: the whole node), EP the DP degree, as `monta bench alltoall`
+    if gpn % tp:
+        _fail(f"TP {tp} does not divide the node's {gpn} ranks")
+    nodes, ep = world // gpn, world // tp
+    mesh = exchange_mesh(build_mesh(ParallelLayout(nodes, gpn, tp=tp, ep=ep)))
+    x = _buffer(size, ep, tp, chunks)
+    whole = x.view(ep, tp, -1, HIDDEN)[:, mesh.tp.index].contiguous()
     leaves: list[float] = []
 
     class Stamped:  # the pass's AllToAll handle, stamped when this rank leaves it
@@ -86,7 +89,7 @@ def rank_main(size: int, chunks: int, iters: int, out: str) -> None:
             samples.append((time.monotonic(), *_tx()))
             time.sleep(0.002)
 
-    if rank % tp == 0:
+    if rank % gpn == 0:
         threading.Thread(target=sample, daemon=True).start()
     rows = []
     for it in range(iters + 1):  # the first round warms up
@@ -109,7 +112,8 @@ def rank_main(size: int, chunks: int, iters: int, out: str) -> None:
     if rank == 0:
         slots = x.shape[1] // tp
         meta = {"size": size, "tp": tp, "nodes": nodes, "chunks": chunks, "split": monta_split(slots, chunks)}
-        meta["row_bytes"] = nodes * HIDDEN * 4  # one slot of the slice: a row per expert
+        meta["row_bytes"] = ep * HIDDEN * 4  # one slot of the slice: a row per expert
+        meta["gpus_per_node"] = gpn
         got = {"meta": meta, "rows": [r for rs in every_rows for r in rs]}
         got["samples"] = {str(i): s for i, s in enumerate(every_samples) if s}
         with open(out, "w") as f:
@@ -122,19 +126,22 @@ def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
     from monta.emulate.early_gather import early_bytes
 
     meta = d["meta"]
-    tp = meta["tp"]
-    mine = [r for r in d["rows"] if r["it"] == it and r["mode"] == "monta" and r["rank"] // tp == node]
+    tp, gpn = meta["tp"], meta.get("gpus_per_node", meta["tp"])
+    mine = [r for r in d["rows"] if r["it"] == it and r["mode"] == "monta" and r["rank"] // gpn == node]
     t0 = min(r["t0"] for r in mine)
     last = sorted(r["leaves"][-1] for r in mine)
     slice_bytes = meta["split"][-1] * meta["row_bytes"]  # what one rank sends each peer in the last AllGather
-    drain_s = tp * (tp - 1) * slice_bytes / loopback_Bps  # the bound's drain: that AllGather at the loopback rate
+    total = gpn * (tp - 1) * slice_bytes  # the node's TP groups' last AllGathers, together on its loopback
+    drain_s = total / loopback_Bps  # the bound's drain: that AllGather at the loopback rate
     tail_s = max(r["end"] for r in mine) - last[-1]
-    s = d["samples"].get(str(node * tp), [])
+    s = d["samples"].get(str(node * gpn), [])
     before = [lo for t, lo, _ in s if t <= last[0]]
     until = [lo for t, lo, _ in s if t <= last[-1]]
     early = (until[-1] - before[-1]) if before and until else float("nan")
-    model = early_bytes(last, slice_bytes, loopback_Bps)
-    total = tp * (tp - 1) * slice_bytes
+    mine.sort(key=lambda r: r["rank"])
+    groups = [mine[i : i + tp] for i in range(0, len(mine), tp)] if tp > 1 else []
+    # each TP group's pairs as early_gather has them (as if the group had the loopback to itself)
+    model = sum(early_bytes([r["leaves"][-1] for r in g], slice_bytes, loopback_Bps) for g in groups)
     return [
         f"  node {node}: left the last chunk's AllToAll at {1e3 * (last[0] - t0):.0f}-{1e3 * (last[-1] - t0):.0f} ms "
         f"(spread {1e3 * (last[-1] - last[0]):.1f} ms); after the last left the pass ran {1e3 * tail_s:.1f} ms, the "
@@ -164,7 +171,8 @@ def report(path: str, loopback_gbps: float) -> list[str]:
 
 
 USAGE = (
-    "usage: chunk_phases.py rank SIZE CHUNKS ITERS OUT.json (under `monta emulate run`) | report OUT.json LOOPBACK_GBPS"
+    "usage: chunk_phases.py rank SIZE CHUNKS ITERS OUT.json [TP] (under `monta emulate run`) "
+    "| report OUT.json LOOPBACK_GBPS"
 )
 
 
@@ -186,7 +194,7 @@ def _number(text: str, what: str, kind=int) -> float:
 def main(argv: list[str]) -> None:
     from monta.units import parse_size
 
-    if len(argv) == 5 and argv[0] == "rank":
+    if len(argv) in (5, 6) and argv[0] == "rank":
         missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR") if k not in os.environ]
         if missing:
             how = "run it under `monta emulate run ... -- python tools/chunk_phases.py rank`"
@@ -195,7 +203,8 @@ def main(argv: list[str]) -> None:
             size = parse_size(argv[1])
         except ValueError as e:
             _fail(f"SIZE {argv[1]!r}: {e}")
-        rank_main(size, int(_number(argv[2], "CHUNKS")), int(_number(argv[3], "ITERS")), argv[4])
+        tp = int(_number(argv[5], "TP")) if len(argv) == 6 else None
+        rank_main(size, int(_number(argv[2], "CHUNKS")), int(_number(argv[3], "ITERS")), argv[4], tp)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # as monta.emulate.forkstart's ranks end: no finalization of gloo communicators
