@@ -192,6 +192,8 @@ def test_calibration_pools_one_gpu_generation_and_leaves_the_row_s_source_out(pr
         r = by_id[rid]
         want = [o for o in forced if o["cluster"] in pool and o["source"] != r["source"]]
         assert r["predicted_calibrated"] is not None and r["calibration"]["rows"] == len(want) > 0
+        assert r["calibration"]["estimator"] == "pooled-lad-2" and r["calibration"]["chosen_by"] == "fixed"
+        assert r["calibration"]["sources"] == len({o["source"] for o in want})
     assert not any(r["cluster"] == "b300" and r["source"] != by_id["S65"]["source"] for r in forced)
 
 

@@ -116,6 +116,10 @@ def _cmd(args) -> int:
         from monta import validate as V
 
         raise V.UsageError(f"--compute-table prices training steps: {args.data} is not a step table (drop it)")
+    if getattr(args, "step_calibration", None):
+        from monta import validate as V
+
+        raise V.UsageError(f"--step-calibration calibrates training steps: {args.data} is not a step table (drop it)")
     recs = price(read_rows(args.data))
     summ = summary(recs)
     claims = check_claims(args.claims) if args.claims else []

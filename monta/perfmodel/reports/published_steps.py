@@ -6,8 +6,9 @@ is "not stated"). Nothing is keyed to a row id or a source: the command is the i
   routing and GPU, with the cluster file of its GPU (``monta.hardware.gpus``; NVL72 racks as one NVLink domain) and the
   NICs the row states.
 - **calibrated** (leave one source out): the blind step re-priced with a factor on its compute and one on the
-  rest of it that the forced-balance rows of OTHER sources on GPUs of the same generation fit (:func:`_fit`,
-  least absolute deviations); null where there is none.
+  rest of it from the forced-balance rows of OTHER sources on GPUs of the same generation, by the estimator a
+  nested leave-one-source-out over those sources chooses (``published_steps_calibration``); null where there is
+  none.
 - **A/B pairs**: two priced rows with the same model, layout, metric and software that differ in exactly one
   setting (:data:`SETTINGS`): measured and predicted ratio (second over first).
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 from monta.hardware.gpus import cluster_of_gpu
 from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, read_table
+from monta.perfmodel.reports.published_steps_calibration import MIN_FIT_ROWS, _fit, calibrate  # noqa: F401
 
 EXPLAIN_ABOVE = 0.25
 # The raw table's metric names -> the canonical metric; then per canonical metric the units it may be written in
@@ -228,80 +230,6 @@ def explain(row: Row, rec: dict) -> str:
     return "the model's step is longer: the run hides more communication or reaches more of its peak than priced"
 
 
-def _fit(points: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """(a, g) >= 0 minimising the summed absolute relative error of T = a C + g R over the points
-    (T_measured, C, R): C the blind step's compute (its kernels, with the pipeline's bubble factor), R the rest of
-    it (exposed exchange, TP/CP collectives, pipeline bubble and sends, the last stage's extra, the host floor,
-    gradient sync, optimizer). a is the GPU's compute efficiency against the cluster file's, g the efficiency
-    of everything around the kernels: what two runs on one GPU differ in, fitted apart. Least absolute
-    deviations (a linear programme), not least squares: the other sources' rows include software stages 2x
-    apart (the GB200 guide's baseline and final figure, early GPT-OSS recipes), and a squared fit lets them pull
-    every row. With fewer than MIN_FIT_ROWS points one factor scales the whole step (the median ratio)."""
-    import numpy as np
-    from scipy.optimize import linprog
-
-    if len(points) < MIN_FIT_ROWS:
-        k = statistics.median(tm / (c + r) for tm, c, r in points)
-        return k, k
-    x = np.array([[c / tm, r / tm] for tm, c, r in points])
-    y = np.ones(len(points))
-    k = len(y)  # variables: a, g, then u_i >= |x_i . (a, g) - 1|
-    eye = np.eye(k)
-    res = linprog(
-        np.r_[0.0, 0.0, np.ones(k)],
-        A_ub=np.vstack([np.c_[x, -eye], np.c_[-x, -eye]]),
-        b_ub=np.r_[y, -y],
-        bounds=[(0, None)] * (2 + k),
-    )
-    if not res.success:
-        raise RuntimeError(f"calibration fit failed: {res.message}")
-    return float(res.x[0]), float(res.x[1])
-
-
-MIN_FIT_ROWS = 4  # rows of other sources a two-factor fit needs
-# One tensor-core generation: GPUs whose cluster files' dense BF16 peaks are within this factor of each other
-# (A100/A800 312; H100/H800 989; B200/B300/GB200 2,250, GB300 2,500 TFLOP/s) share a calibration pool. A GPU
-# type has few rows from other sources (B300: none), and what differs between sources (their software's
-# kernels and overlap) is the generation's more than the node's: pooled, the B200/B300 rows are calibrated and
-# the leave-one-source-out error falls (docs/results/published-steps.md, "Calibration").
-SAME_GENERATION = 1.25
-
-
-def _same_generation(a, b) -> bool:
-    return abs(math.log(a.peak_tflops / b.peak_tflops)) <= math.log(SAME_GENERATION)
-
-
-def calibrate(recs: list[dict]) -> None:
-    """Leave one source out: the OTHER sources' forced-balance rows on GPUs of the row's generation
-    (:data:`SAME_GENERATION`) fit a factor on the compute and one on the rest of the step (:func:`_fit`);
-    the row's blind step is re-priced with them."""
-    fit = [r for r in recs if r.get("_priced") and r["routing"] == "forced"]
-
-    def split(o: dict) -> tuple[float, float]:
-        t = o["_priced"][4]
-        c = t["compute_us"] * t["bubble_factor"]
-        return c, t["total_us"] - c
-
-    def point(o: dict) -> tuple[float, float, float]:
-        tm = o["_priced"][4]["total_us"] * _time_ratio(o["metric"], o["measured"], o["predicted_blind"])
-        return (tm, *split(o))
-
-    for r in recs:
-        if not r.get("_priced"):
-            continue
-        c = r["_priced"][2]
-        others = [point(o) for o in fit if _same_generation(o["_priced"][2], c) and o["source"] != r["source"]]
-        if not others:
-            r["reason_calibrated"] = f"no other source's forced-balance row on a GPU of {r['cluster']}'s generation"
-            continue
-        a, g = _fit(others)
-        m, s, _, _, _ = r["_priced"]
-        comp, rest = split(r)
-        r["calibration"] = {"compute_factor": a, "rest_factor": g, "rows": len(others)}
-        r["predicted_calibrated"] = predict_value(r["metric"], (a * comp + g * rest) / 1e6, m, s, c)
-        r["error_calibrated"] = (r["predicted_calibrated"] - r["measured"]) / r["measured"]
-
-
 def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
     """Every two priced rows that differ in exactly one of SETTINGS and agree on SAME and their software."""
     by_id = {r["id"]: r for r in recs}
@@ -330,11 +258,12 @@ def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
     return out
 
 
-def price_steps(rows: list[Row], compute_tables=()) -> tuple[list[dict], list[dict]]:
+def price_steps(rows: list[Row], compute_tables=(), estimator: str | None = None) -> tuple[list[dict], list[dict]]:
     """Records per row (blind, calibrated, reasons) and per A/B pair; ``compute_tables``: measured
-    ``ComputeTable``s, each used for the rows on its cluster."""
+    ``ComputeTable``s, each used for the rows on its cluster; ``estimator``: the calibration's
+    (``published_steps_calibration``; None: its default)."""
     recs = [blind(r, compute_tables) for r in rows]
-    calibrate(recs)
+    calibrate(recs, estimator)
     for row, r in zip(rows, recs):
         if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE:
             r["reason"] = explain(row, r)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from monta.perfmodel.reports.published_steps import EXPLAIN_ABOVE, price_steps, read_step_rows, step_summary
+from monta.perfmodel.reports.published_steps_calibration import DEFAULT_ESTIMATOR, ESTIMATORS
 
 
 def _pct(x) -> str:
@@ -72,6 +73,14 @@ def add_arguments(p) -> None:
         "and attention efficiencies replace the cluster file's for the step rows on the GPU it measured "
         "(repeatable; step tables only)",
     )
+    p.add_argument(
+        "--step-calibration",
+        choices=[*ESTIMATORS, "nested"],
+        default=None,
+        help=f"how the other sources' rows calibrate a row (default {DEFAULT_ESTIMATOR}; 'nested': chosen per "
+        "held-out source by a leave-one-source-out over the remaining sources; docs/results/published-steps.md, "
+        "Calibration; step tables only)",
+    )
 
 
 def compute_tables(paths) -> list:
@@ -104,7 +113,7 @@ def run(args) -> int:
     from monta.perfmodel.reports.out_files import write_jsonl, write_text
 
     tables = compute_tables(getattr(args, "compute_table", None) or ())
-    recs, prs = price_steps(read_step_rows(args.data), tables)
+    recs, prs = price_steps(read_step_rows(args.data), tables, getattr(args, "step_calibration", None))
     unused_table(args.data, recs, tables)
     summ = step_summary(recs, prs)
     text = markdown(args.data, recs, prs, summ)
