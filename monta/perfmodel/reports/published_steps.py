@@ -26,6 +26,7 @@ from typing import Any
 from monta.hardware.gpus import cluster_of_gpu
 from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, read_table
 from monta.perfmodel.reports.published_steps_calibration import MIN_FIT_ROWS, _fit, calibrate  # noqa: F401
+from monta.perfmodel.reports.published_steps_metric import _time_ratio, predict_value  # noqa: F401
 
 EXPLAIN_ABOVE = 0.25
 # The raw table's metric names -> the canonical metric; then per canonical metric the units it may be written in
@@ -134,23 +135,6 @@ def layout_of(row: Row):
     )  # fmt: skip
     why = s.check()
     return (None, why) if why else (s, said)
-
-
-def predict_value(metric: str, step_s: float, m, s, cluster) -> float:
-    """The model's figure of ``metric`` for a step of ``step_s`` seconds."""
-    tok = s.global_batch_tokens / step_s / s.gpus
-    if metric == "step_time_s":
-        return step_s
-    if metric == "tokens_per_s_per_gpu":
-        return tok
-    # in the source's FLOP count where the row states it (a TFLOPS figure is the source's count over its time)
-    tflops = tok * (m.source_gflop * 1e9 or m.model_flops_per_token(s.seq)) / 1e12
-    return tflops if metric == "tflops_per_gpu" else 100.0 * tflops / cluster.peak_tflops
-
-
-def _time_ratio(metric: str, measured: float, predicted: float) -> float:
-    """measured step time / predicted step time, from the metric's values."""
-    return measured / predicted if metric == "step_time_s" else predicted / measured
 
 
 def blind(row: Row, compute_tables=()) -> dict[str, Any]:

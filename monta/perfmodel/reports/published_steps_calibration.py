@@ -36,6 +36,8 @@ import math
 import statistics
 from collections.abc import Callable
 
+from monta.perfmodel.reports.published_steps_metric import _time_ratio, predict_value
+
 MIN_FIT_ROWS = 4  # rows of other sources a two-factor fit needs
 # One tensor-core generation: GPUs whose cluster files' dense BF16 peaks are within this factor of each other
 # (A100/A800 312; H100/H800 989; B200/B300/GB200 2,250, GB300 2,500 TFLOP/s) share a calibration pool. A GPU
@@ -141,8 +143,6 @@ class _Pools:
     the nested choice asks for one pool many times)."""
 
     def __init__(self, recs: list[dict]):
-        from monta.perfmodel.reports.published_steps import _time_ratio
-
         self.fit = [r for r in recs if r.get("_priced") and r["routing"] == "forced"]
         self.points = {}
         for o in self.fit:
@@ -178,8 +178,6 @@ class _Pools:
 
 
 def _predicted(r: dict, factors: tuple[float, float]) -> float:
-    from monta.perfmodel.reports.published_steps import predict_value
-
     m, s, c, _, _ = r["_priced"]
     comp, rest = _split(r)
     return predict_value(r["metric"], (factors[0] * comp + factors[1] * rest) / 1e6, m, s, c)

@@ -37,11 +37,14 @@ scope) is the scope NVIDIA's guide ends with and Megatron-Core's MoE README reco
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from monta.perfmodel.training.run_shape import RunModel
-    from monta.perfmodel.training.run_step import Layout
+
+# ``s``: a ``monta.perfmodel.training.run_step.Layout``, not imported here (run_step imports this module, and the
+# project's import graph has no cycle, type-only imports included: tests/test_imports.py)
+Layout = Any
 
 # Host time per op: "a few microseconds" of host time even for an op without a kernel (the guide above), ~10 us
 # for an op through Transformer Engine's Python layer; 5-25 us of CPU work per eager PyTorch op before its

@@ -5,12 +5,13 @@ the loss over the vocabulary per logit, by implementation."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from monta.perfmodel.training.run_shape import RunModel
 
-if TYPE_CHECKING:
-    from monta.perfmodel.training.run_step import Layout
+# ``s``: a ``monta.perfmodel.training.run_step.Layout``, not imported here (run_step imports this module, and the
+# project's import graph has no cycle, type-only imports included: tests/test_imports.py)
+Layout = Any
 
 # The loss over the vocabulary is memory-bound: HBM bytes per logit (one token, one vocabulary entry, forward +
 # backward) of Megatron-Core's fused vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py on
