@@ -122,9 +122,22 @@ def rank_main(size: int, chunks: int, iters: int, out: str, tp: int | None = Non
     dist.destroy_process_group()
 
 
-def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
-    from monta.emulate.early_gather import early_bytes
+def _early_in_groups(node_rows: list[dict], tp: int, slice_bytes: float, loopback_Bps: float) -> float:
+    """``monta.emulate.early_gather.early_bytes`` for a node holding several TP groups: after each of its ranks
+    leaves the last chunk's AllToAll, every pair of one group that has both left has its slices ready, and the
+    node's loopback drains them at its rate until the node's last rank leaves (one group: ``early_bytes``)."""
+    ranks = sorted(node_rows, key=lambda r: r["leaves"][-1])
+    left: dict[int, int] = {}
+    done = 0.0
+    for prev, nxt in zip(ranks, ranks[1:]):
+        g = prev["rank"] // tp
+        left[g] = left.get(g, 0) + 1
+        ready = sum(k * (k - 1) for k in left.values()) * slice_bytes
+        done += min(ready - done, loopback_Bps * (nxt["leaves"][-1] - prev["leaves"][-1]))
+    return done
 
+
+def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
     meta = d["meta"]
     tp, gpn = meta["tp"], meta.get("gpus_per_node", meta["tp"])
     mine = [r for r in d["rows"] if r["it"] == it and r["mode"] == "monta" and r["rank"] // gpn == node]
@@ -138,10 +151,7 @@ def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
     before = [lo for t, lo, _ in s if t <= last[0]]
     until = [lo for t, lo, _ in s if t <= last[-1]]
     early = (until[-1] - before[-1]) if before and until else float("nan")
-    mine.sort(key=lambda r: r["rank"])
-    groups = [mine[i : i + tp] for i in range(0, len(mine), tp)] if tp > 1 else []
-    # each TP group's pairs as early_gather has them (as if the group had the loopback to itself)
-    model = sum(early_bytes([r["leaves"][-1] for r in g], slice_bytes, loopback_Bps) for g in groups)
+    model = _early_in_groups(mine, tp, slice_bytes, loopback_Bps)
     return [
         f"  node {node}: left the last chunk's AllToAll at {1e3 * (last[0] - t0):.0f}-{1e3 * (last[-1] - t0):.0f} ms "
         f"(spread {1e3 * (last[-1] - last[0]):.1f} ms); after the last left the pass ran {1e3 * tail_s:.1f} ms, the "
