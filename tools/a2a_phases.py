@@ -21,17 +21,9 @@ import sys
 import threading
 import time
 
+from phase_args import fail, number, tx
+
 MODES = ("composite", "a2a", "ag")
-
-
-def _tx() -> tuple[int, int]:
-    """(loopback, other devices) transmitted bytes of this network namespace."""
-    lo = other = 0
-    for line in open("/proc/net/dev").read().splitlines()[2:]:
-        name, rest = line.split(":", 1)
-        sent = int(rest.split()[8])
-        lo, other = (lo + sent, other) if name.strip() == "lo" else (lo, other + sent)
-    return lo, other
 
 
 def _retrans() -> int:
@@ -57,7 +49,7 @@ def rank_main(size: int, iters: int, out: str) -> None:
 
     def sample() -> None:
         while not stop.is_set():
-            samples.append((time.monotonic(), *_tx()))
+            samples.append((time.monotonic(), *tx()))
             time.sleep(0.002)
 
     if rank % tp == 0:
@@ -135,18 +127,11 @@ USAGE = "usage: a2a_phases.py rank SIZE ITERS OUT.json (under `monta emulate run
 
 
 def _fail(why: str) -> None:
-    print(f"a2a_phases.py: {why}", file=sys.stderr)
-    raise SystemExit(2)
+    fail("a2a_phases.py", why)
 
 
 def _number(text: str, what: str, kind=int) -> float:
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value <= 0:
-        _fail(f"{what} {text!r}: give a positive {'whole ' if kind is int else ''}number")
-    return value
+    return number("a2a_phases.py", text, what, kind)
 
 
 def main(argv: list[str]) -> None:

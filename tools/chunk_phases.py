@@ -24,19 +24,11 @@ import sys
 import threading
 import time
 
+from phase_args import fail, number, tx
+
 HIDDEN = (
     1024  # float32 elements per token row, as `monta bench alltoall`: the buffer is [experts = EP, capacity, HIDDEN]
 )
-
-
-def _tx() -> tuple[int, int]:
-    """(loopback, other devices) transmitted bytes of this network namespace."""
-    lo = other = 0
-    for line in open("/proc/net/dev").read().splitlines()[2:]:
-        name, rest = line.split(":", 1)
-        sent = int(rest.split()[8])
-        lo, other = (lo + sent, other) if name.strip() == "lo" else (lo, other + sent)
-    return lo, other
 
 
 def _buffer(size: int, experts: int, tp: int, chunks: int):
@@ -86,7 +78,7 @@ def rank_main(size: int, chunks: int, iters: int, out: str, tp: int | None = Non
 
     def sample() -> None:
         while not stop.is_set():
-            samples.append((time.monotonic(), *_tx()))
+            samples.append((time.monotonic(), *tx()))
             time.sleep(0.002)
 
     if rank % gpn == 0:
@@ -187,18 +179,11 @@ USAGE = (
 
 
 def _fail(why: str) -> None:
-    print(f"chunk_phases.py: {why}", file=sys.stderr)
-    raise SystemExit(2)
+    fail("chunk_phases.py", why)
 
 
 def _number(text: str, what: str, kind=int) -> float:
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value <= 0:
-        _fail(f"{what} {text!r}: give a positive {'whole ' if kind is int else ''}number")
-    return value
+    return number("chunk_phases.py", text, what, kind)
 
 
 def main(argv: list[str]) -> None:

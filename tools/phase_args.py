@@ -1,0 +1,32 @@
+"""What tools/a2a_phases.py and tools/chunk_phases.py share: a node's transmitted byte counters and their
+one-line usage errors (both are run as scripts, so this sits beside them on their path)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def tx() -> tuple[int, int]:
+    """(loopback, other devices) transmitted bytes of this network namespace."""
+    lo = other = 0
+    for line in open("/proc/net/dev").read().splitlines()[2:]:
+        name, rest = line.split(":", 1)
+        sent = int(rest.split()[8])
+        lo, other = (lo + sent, other) if name.strip() == "lo" else (lo, other + sent)
+    return lo, other
+
+
+def fail(tool: str, why: str) -> None:
+    print(f"{tool}: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def number(tool: str, text: str, what: str, kind=int) -> float:
+    """``text`` as a positive ``kind``, or ``fail`` naming ``what``."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        fail(tool, f"{what} {text!r}: give a positive {'whole ' if kind is int else ''}number")
+    return value
