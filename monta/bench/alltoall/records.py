@@ -181,6 +181,7 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
     records = []
     for si, size in enumerate(cfg.sizes):
         t = [[x * 1e6 for x in tm.times[si][vi]] for vi in range(len(variants))]
+        spans = [[x * 1e6 for x in tm.span_times[si][vi]] for vi in range(len(variants))]
         left_out = chunk_floor.not_run(cfg.min_chunk, cfg.variants, size, variants)
         for vi, (v, c) in enumerate(variants):
             if not chunk_floor.runs(cfg.min_chunk, cfg.variants, size, v, c):
@@ -192,7 +193,7 @@ def build_records(cfg: AlltoallConfig, layout, variants, tm, wrong, host, transp
             if link:
                 m["link_delivery"] = link
             _paired(m, t, idx, si, vi, v)
-            _spans(m, [[x * 1e6 for x in tm.span_times[si][vj]] for vj in range(len(variants))], idx, si, vi)
+            _spans(m, spans, idx, si, vi)
             if slowdown.applies(v):
                 m["injected_slowdown"] = slowdown.fraction  # TEST AID: this variant was slowed on purpose
                 # ... and what it took before its delay, so a gate check can tell the injection from a
