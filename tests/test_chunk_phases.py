@@ -92,7 +92,7 @@ def test_tp_smaller_than_the_node(tmp_path):
     assert all("the bound's drain 2.1 ms" in line and "of the last AllGather's 512 KiB" in line for line in lines[2:])
 
 
-def test_the_tool_says_how_to_call_it():
+def test_the_tool_says_how_to_call_it(tmp_path):
     def run(*args, **env):
         clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
         return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env={**clean, **env})
@@ -110,3 +110,13 @@ def test_the_tool_says_how_to_call_it():
     assert res.returncode == 2 and "SIZE '12Q'" in res.stderr
     res = run("rank", "4M", "0", "3", "x.json", **env)
     assert res.returncode == 2 and "CHUNKS '0': give a positive whole number" in res.stderr
+    # a report of a file the rank mode did not write, or at a rate that is no number: one line each
+    (tmp_path / "notes.txt").write_text("not json")
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    for args, said in (
+        (("report", str(tmp_path / "notes.txt"), "0.5"), "notes.txt: not a file the rank mode wrote"),
+        (("report", str(tmp_path / "other.json"), "0.5"), "other.json: no meta, rows and samples in it"),
+        (("report", str(tmp_path / "other.json"), "nan"), "LOOPBACK_GBPS 'nan': give a positive number"),
+    ):
+        res = run(*args)
+        assert res.returncode == 2 and said in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

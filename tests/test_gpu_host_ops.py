@@ -35,6 +35,8 @@ def test_bad_flags_say_what_to_change(tmp_path):
         (["--out", str(tmp_path / "x.json"), "--iters", "0", "--device", "cpu"], "--iters 0"),
         (["--out", str(tmp_path / "x.json"), "--device", "tpu"], "give cuda or cpu"),
         (["--iters", "3"], "usage: --out FILE"),
+        (["--out", str(tmp_path / "x.json"), "--bogus", "1"], "unknown --bogus 1"),
+        (["--out", str(tmp_path / "x.json"), "--iters", "many"], "invalid int value"),
     ):
         res = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=60)
         assert res.returncode == 2 and said in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -120,10 +120,18 @@ def test_the_bound_takes_legacy_as_measured_and_tells_the_drain_from_a_testbed_b
     assert past_own_bound(recs) == []
     drain = _rec("monta", 8, 1_200_000, 7.60, [7.50, 7.70])  # past the split's bound, under the bytes' bound
     bug = _rec("monta", 8, 1_100_000, 8.40, [8.30, 8.50])  # past what MoNTA's bytes allow
-    drain["run_id"] = bug["run_id"] = "run-a"
+    one = _rec("monta", 1, 2_000_000, 4.50, [4.40, 4.60])  # one chunk: the whole AllGather follows, none hides
+    drain["run_id"] = bug["run_id"] = one["run_id"] = "run-a"
+    assert past_own_bound(recs + [one])[0].endswith("under its bytes' bound 8.08x (cause not measured)")
     past = past_own_bound(recs + [drain, bug])
     assert len(past) == 2
     assert past[0].startswith("2 x 8 16 MiB, 8 chunks: 7.60x (CI low 7.50) over its bound 7.15x, under its bytes'")
     assert (
         past[0].endswith("(the drain)") and past[1].endswith("(a testbed bug)") and "OVER its bytes' bound" in past[1]
     )
+    # the 8x verdict judges its best point against the same bound the list uses: legacy as measured in its run
+    from monta_analysis.testbed_bound import testbed_bound
+
+    ours = {"variant": "monta", "baseline": "legacy", "kind": "alltoall"}
+    verdict = testbed_bound(recs + [drain], ours, "emulated")
+    assert verdict["value"] == pytest.approx(both["chunks"]) and "legacy as measured L = " in verdict["why"]

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from phase_args import fail, number, tx
+from phase_args import fail, load, number, tx
 
 MODES = ("composite", "a2a", "ag")
 
@@ -88,7 +88,7 @@ def rank_main(size: int, iters: int, out: str) -> None:
 def report(path: str, loopback_gbps: float) -> list[str]:
     from monta.emulate.early_gather import early_bytes
 
-    d = json.load(open(path))
+    d = load("a2a_phases.py", path)
     meta, rows = d["meta"], d["rows"]
     tp, slice_bytes = meta["tp"], meta["size"] / meta["tp"]
     lines = []

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from phase_args import fail, number, tx
+from phase_args import fail, load, number, tx
 
 HIDDEN = (
     1024  # float32 elements per token row, as `monta bench alltoall`: the buffer is [experts = EP, capacity, HIDDEN]
@@ -114,22 +114,9 @@ def rank_main(size: int, chunks: int, iters: int, out: str, tp: int | None = Non
     dist.destroy_process_group()
 
 
-def _early_in_groups(node_rows: list[dict], tp: int, slice_bytes: float, loopback_Bps: float) -> float:
-    """``monta.emulate.early_gather.early_bytes`` for a node holding several TP groups: after each of its ranks
-    leaves the last chunk's AllToAll, every pair of one group that has both left has its slices ready, and the
-    node's loopback drains them at its rate until the node's last rank leaves (one group: ``early_bytes``)."""
-    ranks = sorted(node_rows, key=lambda r: r["leaves"][-1])
-    left: dict[int, int] = {}
-    done = 0.0
-    for prev, nxt in zip(ranks, ranks[1:]):
-        g = prev["rank"] // tp
-        left[g] = left.get(g, 0) + 1
-        ready = sum(k * (k - 1) for k in left.values()) * slice_bytes
-        done += min(ready - done, loopback_Bps * (nxt["leaves"][-1] - prev["leaves"][-1]))
-    return done
-
-
 def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
+    from monta.emulate.early_gather import early_bytes_in_groups
+
     meta = d["meta"]
     tp, gpn = meta["tp"], meta.get("gpus_per_node", meta["tp"])
     mine = [r for r in d["rows"] if r["it"] == it and r["mode"] == "monta" and r["rank"] // gpn == node]
@@ -143,7 +130,8 @@ def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
     before = [lo for t, lo, _ in s if t <= last[0]]
     until = [lo for t, lo, _ in s if t <= last[-1]]
     early = (until[-1] - before[-1]) if before and until else float("nan")
-    model = _early_in_groups(mine, tp, slice_bytes, loopback_Bps)
+    # each TP group's pairs (``early_gather``): a node of TP2 pairs has no early bytes within a pair
+    model = early_bytes_in_groups([(r["rank"] // tp, r["leaves"][-1]) for r in mine], slice_bytes, loopback_Bps)
     return [
         f"  node {node}: left the last chunk's AllToAll at {1e3 * (last[0] - t0):.0f}-{1e3 * (last[-1] - t0):.0f} ms "
         f"(spread {1e3 * (last[-1] - last[0]):.1f} ms); after the last left the pass ran {1e3 * tail_s:.1f} ms, the "
@@ -153,7 +141,7 @@ def _node_lines(d: dict, it: int, node: int, loopback_Bps: float) -> list[str]:
 
 
 def report(path: str, loopback_gbps: float) -> list[str]:
-    d = json.load(open(path))
+    d = load("chunk_phases.py", path)
     meta, rows = d["meta"], d["rows"]
     lines = [f"{meta['size'] / 2**20:g} MiB per rank, {meta['chunks']} chunks cut {meta['split']}"]
     for it in sorted({r["it"] for r in rows}):

@@ -122,9 +122,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--iters", type=int, default=2000)
     try:
-        a = ap.parse_args(argv)
-    except (argparse.ArgumentError, SystemExit) as e:
-        print(f"gpu_host_ops.py: {e}; usage: --out FILE [--device cuda|cpu] [--iters N]", file=sys.stderr)
+        a, extra = ap.parse_known_args(argv)
+    except argparse.ArgumentError as e:
+        extra, why = None, str(e)
+    if extra is None or extra:
+        why = why if extra is None else f"unknown {' '.join(extra)}"
+        print(f"gpu_host_ops.py: {why}; usage: --out FILE [--device cuda|cpu] [--iters N]", file=sys.stderr)
         return 2
     if not a.out:
         print("gpu_host_ops.py: no --out; usage: --out FILE [--device cuda|cpu] [--iters N]", file=sys.stderr)

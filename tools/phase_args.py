@@ -3,6 +3,8 @@ one-line usage errors (both are run as scripts, so this sits beside them on thei
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 
 
@@ -27,6 +29,18 @@ def number(tool: str, text: str, what: str, kind=int) -> float:
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or value <= 0:
+    if value is None or not math.isfinite(value) or value <= 0:
         fail(tool, f"{what} {text!r}: give a positive {'whole ' if kind is int else ''}number")
     return value
+
+
+def load(tool: str, path: str) -> dict:
+    """A file the tool's rank mode wrote, or ``fail`` naming it."""
+    try:
+        with open(path) as f:
+            got = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(tool, f"{path}: not a file the rank mode wrote ({e})")
+    if not isinstance(got, dict) or not all(k in got for k in ("meta", "rows", "samples")):
+        fail(tool, f"{path}: no meta, rows and samples in it (write it with the rank mode)")
+    return got

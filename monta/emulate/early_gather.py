@@ -17,15 +17,24 @@ from collections.abc import Sequence
 def early_bytes(ends_s: Sequence[float], slice_bytes: float, loopback_Bps: float) -> float:
     """Bytes of the node's AllGather sent before its last rank left the AllToAll: ``ends_s`` when each of
     the node's ranks left it (any origin), ``slice_bytes`` what one rank sends each peer, ``loopback_Bps``
-    the node's loopback rate (bytes/s)."""
-    if len(ends_s) < 2 or slice_bytes < 0 or loopback_Bps <= 0:
+    the node's loopback rate (bytes/s). One AllGather group: the whole node."""
+    return early_bytes_in_groups([(0, t) for t in ends_s], slice_bytes, loopback_Bps)
+
+
+def early_bytes_in_groups(leaves: Sequence[tuple[int, float]], slice_bytes: float, loopback_Bps: float) -> float:
+    """``early_bytes`` for a node holding several AllGather (TP) groups: ``leaves`` (group, time) per rank of
+    the node; after each rank leaves, every pair of one group that has both left has its slices ready, and the
+    node's loopback drains them at its rate until the node's last rank leaves."""
+    if len(leaves) < 2 or slice_bytes < 0 or loopback_Bps <= 0:
         raise ValueError(
-            f"{len(ends_s)} ranks, slice {slice_bytes} B, loopback {loopback_Bps} B/s: "
+            f"{len(leaves)} ranks, slice {slice_bytes} B, loopback {loopback_Bps} B/s: "
             "give >= 2 ranks, a slice >= 0 and a positive rate"
         )
-    ends = sorted(float(t) for t in ends_s)
+    ranks = sorted(((float(t), g) for g, t in leaves), key=lambda x: x[0])
+    left: dict[int, int] = {}
     done = 0.0
-    for k in range(1, len(ends)):  # k ranks have left during [ends[k-1], ends[k]]
-        ready = k * (k - 1) * slice_bytes
-        done += min(ready - done, loopback_Bps * (ends[k] - ends[k - 1]))
+    for (t, g), (t_next, _) in zip(ranks, ranks[1:]):  # those left by t have [t, t_next] to drain
+        left[g] = left.get(g, 0) + 1
+        ready = sum(k * (k - 1) for k in left.values()) * slice_bytes
+        done += min(ready - done, loopback_Bps * (t_next - t))
     return done

@@ -27,7 +27,7 @@ from monta.testaids import Slowdown
 
 LINK_SHORTFALL = 0.85  # below this share of the payload ceiling, a link did not deliver its rate
 # Only transfers that take this long at the configured rate are judged: shorter ones are bound by
-# latency and start skew (and the htb bucket lets their first 32 KiB through unshaped).
+# latency and start skew (and the htb bucket lets its first 4 KiB through unshaped).
 LINK_JUDGED_S = 0.02
 
 

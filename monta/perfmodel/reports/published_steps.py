@@ -200,7 +200,7 @@ def explain(row: Row, rec: dict) -> str:
         return f"the model's step is shorter; {said}"
     if faster and t.get("host_floor_s", 0) == 0 and row.text("cuda_graphs").lower() in ("", "no"):
         return (
-            "the model's step is shorter: software overheads it does not price (kernel launches between the GPU's "
+            "the model's step is shorter: more software overhead than it prices (kernel launches between the GPU's "
             "work, host-device syncs of dropless MoE, unfused kernels; the row names no CUDA graphs)"
         )
     if faster:

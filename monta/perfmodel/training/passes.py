@@ -32,7 +32,7 @@ TE_LOSS_BYTES_PER_LOGIT = 2 + 2 + 2 + 2 + 2
 # queries and keys, forward t*cos (read, write), -x2 (half a read and write), cat(-x2, x1) (read, write), *sin
 # (read, write), the sum (two reads, a write), cat((t, t_pass)) (read, write): 12 BF16 moves; backward grad*cos,
 # grad*sin (2 + 2), the negation (1), the chunks' cat (2), the two gradients summed (3): 10. The fused kernel
-# (Transformer Engine's) reads and writes once each way (4): 44 - 4 = 40 moves more, 2 bytes each.
+# (Transformer Engine's) reads and writes once each way (4): 12 + 10 - 4 = 18 moves more, 2 bytes each (36 B).
 UNFUSED_ROPE_BYTES = 2 * (12 + 10 - 4)
 # Expert biases (GPT-OSS; ``add_bias_linear``): Megatron-Core's TEGroupedMLP adds the second GEMM's bias outside
 # the kernel, per local expert in Python (``TEGroupedMLP._apply_bias``, core_v0.15-0.16: ``torch.cat([t + b * p
