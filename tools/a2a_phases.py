@@ -53,6 +53,8 @@ def rank_main(size: int, iters: int, out: str) -> None:
             time.sleep(0.002)
 
     if rank % tp == 0:
+        # one sample now, on this thread: under load the sampler may first run after a short exchange has ended
+        samples.append((time.monotonic(), *tx()))
         threading.Thread(target=sample, daemon=True).start()
     rows = []
     for it in range(iters + 1):  # the first round warms up

@@ -82,6 +82,8 @@ def rank_main(size: int, chunks: int, iters: int, out: str, tp: int | None = Non
             time.sleep(0.002)
 
     if rank % gpn == 0:
+        # one sample now, on this thread: under load the sampler may first run after a short exchange has ended
+        samples.append((time.monotonic(), *tx()))
         threading.Thread(target=sample, daemon=True).start()
     rows = []
     for it in range(iters + 1):  # the first round warms up
