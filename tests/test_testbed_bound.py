@@ -135,3 +135,28 @@ def test_the_bound_takes_legacy_as_measured_and_tells_the_drain_from_a_testbed_b
     ours = {"variant": "monta", "baseline": "legacy", "kind": "alltoall"}
     verdict = testbed_bound(recs + [drain], ours, "emulated")
     assert verdict["value"] == pytest.approx(both["chunks"]) and "legacy as measured L = " in verdict["why"]
+
+
+def test_the_allgather_is_the_intra_node_bytes_the_alltoall_did_not_send():
+    # 2 x 4 at TP2 (the pipeline's TP ablation): EP4 has two members on each node, so a rank's AllToAll sends half
+    # as much on its node's loopback as off it (the other member: 1 of the 2 peers off the node); only the rest of
+    # the intra-node bytes is the AllGather's. 4 MiB: a 2 MiB slice, 1 MiB off the node, 0.5 MiB to the node's
+    # other EP member, 2 MiB to the TP peer.
+    params = {
+        **_rec("monta", 1, 326_000)["params"],
+        "gpus_per_node": 4,
+        "tp": 2,
+        "ep": 4,
+        "experts": 4,
+        "size_bytes": 4 * MIB,
+        "inter_gbps": 0.125,
+        "intra_gbps": 1.7021,
+    }
+    metrics = {"time_us": 326_000, "inter_bytes": 1 * MIB, "intra_bytes": 2.5 * MIB}
+    got = record_bound(params, metrics)
+    a = 4 * MIB / (0.125e9 / 8 * 1448 / 1514)
+    g = 4 * 2 * MIB / (1.7021e9 / 8)
+    assert got["a2a_ms"] == pytest.approx(1e3 * a) and got["r"] == pytest.approx(g / a)
+    # TP = the node (EP one member per node): every intra-node byte is the AllGather's
+    tp8 = _rec("monta", 8, 1.28e6)
+    assert record_bound(tp8["params"], tp8["metrics"])["r"] == pytest.approx(0.983, abs=1e-3)

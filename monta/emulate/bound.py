@@ -30,6 +30,20 @@ def bucket_bound(tp: int, a2a_s: float, ag_s: float, shares: list[float], bucket
     return (tp * a2a_s - bucket_s) / (a2a_s * span - bucket_s)
 
 
+def _gather_bytes(params: Mapping[str, Any], metrics: Mapping[str, Any]) -> float:
+    """The AllGather's part of the intra-node bytes one rank sent per call: where an EP group has several ranks on
+    a node (TP below the node, EP the DP degree: 2 x 4 at TP2 has 2 of its EP4 group per node), the AllToAll
+    sends to those on the node's loopback too, during the AllToAll, in proportion to its inter-node bytes:
+    (members on the node - 1) / (members off it)."""
+    from monta.parallel import ParallelLayout
+
+    nodes, gpn, tp = int(params.get("nodes") or 2), int(params["gpus_per_node"]), int(params["tp"])
+    ep = int(params.get("ep") or nodes * gpn // tp)
+    on_node = ParallelLayout(nodes, gpn, tp=tp, ep=ep).shape("ep").ranks_per_node
+    a2a_intra = float(metrics["inter_bytes"]) * (on_node - 1) / (ep - on_node) if ep > on_node else 0.0
+    return float(metrics["intra_bytes"]) - a2a_intra
+
+
 def record_bound(params: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, float] | None:
     """The testbed bound of one emulated MoNTA record (``monta bench alltoall``): its link times from the bytes
     one rank sent per call (a node's ranks send alike) at the shaped rates (the NIC's payload share of its
@@ -40,7 +54,7 @@ def record_bound(params: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[
         return None
     gpn, inter, intra = int(params["gpus_per_node"]), float(params["inter_gbps"]), float(params["intra_gbps"])
     a2a_s = gpn * float(metrics["inter_bytes"]) / (inter * 1e9 / 8 * PAYLOAD_SHARE)
-    ag_s = gpn * float(metrics["intra_bytes"]) / (intra * 1e9 / 8)
+    ag_s = gpn * _gather_bytes(params, metrics) / (intra * 1e9 / 8)
     bucket_s = burst_bytes(inter) / (inter * 1e9 / 8)
     row = int(params["experts"]) * int(params["hidden"]) * DTYPE_BYTES.get(str(params.get("dtype", "float32")), 4)
     slots = capacity_slice(int(params["size_bytes"]) // row, int(params["tp"]))
