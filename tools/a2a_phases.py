@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 
-from phase_args import fail, load, number, tx
+from phase_args import fail, load, number, start_sampler
 
 MODES = ("composite", "a2a", "ag")
 
@@ -45,17 +44,7 @@ def rank_main(size: int, iters: int, out: str) -> None:
     ep_group = duplex_groups([[i + n * tp for n in range(nodes)] for i in range(tp)], rank)
     elems = size // 4 // tp  # float32 elements of the 1/TP slice
     x, a_out, g_out = torch.ones(elems), torch.empty(elems), torch.empty(elems * tp)
-    samples, stop = [], threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append((time.monotonic(), *tx()))
-            time.sleep(0.002)
-
-    if rank % tp == 0:
-        # one sample now, on this thread: under load the sampler may first run after a short exchange has ended
-        samples.append((time.monotonic(), *tx()))
-        threading.Thread(target=sample, daemon=True).start()
+    samples, stop = start_sampler(rank % tp == 0)
     rows = []
     for it in range(iters + 1):  # the first round warms up
         for mode in MODES:

@@ -21,10 +21,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 
-from phase_args import fail, load, number, tx
+from phase_args import fail, load, number, start_sampler
 
 HIDDEN = (
     1024  # float32 elements per token row, as `monta bench alltoall`: the buffer is [experts = EP, capacity, HIDDEN]
@@ -74,17 +73,7 @@ def rank_main(size: int, chunks: int, iters: int, out: str, tp: int | None = Non
     def stamped(recv, send, g, meter, phase):
         return Stamped(flat_all_to_all(recv, send, g, meter, phase))
 
-    samples, stop = [], threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append((time.monotonic(), *tx()))
-            time.sleep(0.002)
-
-    if rank % gpn == 0:
-        # one sample now, on this thread: under load the sampler may first run after a short exchange has ended
-        samples.append((time.monotonic(), *tx()))
-        threading.Thread(target=sample, daemon=True).start()
+    samples, stop = start_sampler(rank % gpn == 0)
     rows = []
     for it in range(iters + 1):  # the first round warms up
         for mode in ("monta", "a2a"):

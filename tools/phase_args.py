@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
+import time
 
 
 def tx() -> tuple[int, int]:
@@ -44,3 +46,21 @@ def load(tool: str, path: str) -> dict:
     if not isinstance(got, dict) or not all(k in got for k in ("meta", "rows", "samples")):
         fail(tool, f"{path}: no meta, rows and samples in it (write it with the rank mode)")
     return got
+
+
+def start_sampler(on: bool, every_s: float = 0.002) -> tuple[list, threading.Event]:
+    """(samples, stop): where ``on`` (a node's local rank 0), a thread appends (time, loopback bytes, other bytes)
+    every ``every_s`` until ``stop`` is set; the first sample is taken here, before the thread starts, since under
+    load the thread may first run after a short exchange has ended."""
+    samples: list = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.monotonic(), *tx()))
+            time.sleep(every_s)
+
+    if on:
+        samples.append((time.monotonic(), *tx()))
+        threading.Thread(target=sample, daemon=True).start()
+    return samples, stop
