@@ -242,12 +242,17 @@ def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
     return out
 
 
-def price_steps(rows: list[Row], compute_tables=(), estimator: str | None = None) -> tuple[list[dict], list[dict]]:
+def price_steps(
+    rows: list[Row], compute_tables=(), estimator: str | None = None, reference: list[Row] = ()
+) -> tuple[list[dict], list[dict]]:
     """Records per row (blind, calibrated, reasons) and per A/B pair; ``compute_tables``: measured
     ``ComputeTable``s, each used for the rows on its cluster; ``estimator``: the calibration's
-    (``published_steps_calibration``; None: its default)."""
+    (``published_steps_calibration``; None: its default); ``reference``: another table's rows that calibrate
+    these (leave one source out) and are not scored."""
     recs = [blind(r, compute_tables) for r in rows]
-    calibrate(recs, estimator)
+    for row, r in zip(rows, recs):
+        r["software"] = row.text("software")
+    calibrate(recs, estimator, [blind(r, compute_tables) for r in reference])
     for row, r in zip(rows, recs):
         if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE:
             r["reason"] = explain(row, r)
@@ -263,6 +268,25 @@ def _stats(xs) -> dict[str, Any]:
         return {"n": 0, "median": None, "q1": None, "q3": None}
     q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
     return {"n": len(xs), "median": statistics.median(xs), "q1": q[0], "q3": q[2]}
+
+
+MIN_RELEASE_ROWS = 3  # forced-balance rows a software release needs for its own line in by_software
+
+
+def by_software(forced: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per software release with MIN_RELEASE_ROWS priced forced-balance rows: the median SIGNED blind error
+    (positive: the model's throughput is higher, its step shorter) and its calibrated one. The model prices a
+    configuration from its hardware alone, so one configuration measured under successive releases moves
+    against it by what the software gained: the spread of these medians is the part of the error no term
+    from the hardware can remove (docs/results/published-steps.md, "Software releases")."""
+    out: dict[str, dict[str, Any]] = {}
+    for rel in sorted({r.get("software") or "" for r in forced} - {""}):
+        rs = [r for r in forced if r.get("software") == rel]
+        if len(rs) >= MIN_RELEASE_ROWS:
+            cal = [r["error_calibrated"] for r in rs if r["error_calibrated"] is not None]
+            out[rel] = {"n": len(rs), "median_signed_blind": statistics.median(r["error_blind"] for r in rs),
+                        "median_signed_calibrated": statistics.median(cal) if cal else None}  # fmt: skip
+    return out
 
 
 def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
@@ -290,6 +314,7 @@ def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
         "unseen_pairs": sum(not p["seen"] for p in prs),
         "unseen_pairs_direction_right": sum(p["direction_right"] and not p["seen"] for p in prs),
         "unseen_pair_ratio_error": _stats(p["ratio_error"] for p in prs if not p["seen"]),
+        "by_software": by_software(forced),
         "pair_ratio_error_calibrated": _stats(
             p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1
             for p in prs

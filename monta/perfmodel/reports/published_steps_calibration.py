@@ -194,15 +194,18 @@ def choose(pools: _Pools, held_out: str) -> tuple[str, dict[str, float | None]]:
     return (min(scored, key=lambda n: inner[n]) if scored else "none"), inner
 
 
-def calibrate(recs: list[dict], estimator: str | None = None) -> None:
+def calibrate(recs: list[dict], estimator: str | None = None, reference: list[dict] = ()) -> None:
     """Leave one source out: each priced row gets ``predicted_calibrated`` and ``calibration`` (the estimator,
     its factors, the pool's rows and sources, and for ``nested`` the inner errors it was chosen by), or
     ``reason_calibrated`` where no other source has a forced-balance row of its generation. ``estimator``: one of
-    ESTIMATORS for every row (None: DEFAULT_ESTIMATOR), or ``nested`` (per held-out source, :func:`choose`)."""
+    ESTIMATORS for every row (None: DEFAULT_ESTIMATOR), or ``nested`` (per held-out source, :func:`choose`).
+    ``reference``: priced records of another table (``--calibrate-with``) that join every pool as rows of their
+    own sources and are not calibrated themselves; a source key both tables use is left out of its own rows'
+    pools all the same."""
     estimator = estimator or DEFAULT_ESTIMATOR
     if estimator != "nested" and estimator not in ESTIMATORS:
         raise ValueError(f"calibration estimator {estimator!r} is not 'nested' or one of {', '.join(ESTIMATORS)}")
-    pools, chosen = _Pools(recs), {}
+    pools, chosen = _Pools([*recs, *reference]), {}
     for r in recs:
         if not r.get("_priced"):
             continue

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from monta.perfmodel.reports.published_steps import EXPLAIN_ABOVE, price_steps, read_step_rows, step_summary
+from monta.perfmodel.reports.published_steps import (
+    EXPLAIN_ABOVE,
+    is_step_table,
+    price_steps,
+    read_step_rows,
+    step_summary,
+)
 from monta.perfmodel.reports.published_steps_calibration import DEFAULT_ESTIMATOR, ESTIMATORS
 
 
@@ -47,6 +53,12 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
     head = ["id", "source", "gpu", "routing", "metric", "measured", "blind", "err", "calibrated", "err", "reason"]
     pair_rows = [[p["pair"], p["setting"], p["change"], f"{p['measured_ratio']:.3f}", f"{p['predicted_ratio']:.3f}",
                   _pct(p["ratio_error"]), "yes" if p["direction_right"] else "no"] for p in prs]  # fmt: skip
+    rel = summ.get("by_software") or {}
+    release_table = ["Signed blind error by software release (median over its forced-balance rows; + : the model "
+                     "is faster than the release ran):", "",
+                     tabulate([[k, v["n"], _pct(v["median_signed_blind"]), _pct(v["median_signed_calibrated"])]
+                               for k, v in rel.items()], ["software", "rows", "blind", "calibrated"],
+                              tablefmt="github", disable_numparse=True), ""] if len(rel) >= 2 else []  # fmt: skip
     return "\n".join([
         f"Published MoE training steps ({data}) priced by the step model from the model, layout, GPU and network "
         "(blind) and fitted on the other sources' rows of the same GPU generation (calibrated). Error = "
@@ -54,6 +66,7 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
         "",
         headline(summ),
         "",
+        *release_table,
         tabulate(pair_rows, ["A/B pair", "setting", "change", "measured ratio", "predicted ratio", "ratio err",
                              "direction"], tablefmt="github", disable_numparse=True),  # fmt: skip
         "",
@@ -72,6 +85,15 @@ def add_arguments(p) -> None:
         help="a GPU's measured compute (data/measured/gpu-compute-h100.json, tools/gpu_compute_table.py): its GEMM "
         "and attention efficiencies replace the cluster file's for the step rows on the GPU it measured "
         "(repeatable; step tables only)",
+    )
+    p.add_argument(
+        "--calibrate-with",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="another step table whose rows join the calibration's pools (leave one source out: a source key both "
+        "files use never calibrates its own rows) and are not scored: a file of your own runs calibrated with "
+        "data/published/steps.csv (repeatable; step tables only)",
     )
     p.add_argument(
         "--step-calibration",
@@ -94,6 +116,20 @@ def compute_tables(paths) -> list:
         raise V.UsageError(str(e)) from None
 
 
+def reference_rows(path) -> list:
+    """The rows of a ``--calibrate-with`` file; one that is not a step table is a usage error saying so."""
+    from monta import validate as V
+
+    if not Path(path).is_file():
+        raise V.UsageError(f"--calibrate-with {path}: no such file")
+    if not is_step_table(path):
+        raise V.UsageError(
+            f"--calibrate-with {path}: not a step table (it needs metric, value, gpu and layers columns and no "
+            "collective column): give a file with data/published/steps.csv's columns"
+        )
+    return read_step_rows(path)
+
+
 def unused_table(data, recs, tables) -> None:
     """A usage error for a table that priced no row: its GPU is no priced row's (an H200's table against a file
     of H100 rows would otherwise be taken silently for the H100's)."""
@@ -113,7 +149,8 @@ def run(args) -> int:
     from monta.perfmodel.reports.out_files import write_jsonl, write_text
 
     tables = compute_tables(getattr(args, "compute_table", None) or ())
-    recs, prs = price_steps(read_step_rows(args.data), tables, getattr(args, "step_calibration", None))
+    reference = [row for f in getattr(args, "calibrate_with", None) or () for row in reference_rows(f)]
+    recs, prs = price_steps(read_step_rows(args.data), tables, getattr(args, "step_calibration", None), reference)
     unused_table(args.data, recs, tables)
     summ = step_summary(recs, prs)
     text = markdown(args.data, recs, prs, summ)

@@ -1,0 +1,124 @@
+"""tools/bridge_perf_rows.py turns Megatron-Bridge's performance tables into step rows, and a file of rows the
+project never saw (data/published/steps-bridge-releases.csv) is priced by the same command, calibrated with the
+project's table through ``--calibrate-with``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monta.cli import main
+from monta.perfmodel.reports import published_steps as PS
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ROOT / "data" / "published" / "steps.csv"
+KEPT_APART = ROOT / "data" / "published" / "steps-bridge-releases.csv"
+
+# The pages' table header, as they print it
+HEAD = (
+    "| System | #-GPUs | Precision | GBS | MBS | Sequence Length | TP | PP | CP | VP | EP | Tokens / sec / GPU "
+    "| Model TFLOP / sec / GPU |\n|--------|--------|-----------|-----|-----|-----------------|"
+    "----|----|----|----|----|-----------------------|-------------------------|\n"
+)
+PAGE = """# Performance
+## 26.08 NeMo Container
+
+### Pre-Training Performance
+
+#### Model: DeepSeekV3
+
+{HEAD}| DGX-GB300 | 256 | MXFP8 | 4096 | 1 | 4096 | 1 | 2 | 1 | 8 | 32 | 6288 | 1635 |
+| DGX-B300 | 256 | MXFP8 | 4096 | 2 | 4096 | 1 | 8 | 1 | n/a | 8 | 3541 | 920 |
+
+#### Model: Nemotron_3_Nano
+
+{HEAD}| DGX-GB300 | 8 | MXFP8 | 512 | 4 | 8192 | 1 | 1 | 1 | n/a | 8 | 39936 | 901 |
+
+### SFT Performance
+
+#### Model: DeepSeekV3
+
+{HEAD}| DGX-GB300 | 256 | MXFP8 | 4096 | 1 | 4096 | 1 | 2 | 1 | 8 | 32 | 9999 | 9999 |
+
+## 26.06 NeMo Container
+
+### Pre-Training Performance
+
+#### Model: DeepSeekV3
+
+{HEAD}| DGX-GB300 | 256 | MXFP8 | 4096 | 1 | 4096 | 1 | 2 | 1 | 8 | 32 | 6338 | 1648 |
+""".replace("{HEAD}", HEAD)
+
+
+def test_the_tool_takes_the_named_releases_pretraining_rows_with_the_templates_shape(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(PAGE)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bridge_perf_rows.py"), str(page), "--source", "bridge-perf",
+         "--url", "https://example.invalid/page.md", "--releases", "26.08", "--first-id", "900"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(run.stdout)))
+    assert [r["id"] for r in rows] == ["S900", "S901"]  # not SFT, not 26.06, not the template-less Nemotron
+    assert "Nemotron_3_Nano (no template): 1 row(s)" in run.stderr
+    a, b = rows
+    assert (a["gpu"], a["network"], a["precision"], a["vpp"], a["value"]) == ("GB300", "nvl72", "mxfp8", "8", "6288")
+    assert (b["gpu"], b["network"], b["vpp"], b["micro_batch"], b["pp"]) == ("B300", "ib", "1", "2", "8")
+    assert a["global_batch_tokens"] == str(4096 * 4096) and a["routing"] == "forced" and not a["seen_by"]
+    template = next(r for r in csv.DictReader(STEPS.open()) if r["id"] == "S64")
+    assert all(a[c] == template[c] for c in ("layers", "hidden", "experts", "topk", "attention", "kv_lora_rank"))
+
+
+def test_the_kept_apart_file_has_the_tables_columns_and_no_seen_row():
+    ours = list(csv.DictReader(STEPS.open()))
+    rows = list(csv.DictReader(KEPT_APART.open()))
+    assert list(rows[0].keys()) == list(ours[0].keys())
+    assert len(rows) >= 80 and not any(r["seen_by"] for r in rows)
+    assert not {r["id"] for r in rows} & {r["id"] for r in ours}  # ids never reused
+
+
+@pytest.fixture(scope="module")
+def kept_apart():
+    return PS.price_steps(PS.read_step_rows(KEPT_APART), reference=PS.read_step_rows(STEPS))
+
+
+def test_calibrate_with_prices_every_row_from_the_other_tables_sources_and_scores_none_of_them(kept_apart):
+    recs, _ = kept_apart
+    rows = list(csv.DictReader(KEPT_APART.open()))
+    assert [r["id"] for r in recs] == [r["id"] for r in rows]  # the reference rows are not scored
+    alone, _ = PS.price_steps(PS.read_step_rows(KEPT_APART))
+    # alone the H100 rows have no other source of their generation; with the project's table they have
+    h100 = [r for r in recs if r["gpu"] == "H100"]
+    assert h100 and all(r["predicted_calibrated"] for r in h100)
+    assert all(r.get("reason_calibrated") for r in alone if r["gpu"] == "H100")
+    # a source key both files use never calibrates its own rows: the pools hold only the other sources' rows
+    ours = list(csv.DictReader(STEPS.open()))
+    for r in recs:
+        others = {o["source"] for o in ours if o["source"] != r["source"] and o["routing"] == "forced"}
+        assert r["calibration"]["sources"] <= len(others)
+
+
+def test_calibrate_with_bad_files_are_one_line_usage_errors(tmp_path, capsys):
+    for bad, says in ((tmp_path / "nope.csv", "no such file"),
+                      (ROOT / "data" / "published" / "collectives.csv", "not a step table")):  # fmt: skip
+        assert main(["predict", "published", "--data", str(KEPT_APART), "--calibrate-with", str(bad)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0] and "--calibrate-with" in err[0]
+
+
+def test_the_kept_apart_score_and_the_release_drift_the_docs_report(kept_apart):
+    """docs/results/published-steps.md, "Software releases": blind 20% on the 88 rows, 4% ratio error on their
+    15 pairs, and a signed error that moves from +17% (26.02.01) to -19% (26.08) with the software alone."""
+    recs, prs = kept_apart
+    s = PS.step_summary(recs, prs)
+    assert s["forced_blind"]["n"] == 88 and s["forced_blind"]["median"] <= 0.21
+    assert s["pairs"] >= 15 and s["pair_ratio_error"]["median"] <= 0.05
+    rel = s["by_software"]
+    assert rel["Megatron-Bridge 26.02.01"]["median_signed_blind"] > 0.1
+    assert rel["Megatron-Bridge 26.08"]["median_signed_blind"] < -0.1
+    assert sum(v["n"] for v in rel.values()) == 88
