@@ -70,6 +70,8 @@ def test_the_tool_takes_the_named_releases_pretraining_rows_with_the_templates_s
     assert (a["gpu"], a["network"], a["precision"], a["vpp"], a["value"]) == ("GB300", "nvl72", "mxfp8", "8", "6288")
     assert (b["gpu"], b["network"], b["vpp"], b["micro_batch"], b["pp"]) == ("B300", "ib", "1", "2", "8")
     assert a["global_batch_tokens"] == str(4096 * 4096) and a["routing"] == "forced" and not a["seen_by"]
+    # Megatron-Bridge's layouts by virtual stages: 2 x 8 = 16 and 8 x 1 = 8, the MTP layer with the loss
+    assert (a["pp_layout"], b["pp_layout"]) == ("Et*4|(t*4|)*14tmL", "Et*8|(t*8|)*6t*5mL")
     template = next(r for r in csv.DictReader(STEPS.open()) if r["id"] == "S64")
     assert all(a[c] == template[c] for c in ("layers", "hidden", "experts", "topk", "attention", "kv_lora_rank"))
 
@@ -96,11 +98,43 @@ def test_calibrate_with_prices_every_row_from_the_other_tables_sources_and_score
     h100 = [r for r in recs if r["gpu"] == "H100"]
     assert h100 and all(r["predicted_calibrated"] for r in h100)
     assert all(r.get("reason_calibrated") for r in alone if r["gpu"] == "H100")
-    # a source key both files use never calibrates its own rows: the pools hold only the other sources' rows
-    ours = list(csv.DictReader(STEPS.open()))
-    for r in recs:
-        others = {o["source"] for o in ours if o["source"] != r["source"] and o["routing"] == "forced"}
-        assert r["calibration"]["sources"] <= len(others)
+    # a source key both files use never calibrates its own rows: no pool holds the row's own source
+    assert all(r["source"] not in r["calibration"]["pool_sources"] for r in recs)
+    assert any("bridge-perf-archive" in r["calibration"]["pool_sources"] for r in recs if r["source"] == "bridge-perf")
+
+
+def test_same_source_leaves_one_publishers_pages_out_together():
+    rows, ref = PS.read_step_rows(KEPT_APART), PS.read_step_rows(STEPS)
+    bridge = {"bridge-perf", "bridge-perf-archive"}
+    recs, _ = PS.price_steps(rows, reference=ref, same_source=[bridge])
+    assert all(not bridge & set(r["calibration"]["pool_sources"]) for r in recs)
+    assert all("_group" not in r for r in recs)
+    by_page, _ = PS.price_steps(rows, reference=ref)
+    assert [r["predicted_calibrated"] for r in recs] != [r["predicted_calibrated"] for r in by_page]
+
+
+def test_same_source_needs_two_keys_once(capsys):
+    for bad in (["x"], ["a,b", "b,c"]):
+        args = [a for v in bad for a in ("--same-source", v)]
+        assert main(["predict", "published", "--data", str(KEPT_APART), *args]) == 2
+        assert "--same-source" in capsys.readouterr().err
+
+
+def test_release_drift_compares_one_configuration_across_releases():
+    """Two releases of one configuration and a third row of another: one configuration, its earliest and latest
+    release's errors (ordered by version, not by text: 26.10 after 26.8)."""
+    rows = list(csv.DictReader(KEPT_APART.open()))
+    base = next(r for r in rows if r["model"] == "Qwen3-30B-A3B" and r["gpu"] == "GB300")
+    early, late, other = dict(base), dict(base), dict(base)
+    early.update(id="S1", software="Megatron-Bridge 26.8", value="30000")
+    late.update(id="S2", software="Megatron-Bridge 26.10", value="45000")
+    other.update(id="S3", software="Megatron-Bridge 26.8", micro_batch="4")
+    table = [PS.Row(r) for r in (early, late, other)]
+    recs, prs = PS.price_steps(table)
+    d = PS.step_summary(recs, prs, table)["release_drift"]
+    e = {r["id"]: r["error_blind"] for r in recs}
+    assert d["configurations"] == 1
+    assert (d["earliest"], d["latest"]) == (e["S1"], e["S2"]) and d["change"] == e["S2"] - e["S1"] < 0
 
 
 def test_calibrate_with_bad_files_are_one_line_usage_errors(tmp_path, capsys):
@@ -113,7 +147,7 @@ def test_calibrate_with_bad_files_are_one_line_usage_errors(tmp_path, capsys):
 
 def test_the_kept_apart_score_and_the_release_drift_the_docs_report(kept_apart):
     """docs/results/published-steps.md, "Software releases": blind 20% on the 88 rows, 4% ratio error on their
-    15 pairs, and a signed error that moves from +17% (26.02.01) to -19% (26.08) with the software alone."""
+    15 pairs, release medians from +20% (26.02.01) to -18% (26.08), 23 configurations under several releases."""
     recs, prs = kept_apart
     s = PS.step_summary(recs, prs)
     assert s["forced_blind"]["n"] == 88 and s["forced_blind"]["median"] <= 0.21
@@ -122,3 +156,6 @@ def test_the_kept_apart_score_and_the_release_drift_the_docs_report(kept_apart):
     assert rel["Megatron-Bridge 26.02.01"]["median_signed_blind"] > 0.1
     assert rel["Megatron-Bridge 26.08"]["median_signed_blind"] < -0.1
     assert sum(v["n"] for v in rel.values()) == 88
+    rows = PS.read_step_rows(KEPT_APART)
+    drift = PS.step_summary(recs, prs, rows)["release_drift"]
+    assert drift["configurations"] == 23 and drift["latest"] < drift["earliest"]

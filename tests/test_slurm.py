@@ -12,6 +12,7 @@ started by `make slurm-up` is used and left running; one started here is stopped
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,16 +68,42 @@ def slurm():
             f"SLURM packages not installed ({', '.join(missing)} missing); `make slurm-up` installs them,"
             " or set MONTA_SLURM_INSTALL=1 to let this test do it"
         )
-    up = subprocess.run(["bash", str(TOOLS / "up.sh")], capture_output=True, text=True, timeout=600)
-    if up.returncode == 3:  # this machine cannot host it: the script's one line says why
-        pytest.skip(up.stderr.strip().splitlines()[-1])
-    assert up.returncode == 0, up.stdout + up.stderr
-    conf = re.search(r"SLURM_CONF=(\S+)", up.stdout).group(1)
-    started_here = "already running" not in up.stdout
-    yield conf
-    if started_here:
-        down = subprocess.run(["bash", str(TOOLS / "down.sh")], capture_output=True, text=True, timeout=300)
-        assert down.returncode == 0, down.stdout + down.stderr
+    # One local cluster per host, and the session that started it stops it: a second test session on the same
+    # host (a developer's run beside CI's) waits here for the first to finish with it rather than sharing daemons
+    # the first one then stops under it.
+    with _host_lock(Path(os.environ.get("MONTA_SLURM_DIR", "/tmp/monta-slurm") + ".lock"), timeout_s=1800):
+        up = subprocess.run(["bash", str(TOOLS / "up.sh")], capture_output=True, text=True, timeout=600)
+        if up.returncode == 3:  # this machine cannot host it: the script's one line says why
+            pytest.skip(up.stderr.strip().splitlines()[-1])
+        assert up.returncode == 0, up.stdout + up.stderr
+        conf = re.search(r"SLURM_CONF=(\S+)", up.stdout).group(1)
+        started_here = "already running" not in up.stdout
+        yield conf
+        if started_here:
+            down = subprocess.run(["bash", str(TOOLS / "down.sh")], capture_output=True, text=True, timeout=300)
+            assert down.returncode == 0, down.stdout + down.stderr
+
+
+@contextlib.contextmanager
+def _host_lock(path: Path, timeout_s: float):
+    """An exclusive lock on ``path`` for the block, polled up to ``timeout_s`` (then a one-line failure naming the
+    lock); the kernel drops it if this process dies."""
+    import fcntl
+
+    with open(path, "w") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another test session has held the local SLURM ({path}) for {timeout_s:.0f} s")
+                time.sleep(2)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _workdir(path: Path) -> Path:

@@ -9,9 +9,15 @@ NeMo Container", ...) whose model has a template in steps.csv (:data:`TEMPLATES`
 Bridge columns every Bridge row shares, copied from that row) becomes one row: the page's system, GPU count,
 precision, GBS x sequence length, MBS, TP, PP, CP, VP, EP and tokens/s/GPU; the GPU's network columns come from
 a Bridge row of the same GPU. Nothing is selected by what the model predicts: a release's MoE transformer rows go
-in whole. Left out, and said so on stderr: models without a template (hybrid Mamba models such as Nemotron 3, whose
-layers the step model does not price; DeepSeek-V4, whose shape no published config here gives; dense models) and
-NVFP4 rows (no FP4 GEMM in the step model)."""
+in whole. Left out, and counted on stderr: models without a template (hybrid Mamba models such as Nemotron 3, whose
+layers the step model does not price; DeepSeek-V4, whose shape no published config here gives; dense models),
+NVFP4 rows (no FP4 GEMM in the step model) and FSDP rows (the step model prices the distributed optimizer); the
+SFT and LoRA tables are not read.
+
+The pipeline layout (``pp_layout``) is Megatron-Bridge's own for the model and the number of virtual stages
+(:data:`LAYOUTS`): its recipes set it from (PP, VP) (``_get_deepseek_v3_pipeline_layout`` and
+``_get_kimi_k2_pipeline_layout`` in ``src/megatron/bridge/recipes``, which map every (PP, VP) of one stage count to
+one layout; DeepSeek-V3's MTP layer sits with the loss); the page does not print it."""
 
 from __future__ import annotations
 
@@ -36,6 +42,13 @@ TEMPLATES: dict[str, tuple[str, dict[str, str]]] = {
         "mtp_layers": "0", "shape_source": "https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json",
     }),
 }  # fmt: skip
+# Megatron-Bridge's layouts by virtual pipeline stages (PP x VP), in steps.csv's pp_layout syntax (at 067f987:
+# recipes/deepseek/h100/deepseek_v3.py, recipes/kimi/h100/kimi_k2.py; the DeepSeek-V3 map's (2, 8) entry is the
+# GB300 perf config's of the 26.02 scripts, "Et*4|(t*4|)*14tmL", which steps.csv's S63 carries).
+LAYOUTS: dict[str, dict[int, str]] = {
+    "DeepSeekV3": {4: "Et*16|t*16|t*16|t*13mL", 8: "Et*8|(t*8|)*6t*5mL", 16: "Et*4|(t*4|)*14tmL"},
+    "Kimi_K2": {4: "Et*16|t*16|t*16|t*13L", 8: "Et*8|(t*8|)*6t*5L", 16: "Et*4|(t*4|)*14tL"},
+}
 SHAPE = ("model", "layers", "hidden", "ffn_hidden", "experts", "topk", "shared_experts", "shared_ffn_hidden",
          "dense_layers", "dense_ffn_hidden", "attention", "heads", "kv_heads", "head_dim", "q_lora_rank",
          "kv_lora_rank", "qk_rope_dim", "v_head_dim", "vocab", "mtp_layers", "shape_source", "linear_bias",
@@ -88,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         v = dict(zip(header, cells))
         gpu = v["System"].removeprefix("DGX-")
         precision = PRECISION.get(v["Precision"].upper())
-        why = ("no template" if model not in TEMPLATES else "precision " + v["Precision"] if not precision
-               else "no Bridge row of " + gpu if gpu not in bridge_gpu else "")  # fmt: skip
+        fsdp = v.get("FSDP", "0") not in ("0", "", "n/a")
+        why = ("precision " + v["Precision"] if not precision else "no template" if model not in TEMPLATES
+               else "FSDP" if fsdp else "no Bridge row of " + gpu if gpu not in bridge_gpu else "")  # fmt: skip
         if why:
             skipped[f"{release} {model} ({why})"] = skipped.get(f"{release} {model} ({why})", 0) + 1
             continue
@@ -100,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         row.update({c: bridge_gpu[gpu][c] for c in NETWORK})
         seq, gbs = int(v["Sequence Length"]), int(v["GBS"])
         vp = v["VP"] if v["VP"].isdigit() else "1"
+        stages = int(v["PP"]) * int(vp)
+        layout = LAYOUTS.get(model, {}).get(stages, "")
         tflops = re.sub(r"\[.*?\]", "", v["Model TFLOP / sec / GPU"])
         row.update({
             "id": f"S{n}", "source": a.source, "source_url": a.url, "system": f"Megatron-Bridge {release}",
+            "pp_layout": layout if stages > 1 else "",
             "seq_len": str(seq), "global_batch_tokens": str(gbs * seq), "micro_batch": v["MBS"], "tp": v["TP"],
             "ep": v["EP"], "pp": v["PP"], "vpp": vp, "cp": v["CP"], "fsdp": "no", "gpus": v["#-GPUs"], "gpu": gpu,
             "precision": precision, "routing": "forced", "software": f"Megatron-Bridge {release}",
@@ -110,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             "notes": f"{release} table, {v['System']}: {tflops} Model TFLOP/s/GPU. GBS {gbs} sequences. The page: "
                      "MoE benchmarks force-balance the tokens and are dropless.",
             "uncertainty": "Dispatcher, recompute and CUDA graphs not stated on the page."
+                           + (f" pp_layout: Megatron-Bridge's recipe layout for {stages} virtual stages (read at "
+                              "067f987, a later release than some rows')." if layout and stages > 1 else "")
+                           + (f" No Bridge layout for {stages} virtual stages: the default split."
+                              if model in LAYOUTS and not layout and stages > 1 else "")
                            + (" Muon optimizer (the page's note); the step model prices Adam's." if model == "Kimi_K2"
                               else "")
                            + (" The page footnotes a GPT-OSS regression (cudnn-frontend issue 256)."

@@ -243,22 +243,28 @@ def pairs(rows: list[Row], recs: list[dict]) -> list[dict]:
 
 
 def price_steps(
-    rows: list[Row], compute_tables=(), estimator: str | None = None, reference: list[Row] = ()
+    rows: list[Row],
+    compute_tables=(),
+    estimator: str | None = None,
+    reference: list[Row] = (),
+    same_source: list[set] = (),
 ) -> tuple[list[dict], list[dict]]:
     """Records per row (blind, calibrated, reasons) and per A/B pair; ``compute_tables``: measured
     ``ComputeTable``s, each used for the rows on its cluster; ``estimator``: the calibration's
     (``published_steps_calibration``; None: its default); ``reference``: another table's rows that calibrate
-    these (leave one source out) and are not scored."""
+    these (leave one source out) and are not scored; ``same_source``: sets of source keys the calibration leaves
+    out together."""
     recs = [blind(r, compute_tables) for r in rows]
     for row, r in zip(rows, recs):
         r["software"] = row.text("software")
-    calibrate(recs, estimator, [blind(r, compute_tables) for r in reference])
+    calibrate(recs, estimator, [blind(r, compute_tables) for r in reference], same_source)
     for row, r in zip(rows, recs):
         if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE:
             r["reason"] = explain(row, r)
     prs = pairs(rows, recs)
     for r in recs:
         r.pop("_priced", None)
+        r.pop("_group", None)
     return recs, prs
 
 
@@ -289,7 +295,35 @@ def by_software(forced: list[dict]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
+def _release(software: str) -> tuple[str, tuple[int, ...]]:
+    """(the software's name without its numbers, its numbers in order): 'Megatron-Bridge 26.02.01' ->
+    ('megatron-bridge', (26, 2, 1)), so releases of one product sort by version."""
+    return re.sub(r"[\d.]+", "", software).strip().lower(), tuple(int(x) for x in re.findall(r"\d+", software))
+
+
+def release_drift(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
+    """One configuration (every column of SAME and SETTINGS alike) measured under two or more releases of one
+    software: its signed blind error under the earliest and under the latest, medians over the configurations
+    (None: no configuration was). The release medians of :func:`by_software` average different rows; this
+    compares like with like."""
+    by_id = {r["id"]: r for r in recs}
+    groups: dict[tuple, list[tuple]] = {}
+    for row in rows:
+        r = by_id[row.id]
+        if r["error_blind"] is None or r["routing"] != "forced" or not r.get("software"):
+            continue
+        name, version = _release(r["software"])
+        cols = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower() for c in (*SAME, *SETTINGS))
+        groups.setdefault((name, *cols), []).append((version, r["error_blind"]))
+    spans = [(min(g)[1], max(g)[1]) for g in groups.values() if len({v for v, _ in g}) > 1]
+    if not spans:
+        return None
+    return {"configurations": len(spans), "earliest": statistics.median(a for a, _ in spans),
+            "latest": statistics.median(b for _, b in spans),
+            "change": statistics.median(b - a for a, b in spans)}  # fmt: skip
+
+
+def step_summary(recs: list[dict], prs: list[dict], rows: list[Row] = ()) -> dict[str, Any]:
     priced = [r for r in recs if r["predicted_blind"] is not None]
     forced = [r for r in priced if r["routing"] == "forced"]
     real = [r for r in priced if r["routing"] == "real"]
@@ -315,6 +349,7 @@ def step_summary(recs: list[dict], prs: list[dict]) -> dict[str, Any]:
         "unseen_pairs_direction_right": sum(p["direction_right"] and not p["seen"] for p in prs),
         "unseen_pair_ratio_error": _stats(p["ratio_error"] for p in prs if not p["seen"]),
         "by_software": by_software(forced),
+        "release_drift": release_drift(list(rows), recs) if rows else None,
         "pair_ratio_error_calibrated": _stats(
             p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1
             for p in prs

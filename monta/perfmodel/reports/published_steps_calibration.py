@@ -143,6 +143,8 @@ class _Pools:
     the nested choice asks for one pool many times)."""
 
     def __init__(self, recs: list[dict]):
+        for r in recs:  # the key a row is left out by: its source's group (calibrate's same_source), or its source
+            r.setdefault("_group", r["source"])
         self.fit = [r for r in recs if r.get("_priced") and r["routing"] == "forced"]
         self.points = {}
         for o in self.fit:
@@ -154,8 +156,8 @@ class _Pools:
         """The points of sources not in ``out`` on GPUs of ``r``'s generation, by source."""
         c, by_source = r["_priced"][2], {}
         for o in self.fit:
-            if o["source"] not in out and _same_generation(o["_priced"][2], c):
-                by_source.setdefault(o["source"], []).append(self.points[id(o)])
+            if o["_group"] not in out and _same_generation(o["_priced"][2], c):
+                by_source.setdefault(o["_group"], []).append(self.points[id(o)])
         return by_source
 
     def factors(self, name: str, pool: dict[str, list[Point]]) -> tuple[float, float]:
@@ -169,9 +171,9 @@ class _Pools:
         calibrated from the sources that are neither ``held_out`` nor its own."""
         errs = []
         for o in self.fit:
-            if o["source"] == held_out:
+            if o["_group"] == held_out:
                 continue
-            pool = self.pool(o, frozenset((held_out, o["source"])))
+            pool = self.pool(o, frozenset((held_out, o["_group"])))
             if pool:
                 errs.append(abs(_error(o, self.factors(name, pool))))
         return statistics.median(errs) if errs else None
@@ -194,31 +196,38 @@ def choose(pools: _Pools, held_out: str) -> tuple[str, dict[str, float | None]]:
     return (min(scored, key=lambda n: inner[n]) if scored else "none"), inner
 
 
-def calibrate(recs: list[dict], estimator: str | None = None, reference: list[dict] = ()) -> None:
+def calibrate(
+    recs: list[dict], estimator: str | None = None, reference: list[dict] = (), same_source: list[set] = ()
+) -> None:
     """Leave one source out: each priced row gets ``predicted_calibrated`` and ``calibration`` (the estimator,
     its factors, the pool's rows and sources, and for ``nested`` the inner errors it was chosen by), or
     ``reason_calibrated`` where no other source has a forced-balance row of its generation. ``estimator``: one of
     ESTIMATORS for every row (None: DEFAULT_ESTIMATOR), or ``nested`` (per held-out source, :func:`choose`).
     ``reference``: priced records of another table (``--calibrate-with``) that join every pool as rows of their
     own sources and are not calibrated themselves; a source key both tables use is left out of its own rows'
-    pools all the same."""
+    pools all the same. ``same_source``: sets of source keys left out together, as one source (one publisher's
+    pages: ``--same-source``)."""
     estimator = estimator or DEFAULT_ESTIMATOR
     if estimator != "nested" and estimator not in ESTIMATORS:
         raise ValueError(f"calibration estimator {estimator!r} is not 'nested' or one of {', '.join(ESTIMATORS)}")
+    group = {k: "+".join(sorted(g)) for g in same_source for k in g}
+    for r in [*recs, *reference]:
+        r["_group"] = group.get(r["source"], r["source"])
     pools, chosen = _Pools([*recs, *reference]), {}
     for r in recs:
         if not r.get("_priced"):
             continue
-        pool = pools.pool(r, frozenset((r["source"],)))
+        pool = pools.pool(r, frozenset((r["_group"],)))
         if not pool:
             r["reason_calibrated"] = f"no other source's forced-balance row on a GPU of {r['cluster']}'s generation"
             continue
-        if estimator == "nested" and r["source"] not in chosen:
-            chosen[r["source"]] = choose(pools, r["source"])
-        name, inner = chosen[r["source"]] if estimator == "nested" else (estimator, None)
+        if estimator == "nested" and r["_group"] not in chosen:
+            chosen[r["_group"]] = choose(pools, r["_group"])
+        name, inner = chosen[r["_group"]] if estimator == "nested" else (estimator, None)
         a, g = pools.factors(name, pool)
         r["calibration"] = {"estimator": name, "compute_factor": a, "rest_factor": g,
                             "rows": sum(map(len, pool.values())), "sources": len(pool),
+                            "pool_sources": sorted(pool),
                             "chosen_by": "nested leave-one-source-out" if inner else "fixed",
                             "inner_errors": inner}  # fmt: skip
         r["predicted_calibrated"] = _predicted(r, (a, g))

@@ -59,6 +59,15 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
                      tabulate([[k, v["n"], _pct(v["median_signed_blind"]), _pct(v["median_signed_calibrated"])]
                                for k, v in rel.items()], ["software", "rows", "blind", "calibrated"],
                               tablefmt="github", disable_numparse=True), ""] if len(rel) >= 2 else []  # fmt: skip
+    drift = summ.get("release_drift")
+    if drift:
+        release_table += [
+            f"The same configuration under two or more releases of one software ({drift['configurations']} "
+            f"configurations): median signed blind error {_pct(drift['earliest'])} under the earliest release, "
+            f"{_pct(drift['latest'])} under the latest, a median change of {drift['change'] * 100:+.0f} points: "
+            "what the software gained, which no hardware term can follow.",
+            "",
+        ]
     return "\n".join([
         f"Published MoE training steps ({data}) priced by the step model from the model, layout, GPU and network "
         "(blind) and fitted on the other sources' rows of the same GPU generation (calibrated). Error = "
@@ -96,6 +105,14 @@ def add_arguments(p) -> None:
         "data/published/steps.csv (repeatable; step tables only)",
     )
     p.add_argument(
+        "--same-source",
+        action="append",
+        default=None,
+        metavar="KEY,KEY",
+        help="source keys the leave-one-source-out calibration leaves out together, as one source (one publisher's "
+        "pages, e.g. bridge-perf,bridge-perf-archive; repeatable; step tables only)",
+    )
+    p.add_argument(
         "--step-calibration",
         choices=[*ESTIMATORS, "nested"],
         default=None,
@@ -114,6 +131,23 @@ def compute_tables(paths) -> list:
         return [load_compute_table(p) for p in paths]
     except ValueError as e:
         raise V.UsageError(str(e)) from None
+
+
+def same_sources(values) -> list[set]:
+    """``--same-source`` values as sets of keys; one naming fewer than two keys, or a key twice over, is a usage
+    error."""
+    from monta import validate as V
+
+    out, seen = [], set()
+    for v in values:
+        keys = {k.strip() for k in v.split(",") if k.strip()}
+        if len(keys) < 2:
+            raise V.UsageError(f"--same-source {v!r}: name two or more source keys, comma-separated")
+        if keys & seen:
+            raise V.UsageError(f"--same-source {v!r}: {sorted(keys & seen)[0]} is in another --same-source already")
+        seen |= keys
+        out.append(keys)
+    return out
 
 
 def reference_rows(path) -> list:
@@ -150,9 +184,11 @@ def run(args) -> int:
 
     tables = compute_tables(getattr(args, "compute_table", None) or ())
     reference = [row for f in getattr(args, "calibrate_with", None) or () for row in reference_rows(f)]
-    recs, prs = price_steps(read_step_rows(args.data), tables, getattr(args, "step_calibration", None), reference)
+    same = same_sources(getattr(args, "same_source", None) or ())
+    rows = read_step_rows(args.data)
+    recs, prs = price_steps(rows, tables, getattr(args, "step_calibration", None), reference, same)
     unused_table(args.data, recs, tables)
-    summ = step_summary(recs, prs)
+    summ = step_summary(recs, prs, rows)
     text = markdown(args.data, recs, prs, summ)
     print(text)
     if args.md:
