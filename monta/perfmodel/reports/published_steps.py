@@ -281,10 +281,9 @@ MIN_RELEASE_ROWS = 3  # forced-balance rows a software release needs for its own
 
 def by_software(forced: list[dict]) -> dict[str, dict[str, Any]]:
     """Per software release with MIN_RELEASE_ROWS priced forced-balance rows: the median SIGNED blind error
-    (positive: the model's throughput is higher, its step shorter) and its calibrated one. The model prices a
-    configuration from its hardware alone, so one configuration measured under successive releases moves
-    against it by what the software gained: the spread of these medians is the part of the error no term
-    from the hardware can remove (docs/results/published-steps.md, "Software releases")."""
+    (positive: the model's throughput is higher, its step shorter) and its calibrated one. Each release's
+    median is over its own rows, which differ from release to release: :func:`release_drift` compares one
+    configuration across releases (docs/results/published-steps.md, "Software releases")."""
     out: dict[str, dict[str, Any]] = {}
     for rel in sorted({r.get("software") or "" for r in forced} - {""}):
         rs = [r for r in forced if r.get("software") == rel]

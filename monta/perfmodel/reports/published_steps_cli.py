@@ -65,7 +65,7 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
             f"The same configuration under two or more releases of one software ({drift['configurations']} "
             f"configurations): median signed blind error {_pct(drift['earliest'])} under the earliest release, "
             f"{_pct(drift['latest'])} under the latest, a median change of {drift['change'] * 100:+.0f} points: "
-            "what the software gained, which no hardware term can follow.",
+            "the model, layout and hardware being the same, the change is the software's.",
             "",
         ]
     return "\n".join([
