@@ -159,3 +159,6 @@ def test_the_kept_apart_score_and_the_release_drift_the_docs_report(kept_apart):
     rows = PS.read_step_rows(KEPT_APART)
     drift = PS.step_summary(recs, prs, rows)["release_drift"]
     assert drift["configurations"] == 23 and drift["latest"] < drift["earliest"]
+    models = s["by_model"]
+    assert sum(v["n"] for v in models.values()) == 88 and models["GPT-OSS-120B"]["median_signed_blind"] > 0.3
+    assert set(models["GPT-OSS-120B"]["by_release"]) <= set(rel)

@@ -256,7 +256,7 @@ def price_steps(
     out together."""
     recs = [blind(r, compute_tables) for r in rows]
     for row, r in zip(rows, recs):
-        r["software"] = row.text("software")
+        r["software"], r["model"] = row.text("software"), row.text("model")
     calibrate(recs, estimator, [blind(r, compute_tables) for r in reference], same_source)
     for row, r in zip(rows, recs):
         if r["error_blind"] is not None and abs(r["error_blind"]) > EXPLAIN_ABOVE:
@@ -291,6 +291,23 @@ def by_software(forced: list[dict]) -> dict[str, dict[str, Any]]:
             cal = [r["error_calibrated"] for r in rs if r["error_calibrated"] is not None]
             out[rel] = {"n": len(rs), "median_signed_blind": statistics.median(r["error_blind"] for r in rs),
                         "median_signed_calibrated": statistics.median(cal) if cal else None}  # fmt: skip
+    return out
+
+
+def by_model(forced: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per model (the ``model`` column) with MIN_RELEASE_ROWS priced forced-balance rows: their number, the
+    median signed blind error over them, and the same per software release where the release has
+    MIN_RELEASE_ROWS of its rows (``by_release``): which model the step model misses, release by release."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in sorted({r.get("model") or "" for r in forced} - {""}):
+        rs = [r for r in forced if r.get("model") == model]
+        if len(rs) < MIN_RELEASE_ROWS:
+            continue
+        per = {rel: statistics.median(r["error_blind"] for r in rs if r.get("software") == rel)
+               for rel in {r.get("software") or "" for r in rs} - {""}
+               if sum(r.get("software") == rel for r in rs) >= MIN_RELEASE_ROWS}  # fmt: skip
+        out[model] = {"n": len(rs), "median_signed_blind": statistics.median(r["error_blind"] for r in rs),
+                      "by_release": dict(sorted(per.items()))}  # fmt: skip
     return out
 
 
@@ -348,6 +365,7 @@ def step_summary(recs: list[dict], prs: list[dict], rows: list[Row] = ()) -> dic
         "unseen_pairs_direction_right": sum(p["direction_right"] and not p["seen"] for p in prs),
         "unseen_pair_ratio_error": _stats(p["ratio_error"] for p in prs if not p["seen"]),
         "by_software": by_software(forced),
+        "by_model": by_model(forced),
         "release_drift": release_drift(list(rows), recs) if rows else None,
         "pair_ratio_error_calibrated": _stats(
             p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1

@@ -59,6 +59,18 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
                      tabulate([[k, v["n"], _pct(v["median_signed_blind"]), _pct(v["median_signed_calibrated"])]
                                for k, v in rel.items()], ["software", "rows", "blind", "calibrated"],
                               tablefmt="github", disable_numparse=True), ""] if len(rel) >= 2 else []  # fmt: skip
+    models = summ.get("by_model") or {}
+    if len(models) >= 2:
+        rels = [k for k in rel if any(k in v["by_release"] for v in models.values())]
+        release_table += [
+            "Signed blind error by model (median over its forced-balance rows, and per release with three or more "
+            "of them):",
+            "",
+            tabulate([[m, v["n"], _pct(v["median_signed_blind"]), *(_pct(v["by_release"].get(k)) for k in rels)]
+                      for m, v in models.items()], ["model", "rows", "blind", *rels], tablefmt="github",
+                     disable_numparse=True),
+            "",
+        ]  # fmt: skip
     drift = summ.get("release_drift")
     if drift:
         release_table += [
