@@ -17,19 +17,31 @@ PROBLEM = namespace_problem()
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "chunk_phases.py"
 
 
-@pytest.mark.netns
-@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
-def test_chunk_stamps_and_the_report_from_them(tmp_path):
-    out = tmp_path / "chunks.json"
+def _stamp(out: Path, args: list[str], nodes: int, gpus_per_node: int) -> dict:
+    """The tool's ``rank`` mode on an emulated nodes x gpus_per_node cluster (0.5 / 2 Gbit/s); its JSON."""
     launch(
-        [sys.executable, str(TOOL), "rank", "256K", "4", "1", str(out)],
-        2,
-        2,
+        [sys.executable, str(TOOL), "rank", *args[:3], str(out), *args[3:]],
+        nodes,
+        gpus_per_node,
         Topology(inter_gbps=0.5, intra_gbps=2.0),
         timeout_s=120,
         stdout=subprocess.DEVNULL,
     )
-    got = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def _report(out: Path) -> list[str]:
+    """The tool's report of ``out`` at 2 Gbit/s, line by line."""
+    return subprocess.run(
+        [sys.executable, str(TOOL), "report", str(out), "2.0"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(PROBLEM is not None, reason=f"no user namespaces: {PROBLEM}")
+def test_chunk_stamps_and_the_report_from_them(tmp_path):
+    out = tmp_path / "chunks.json"
+    got = _stamp(out, ["256K", "4", "1"], 2, 2)
     # 256 KiB of [2 experts, capacity, 1024 floats] rows: capacity 32, 16 slots per TP rank, MoNTA's split of 4
     assert got["meta"] == {
         "size": 256 << 10,
@@ -48,9 +60,7 @@ def test_chunk_stamps_and_the_report_from_them(tmp_path):
         assert r["t0"] < min(r["leaves"] + [r["end"]]) and r["leaves"] == sorted(r["leaves"])
         assert all(t <= r["end"] for t in r["leaves"])
     assert set(got["samples"]) == {"0", "2"}  # local rank 0 of each node sampled its counters
-    lines = subprocess.run(
-        [sys.executable, str(TOOL), "report", str(out), "2.0"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    lines = _report(out)
     assert lines[0] == "0.25 MiB per rank, 4 chunks cut [2, 5, 5, 4]"
     assert lines[1].startswith("iteration 1: monta ") and "the AllToAll alone" in lines[1]
     assert lines[1].count("(the slowest rank's own ") == 2
@@ -64,15 +74,7 @@ def test_chunk_stamps_and_the_report_from_them(tmp_path):
 def test_tp_smaller_than_the_node(tmp_path):
     # 2 x 4 at TP2: EP 4 (the DP degree, as the bench), 4 experts; each node's two TP pairs gather on its loopback
     out = tmp_path / "tp2.json"
-    launch(
-        [sys.executable, str(TOOL), "rank", "512K", "2", "1", str(out), "2"],
-        2,
-        4,
-        Topology(inter_gbps=0.5, intra_gbps=2.0),
-        timeout_s=120,
-        stdout=subprocess.DEVNULL,
-    )
-    got = json.loads(out.read_text())
+    got = _stamp(out, ["512K", "2", "1", "2"], 2, 4)
     # 512 KiB of [4 experts, capacity, 1024 floats] rows: capacity 32, 16 slots per TP rank, split [8, 8]
     assert got["meta"] == {
         "size": 512 << 10,
@@ -84,9 +86,7 @@ def test_tp_smaller_than_the_node(tmp_path):
         "gpus_per_node": 4,
     }
     assert set(got["samples"]) == {"0", "4"} and all(len(r["leaves"]) in (0, 2) for r in got["rows"])
-    lines = subprocess.run(
-        [sys.executable, str(TOOL), "report", str(out), "2.0"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    lines = _report(out)
     # the node's last AllGathers: 4 ranks x 1 peer x 8 slots x 16 KiB = 512 KiB, 2.1 ms at 2 Gbit/s
     assert [line.split(":")[0] for line in lines[2:]] == ["  node 0", "  node 1"]
     assert all("the bound's drain 2.1 ms" in line and "of the last AllGather's 512 KiB" in line for line in lines[2:])
