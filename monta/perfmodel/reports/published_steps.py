@@ -339,6 +339,60 @@ def release_drift(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
             "change": statistics.median(b - a for a, b in spans)}  # fmt: skip
 
 
+# The settings a run's software recipe chooses (Megatron-Bridge's configs set them; its pages do not print them)
+RECIPE_INPUTS = ("dispatcher", "a2a_overlap", "recompute", "cuda_graphs")
+
+
+def release_steps(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
+    """One layout (SAME and the SETTINGS a recipe does not choose: GPU, precision, routing, GPUs) measured under
+    consecutive releases of one software: per step from one release to the next, the measured and the predicted
+    ratio (later / earlier, in the rows' metric) and whether the rows state different RECIPE_INPUTS. Where the
+    stated inputs are the same, the model's ratio is 1 and the measured one is what the software alone changed;
+    where they differ, the step is scored like an A/B pair (direction, ratio error); where neither row states them,
+    both are priced alike and the measured change is the software's and its unstated inputs' together. None: no
+    layout was measured under two releases. A row's inputs are what the row states; a step where only one row
+    states them is left out and counted (``one_side_stated``: "not stated" is not "none").
+    tools/bridge_recipe_inputs.py states Megatron-Bridge's."""
+    by_id = {r["id"]: r for r in recs}
+    groups: dict[tuple, list[tuple]] = {}
+    for row in rows:
+        r = by_id[row.id]
+        if r["error_blind"] is None or r["routing"] != "forced" or not r.get("software"):
+            continue
+        name, version = _release(r["software"])
+        layout = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower()
+                       for c in (*SAME, *(c for c in SETTINGS if c not in RECIPE_INPUTS)))  # fmt: skip
+        groups.setdefault((name, *layout), []).append((version, row, r))
+    steps, skipped = [], 0
+    for g in groups.values():
+        g.sort(key=lambda t: t[0])
+        for (va, ra, a), (vb, rb, b) in zip(g, g[1:]):
+            if va == vb:
+                continue
+            if any(ra.text(c) for c in RECIPE_INPUTS) != any(rb.text(c) for c in RECIPE_INPUTS):
+                skipped += 1  # one row states its recipe's inputs, the other does not: not comparable
+                continue
+            meas, pred = b["measured"] / a["measured"], b["predicted_blind"] / a["predicted_blind"]
+            changed = [c for c in RECIPE_INPUTS if ra.text(c).lower() != rb.text(c).lower()]
+            stated = any(ra.text(c) for c in RECIPE_INPUTS)
+            steps.append({"from": a["id"], "to": b["id"], "releases": f"{a['software']} -> {b['software']}",
+                          "model": a.get("model") or "", "gpu": a["gpu"], "inputs_changed": changed,
+                          "inputs_stated": stated,
+                          "change": "; ".join(f"{c} {ra.text(c) or '-'} -> {rb.text(c) or '-'}" for c in changed),
+                          "measured_ratio": meas, "predicted_ratio": pred, "ratio_error": pred / meas - 1,
+                          "direction_right": (meas - 1) * (pred - 1) > 0 if changed else None})  # fmt: skip
+    if not steps:
+        return None
+    same = [t for t in steps if t["inputs_stated"] and not t["inputs_changed"]]
+    unstated = [t for t in steps if not t["inputs_stated"]]
+    moved = [t for t in steps if t["inputs_changed"]]
+    return {"steps": steps, "one_side_stated": skipped,
+            "same_inputs": {"n": len(same), "measured_change": _stats(t["measured_ratio"] - 1 for t in same)},
+            "not_stated": {"n": len(unstated), "measured_change": _stats(t["measured_ratio"] - 1 for t in unstated)},
+            "changed_inputs": {"n": len(moved), "direction_right": sum(t["direction_right"] for t in moved),
+                               "ratio_error": _stats(t["ratio_error"] for t in moved)}}  # fmt: skip
+
+
 def step_summary(recs: list[dict], prs: list[dict], rows: list[Row] = ()) -> dict[str, Any]:
     priced = [r for r in recs if r["predicted_blind"] is not None]
     forced = [r for r in priced if r["routing"] == "forced"]
@@ -367,6 +421,7 @@ def step_summary(recs: list[dict], prs: list[dict], rows: list[Row] = ()) -> dic
         "by_software": by_software(forced),
         "by_model": by_model(forced),
         "release_drift": release_drift(list(rows), recs) if rows else None,
+        "release_steps": release_steps(list(rows), recs) if rows else None,
         "pair_ratio_error_calibrated": _stats(
             p["predicted_ratio_calibrated"] / p["measured_ratio"] - 1
             for p in prs

@@ -80,6 +80,28 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
             "the model, layout and hardware being the same, the change is the software's.",
             "",
         ]
+    steps = summ.get("release_steps")
+    if steps:
+        same, moved, unstated = steps["same_inputs"], steps["changed_inputs"], steps["not_stated"]
+        release_table += [
+            f"One layout from one release to the next ({len(steps['steps'])} steps; the recipe inputs: dispatcher, "
+            f"A2A overlap, recompute, CUDA graphs). The same inputs stated on both sides ({same['n']} steps): the "
+            f"model's ratio is 1, the measured throughput moved by {_band(same['measured_change'])}, the software "
+            f"alone. Different inputs stated ({moved['n']} steps): {moved['direction_right']} of {moved['n']} in the "
+            f"measured direction, ratio error {_band(moved['ratio_error'])}. Inputs stated on neither side "
+            f"({unstated['n']} steps): the measured throughput moved by {_band(unstated['measured_change'])}, the "
+            "software and its unstated inputs together."
+            + (f" Left out: {steps['one_side_stated']} steps where only one release's row states its inputs."
+               if steps["one_side_stated"] else ""),
+            "",
+            tabulate([[t["releases"], t["model"], t["gpu"],
+                       t["change"] or ("same inputs" if t["inputs_stated"] else "not stated"),
+                       f"{t['measured_ratio']:.3f}", f"{t['predicted_ratio']:.3f}", _pct(t["ratio_error"])]
+                      for t in steps["steps"]],
+                     ["releases", "model", "gpu", "stated inputs", "measured ratio", "predicted ratio", "ratio err"],
+                     tablefmt="github", disable_numparse=True),
+            "",
+        ]  # fmt: skip
     return "\n".join([
         f"Published MoE training steps ({data}) priced by the step model from the model, layout, GPU and network "
         "(blind) and fitted on the other sources' rows of the same GPU generation (calibrated). Error = "
