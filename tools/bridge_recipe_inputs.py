@@ -6,20 +6,27 @@
 Megatron-Bridge's performance pages print each run's layout and throughput, not its dispatcher, CUDA-graph scope,
 A2A overlap or recompute; its ``scripts/performance/configs/*/*workload_base_configs.py`` (one
 ``WorkloadBaseConfig`` per model, GPU, precision and variant) set them. For each row whose ``software`` is
-"Megatron-Bridge RELEASE", the tool reads the configs at the FIRST git tag whose ``docs/performance-summary.md``
-opens with "## RELEASE NeMo Container" (:func:`release_tags`: the tag published with that release's table), takes
-the configs named for the row's model, GPU and precision (:func:`candidates`) and keeps those whose layout (GPUs,
-TP, PP, VP, CP, EP, MBS, GBS) is the row's. One match (or several that state the same inputs) fills the row's
-``dispatcher``, ``cuda_graphs``, ``a2a_overlap`` and ``recompute`` (:func:`stated`) and adds what it read to the
-row's ``uncertainty``; the config's other non-default settings (CuTe DSL fused grouped MLP, FP8 attention, ...) are
-named there as not priced. A row with no tag for its release, no matching config or matches that disagree keeps
-its columns, says why in its ``uncertainty`` and is counted on stderr. Nothing is chosen by what the model
-predicts: every row is looked up.
+"Megatron-Bridge RELEASE", the tool reads the configs of the Megatron-Bridge version RELEASE's NeMo container
+ships (:func:`release_versions`: Megatron-Bridge's ``docs/releases/software-versions.md``, "## NeMo Framework
+26.06 ... | Megatron-Bridge | 0.5.0 |", and ``known-issues.md``'s "26.02.01 (r0.3.1)"; for a release neither
+names, the first tag whose performance summary opens with RELEASE's table, marked as assumed). Of those, the
+configs named for the row's model, GPU and precision (:func:`candidates`: the names Bridge's
+``get_workload_base_config`` resolves) whose layout (GPUs, TP, PP, VP, CP, EP, MBS, GBS; expert TP 1) is the
+row's: one match, or several that state the same inputs, fills the row's ``dispatcher``, ``cuda_graphs``,
+``a2a_overlap`` and ``recompute`` (:func:`stated`) and adds what it read to the row's ``uncertainty``, with the
+config's other non-default settings named as not priced (CuTe DSL fused grouped MLP, FP8 attention, ...; what the
+perf scripts derive from them at run time, such as the padded experts under full-iteration graphs, is not read).
+A row whose release has no known version, or whose version has no config of its layout or configs that disagree,
+keeps its columns, says why in its ``uncertainty`` and is counted on stderr. The pages publish a release's table
+after the version is tagged, so the tool does not ask the version's pages for the row. Nothing is chosen by what
+the model predicts: every row is looked up.
 
 What the configs leave unset is the training default: the AlltoAll dispatcher, no CUDA graphs, no A2A overlap;
-a recompute the config does not set is left "not stated" (the model recipe's own default is not read). The configs
-are plain dataclasses (their module says it exists so that the head node need not import Megatron-Bridge), so they
-are executed as they are, with the tag's ``scripts/performance/utils/utils.py`` for ``WorkloadBaseConfig``.
+an empty recompute list is no recompute, an unset one is left "not stated" (the model recipe's own default is
+not read). The configs are plain dataclasses (their module says it exists so that the head node need not import
+Megatron-Bridge), so they are executed as they are, with the revision's ``scripts/performance/utils/utils.py`` for
+``WorkloadBaseConfig``; later releases moved the settings into Python recipes that need Megatron-Bridge to run,
+and their rows are left not stated.
 """
 
 from __future__ import annotations
@@ -42,34 +49,49 @@ MODEL_PREFIX = (
 )
 # steps.csv's precision -> the configs' precision tokens (the H100's "FP8" rows are current scaling: FP8_CS)
 PRECISION_TOKENS = {"bf16": ("BF16",), "mxfp8": ("FP8_MX",), "fp8": ("FP8_CS",), "fp8-cs": ("FP8_CS",)}
+# The config fields the tool compares with the row or states; the others are named as not priced when set
 MAPPED = {"num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
           "virtual_pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
           "global_batch_size", "micro_batch_size", "cuda_graph_impl", "cuda_graph_scope", "recompute_modules",
-          "moe_flex_dispatcher_backend", "moe_a2a_overlap", "pp_layout", "peft", "use_megatron_fsdp",
-          "recompute_num_layers"}  # fmt: skip
+          "moe_flex_dispatcher_backend", "moe_a2a_overlap"}  # fmt: skip
 
 
 def _git(gitdir: str, *args: str) -> str:
     return subprocess.run(["git", "--git-dir", gitdir, *args], check=True, capture_output=True, text=True).stdout
 
 
-def release_tags(gitdir: str) -> dict[str, str]:
-    """Release ("26.06") -> the first tag (by creation date) whose performance summary opens with its table."""
-    out: dict[str, str] = {}
-    for tag in _git(gitdir, "for-each-ref", "--sort=creatordate", "--format=%(refname:short)", "refs/tags").split():
-        try:
-            page = _git(gitdir, "show", f"{tag}:docs/performance-summary.md")
-        except subprocess.CalledProcessError:
-            continue
-        if m := re.search(r"^## (\S+) NeMo Container", page, re.M):
-            out.setdefault(m.group(1), tag)
+def _show(gitdir: str, spec: str) -> str:
+    """A file at a revision, or "" where the revision lacks it."""
+    try:
+        return _git(gitdir, "show", spec)
+    except subprocess.CalledProcessError:
+        return ""
+
+
+def release_versions(gitdir: str) -> dict[str, tuple[str, str]]:
+    """Release ("26.06") -> (the tag of the Megatron-Bridge version its NeMo container ships, how that is known):
+    Megatron-Bridge's release notes at HEAD first, then, for a release they do not name, the first tag (by
+    creation date) whose performance summary opens with the release's table."""
+    out: dict[str, tuple[str, str]] = {}
+    tags = _git(gitdir, "for-each-ref", "--sort=creatordate", "--format=%(refname:short)", "refs/tags").split()
+    versions, issues = (_show(gitdir, f"HEAD:docs/releases/{f}.md") for f in ("software-versions", "known-issues"))
+    for release, version in re.findall(r"^## NeMo Framework (\S+)\n(?:(?!^## ).*\n)*?\| Megatron-Bridge \| (\S+) \|",
+                                       versions, re.M):  # fmt: skip
+        if f"v{version}" in tags:
+            out[release] = (f"v{version}", "docs/releases/software-versions.md")
+    for release, version in re.findall(r"\b(\d\d\.\d\d(?:\.\d\d)?) \(r(\d+\.\d+\.\d+)\)", issues):
+        if f"v{version}" in tags:
+            out.setdefault(release, (f"v{version}", "docs/releases/known-issues.md"))
+    for tag in tags:
+        if m := re.search(r"^## (\S+) NeMo Container", _show(gitdir, f"{tag}:docs/performance-summary.md"), re.M):
+            out.setdefault(m.group(1), (tag, "assumed: the first tag that publishes its table"))
     return out
 
 
-def load_configs(gitdir: str, tag: str) -> dict[str, object]:
-    """Every WorkloadBaseConfig the tag's workload base config modules define, by name (none where the tag has
+def load_configs(gitdir: str, rev: str) -> dict[str, object]:
+    """Every WorkloadBaseConfig the revision's workload base config modules define, by name (none where the revision has
     no such module: later releases moved the settings into Python recipes that need Megatron-Bridge to run)."""
-    paths = [p for p in _git(gitdir, "ls-tree", "-r", "--name-only", tag, "scripts/performance/configs").split()
+    paths = [p for p in _git(gitdir, "ls-tree", "-r", "--name-only", rev, "scripts/performance/configs").split()
              if p.endswith("workload_base_configs.py")]  # fmt: skip
     if not paths:
         return {}
@@ -80,13 +102,13 @@ def load_configs(gitdir: str, tag: str) -> dict[str, object]:
     saved = {k: sys.modules.get(k) for k in ("utils", "utils.utils")}
     sys.modules["utils"], sys.modules["utils.utils"] = utils_pkg, utils_mod
     try:
-        exec(compile(_git(gitdir, "show", f"{tag}:scripts/performance/utils/utils.py"), "utils.py", "exec"),
+        exec(compile(_git(gitdir, "show", f"{rev}:scripts/performance/utils/utils.py"), "utils.py", "exec"),
              utils_mod.__dict__)  # fmt: skip
         utils_pkg.utils = utils_mod
         found: dict[str, object] = {}
         for path in paths:
             ns: dict[str, object] = {"__name__": path}
-            exec(compile(_git(gitdir, "show", f"{tag}:{path}"), path, "exec"), ns)
+            exec(compile(_git(gitdir, "show", f"{rev}:{path}"), path, "exec"), ns)
             found.update({k: v for k, v in ns.items() if k.isupper() and is_dataclass(v) and not isinstance(v, type)})
         return found
     finally:
@@ -98,16 +120,16 @@ def load_configs(gitdir: str, tag: str) -> dict[str, object]:
 
 
 def candidates(configs: dict[str, object], row: dict[str, str]) -> list[str]:
-    """Config names for the row's model, GPU and precision (any variant suffix; a name without a precision is the
-    GPU's default config, taken only where no config named for the precision has the row's layout)."""
+    """Config names for the row's model, GPU and precision, any variant: the names Bridge's
+    ``get_workload_base_config`` resolves ("{MODEL}_PRETRAIN_CONFIG_{GPU}_{PRECISION}[_V2]" from v0.3.0,
+    "{MODEL}_{GPU}_{PRECISION}_BASE_CONFIG" in v0.2.x), never a name without the precision."""
     prefix = next((p for rx, p in MODEL_PREFIX if re.search(rx, row["model"])), None)
     tokens = PRECISION_TOKENS.get(row["precision"].strip().lower())
     if prefix is None or tokens is None:
         return []
     gpu = row["gpu"].strip().upper()
     alts = "|".join(re.escape(t) for t in tokens)
-    # "{MODEL}_PRETRAIN_CONFIG_{GPU}_{PRECISION}_V1" (v0.3.0 on) or "{MODEL}_{GPU}_{PRECISION}_BASE_CONFIG" (v0.2.x)
-    rx = re.compile(rf"^{prefix}(?:_PRETRAIN_CONFIG)?_{gpu}(?:_(?:{alts}))?(?:_V\d+|_BASE_CONFIG)?$")
+    rx = re.compile(rf"^{prefix}(?:_PRETRAIN_CONFIG)?_{gpu}_(?:{alts})(?:_V\d+|_BASE_CONFIG)?$")
     return sorted(n for n in configs if rx.match(n))
 
 
@@ -121,6 +143,8 @@ def layout_matches(cfg, row: dict[str, str]) -> bool:
     seq = _int(row["seq_len"])
     gbs = _int(row["global_batch_tokens"]) // seq if seq and row["global_batch_tokens"].strip() else None
     vp = cfg.virtual_pipeline_model_parallel_size or 1
+    if getattr(cfg, "expert_tensor_parallel_size", None) not in (None, 1):
+        return False  # the published rows have no expert TP column; the step model prices experts without TP
     return (cfg.num_gpus, cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, vp,
             cfg.context_parallel_size, cfg.expert_model_parallel_size, cfg.micro_batch_size,
             cfg.global_batch_size) == (_int(row["gpus"]), _int(row["tp"], 1), _int(row["pp"], 1),
@@ -147,6 +171,8 @@ def stated(cfg) -> tuple[dict[str, str], list[str]]:
     }
     if cfg.recompute_modules:
         cols["recompute"] = "selective:" + ",".join(cfg.recompute_modules)
+    elif cfg.recompute_modules is not None:
+        cols["recompute"] = "none"  # an empty list: no module recomputed
     defaults = type(cfg)()
     other = [f"{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg)
              if f.name not in MAPPED and getattr(cfg, f.name) != getattr(defaults, f.name)]  # fmt: skip
@@ -154,8 +180,9 @@ def stated(cfg) -> tuple[dict[str, str], list[str]]:
 
 
 def state_rows(rows: list[dict[str, str]], gitdir: str) -> tuple[list[dict[str, str]], dict[str, int]]:
-    """The rows with their recipes' inputs stated where one tag's configs give them; counts of what was not."""
-    tags, loaded, skipped = release_tags(gitdir), {}, {}
+    """The rows with their recipes' inputs stated where their version's configs give them; counts of what was
+    not, by reason."""
+    versions, loaded, skipped = release_versions(gitdir), {}, {}
     out = []
     for row in rows:
         row = dict(row)
@@ -163,29 +190,27 @@ def state_rows(rows: list[dict[str, str]], gitdir: str) -> tuple[list[dict[str, 
         why = None
         if not m:
             why = "not a Megatron-Bridge release"
-        elif m.group(1) not in tags:
-            why = f"no tag for release {m.group(1)}"
+        elif m.group(1) not in versions:
+            why = f"no known Megatron-Bridge version for release {m.group(1)}"
         else:
-            tag = tags[m.group(1)]
+            tag, how = versions[m.group(1)]
             if tag not in loaded:
                 loaded[tag] = load_configs(gitdir, tag)
             configs = loaded[tag]
             hits = [n for n in candidates(configs, row) if layout_matches(configs[n], row)]
-            precise = [n for n in hits if any(f"_{t}" in n for t in PRECISION_TOKENS[row["precision"].strip().lower()])]
-            hits = precise or hits  # a config named for the row's precision over the GPU's default one
             inputs = {n: stated(configs[n]) for n in hits}
             if not configs:
                 why = f"{tag} has no workload base configs"
             elif not hits:
-                why = f"no config of {tag} with this layout"
+                why = f"no config of {tag} has this layout"
             elif len({repr(v) for v in inputs.values()}) > 1:
                 why = f"configs of {tag} disagree ({', '.join(hits)})"
             else:
                 cols, other = inputs[hits[0]]
                 row.update(cols)
                 note = (
-                    f"Inputs stated from Megatron-Bridge {tag}'s {' / '.join(hits)} "
-                    f"(tools/bridge_recipe_inputs.py): " + ", ".join(f"{k} {v}" for k, v in cols.items())
+                    f"Inputs stated from Megatron-Bridge {tag}'s {' / '.join(hits)} ({m.group(1)}'s version: {how}; "
+                    f"tools/bridge_recipe_inputs.py): " + ", ".join(f"{k} {v}" for k, v in cols.items())
                 )
                 if other:
                     note += "; not priced: " + ", ".join(other)
@@ -201,7 +226,7 @@ def state_rows(rows: list[dict[str, str]], gitdir: str) -> tuple[list[dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gitdir", help="a Megatron-Bridge git directory with its release tags")
+    ap.add_argument("gitdir", help="a Megatron-Bridge git directory (its tags and HEAD's release notes)")
     ap.add_argument("rows", help="a steps table (columns of data/published/steps.csv)")
     args = ap.parse_args(argv)
     with open(args.rows, newline="") as f:

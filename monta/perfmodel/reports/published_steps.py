@@ -365,10 +365,10 @@ def release_steps(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
         groups.setdefault((name, *layout), []).append((version, row, r))
     steps, skipped = [], 0
     for g in groups.values():
-        g.sort(key=lambda t: t[0])
+        g.sort(key=lambda t: t[0])  # by version; rows of one release keep the file's order
         for (va, ra, a), (vb, rb, b) in zip(g, g[1:]):
             if va == vb:
-                continue
+                continue  # two rows of one layout in one release: the later one starts the next step
             if any(ra.text(c) for c in RECIPE_INPUTS) != any(rb.text(c) for c in RECIPE_INPUTS):
                 skipped += 1  # one row states its recipe's inputs, the other does not: not comparable
                 continue
@@ -387,7 +387,9 @@ def release_steps(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
     unstated = [t for t in steps if not t["inputs_stated"]]
     moved = [t for t in steps if t["inputs_changed"]]
     return {"steps": steps, "one_side_stated": skipped,
-            "same_inputs": {"n": len(same), "measured_change": _stats(t["measured_ratio"] - 1 for t in same)},
+            "same_inputs": {"n": len(same), "measured_change": _stats(t["measured_ratio"] - 1 for t in same),
+                            "largest_change": max((abs(t["measured_ratio"] - 1) for t in same), default=None),
+                            "predicted_change": _stats(t["predicted_ratio"] - 1 for t in same)},
             "not_stated": {"n": len(unstated), "measured_change": _stats(t["measured_ratio"] - 1 for t in unstated)},
             "changed_inputs": {"n": len(moved), "direction_right": sum(t["direction_right"] for t in moved),
                                "ratio_error": _stats(t["ratio_error"] for t in moved)}}  # fmt: skip

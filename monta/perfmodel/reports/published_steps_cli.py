@@ -83,16 +83,30 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
     steps = summ.get("release_steps")
     if steps:
         same, moved, unstated = steps["same_inputs"], steps["changed_inputs"], steps["not_stated"]
-        release_table += [
+        parts = [
             f"One layout from one release to the next ({len(steps['steps'])} steps; the recipe inputs: dispatcher, "
-            f"A2A overlap, recompute, CUDA graphs). The same inputs stated on both sides ({same['n']} steps): the "
-            f"model's ratio is 1, the measured throughput moved by {_band(same['measured_change'])}, the software "
-            f"alone. Different inputs stated ({moved['n']} steps): {moved['direction_right']} of {moved['n']} in the "
-            f"measured direction, ratio error {_band(moved['ratio_error'])}. Inputs stated on neither side "
-            f"({unstated['n']} steps): the measured throughput moved by {_band(unstated['measured_change'])}, the "
-            "software and its unstated inputs together."
-            + (f" Left out: {steps['one_side_stated']} steps where only one release's row states its inputs."
-               if steps["one_side_stated"] else ""),
+            "A2A overlap, recompute, CUDA graphs)."
+        ]
+        if same["n"]:
+            parts.append(
+                f"The same inputs stated on both sides ({same['n']} steps): the measured throughput moved by a median "
+                f"|change| of {_band(same['measured_change'])}, at most {same['largest_change'] * 100:.0f}%, the "
+                f"model's by {_band(same['predicted_change'])}: the software alone."
+            )
+        if moved["n"]:
+            parts.append(
+                f"Different inputs stated ({moved['n']} steps): {moved['direction_right']} of {moved['n']} in the "
+                f"measured direction, ratio error {_band(moved['ratio_error'])}."
+            )
+        if unstated["n"]:
+            parts.append(
+                f"Inputs stated on neither side ({unstated['n']} steps): the measured throughput moved by a median "
+                f"|change| of {_band(unstated['measured_change'])}, the software and its unstated inputs together."
+            )
+        if steps["one_side_stated"]:
+            parts.append(f"Left out: {steps['one_side_stated']} steps where only one release's row states its inputs.")
+        release_table += [
+            " ".join(parts),
             "",
             tabulate([[t["releases"], t["model"], t["gpu"],
                        t["change"] or ("same inputs" if t["inputs_stated"] else "not stated"),
