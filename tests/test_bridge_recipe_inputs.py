@@ -56,6 +56,21 @@ QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 = replace(BASE, moe_flex_dispatche
 QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_V1 = replace(BASE, cuda_graph_impl="transformer_engine")
 QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1 = replace(BASE, micro_batch_size=8)
 QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 = replace(BASE, micro_batch_size=8, moe_a2a_overlap=True)
+QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 = replace(BASE, moe_flex_dispatcher_backend="deepep")
+"""
+# The perf script: per GPU, the token dispatcher it sets (parsed, never run: it imports Megatron-Bridge)
+SCRIPT = """
+from megatron.bridge.recipes import qwen3_30b_a3b_pretrain_config
+
+def qwen3_30b_a3b_pretrain_config_gb200(precision="bf16"):
+    cfg = qwen3_30b_a3b_pretrain_config()
+    cfg.model.moe_token_dispatcher_type = "flex"
+    return cfg
+
+def qwen3_30b_a3b_pretrain_config_h100(precision="bf16"):
+    cfg = qwen3_30b_a3b_pretrain_config()
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    return cfg
 """
 CONFIGS_LATER_0202 = CONFIGS_0202.replace('"transformer_engine"', '"local"')
 CONFIGS_0204 = CONFIGS_0202.replace(
@@ -92,6 +107,7 @@ def _bridge_repo(tmp_path: Path) -> Path:
     for d in ("scripts/performance/utils", "scripts/performance/configs/qwen", "docs/releases"):
         (work / d).mkdir(parents=True)
     (work / "scripts/performance/utils/utils.py").write_text(UTILS)
+    (work / "scripts/performance/configs/qwen/qwen3_llm_pretrain.py").write_text(SCRIPT)
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
 
@@ -148,6 +164,7 @@ def test_the_tool_states_the_config_of_the_version_each_release_ships(tmp_path):
         _row(base, id="S8", software="Megatron-Bridge 26.08"),
         _row(base, id="S9", software="Megatron-Bridge 26.10"),
         _row(base, id="S10", software="Megatron-Bridge 26.02", precision="bf16"),  # only the default-named config
+        _row(base, id="S11", software="Megatron-Bridge 26.02", gpu="H100", precision="fp8"),  # the script's AlltoAll
     ]
     src = tmp_path / "rows.csv"
     with src.open("w", newline="") as f:
@@ -181,7 +198,10 @@ def test_the_tool_states_the_config_of_the_version_each_release_ships(tmp_path):
                    ("S10", "no config of v1.0.0 has this layout")):  # fmt: skip
         assert cols(out[i]) == ("", "", "", "") and why in out[i]["uncertainty"], i
         assert f"({why}" in run.stderr
-    assert out["S6"]["uncertainty"] == "u." and "stated 4 of 10 rows" in run.stderr
+    # the config names DeepEP, the H100 script sets the AlltoAll dispatcher: DeepEP is never used
+    assert cols(out["S11"]) == ("alltoall", "no", "no", "")
+    assert "qwen3_30b_a3b_pretrain_config_h100's AlltoAll dispatcher" in out["S11"]["uncertainty"]
+    assert out["S6"]["uncertainty"] == "u." and "stated 5 of 11 rows" in run.stderr
     assert {k for k in out["S1"] if out["S1"][k] != table[0][k]} == {"dispatcher", "cuda_graphs", "a2a_overlap",
                                                                      "uncertainty"}  # fmt: skip
 
@@ -243,15 +263,15 @@ def test_the_recipe_stated_file_is_the_kept_apart_file_with_the_recipes_inputs()
 
 
 def test_the_release_steps_the_docs_report(capsys):
-    """docs/results/published-steps.md, "What the recipes ran": with the recipes' inputs stated, 12 release steps
-    change them, 11 priced in the measured direction at a median ratio error of 6%; 27 keep them, and the measured
-    throughput moves by a median 1%, at most 6%. As published (no inputs stated), no step is scored."""
+    """docs/results/published-steps.md, "What the recipes ran": with the recipes' inputs stated, 11 release steps
+    change them, all priced in the measured direction at a median ratio error of 5%; 28 keep them, and the
+    measured throughput moves by a median 1%, at most 6%. As published (no inputs stated), no step is scored."""
     rows = PS.read_step_rows(RECIPES)
     recs, prs = PS.price_steps(rows)
     st = PS.step_summary(recs, prs, rows)["release_steps"]
-    assert (st["changed_inputs"]["n"], st["changed_inputs"]["direction_right"]) == (12, 11)
-    assert st["changed_inputs"]["ratio_error"]["median"] == pytest.approx(0.06, abs=0.005)
-    assert st["same_inputs"]["n"] == 27 and st["same_inputs"]["measured_change"]["median"] == pytest.approx(
+    assert (st["changed_inputs"]["n"], st["changed_inputs"]["direction_right"]) == (11, 11)
+    assert st["changed_inputs"]["ratio_error"]["median"] == pytest.approx(0.053, abs=0.005)
+    assert st["same_inputs"]["n"] == 28 and st["same_inputs"]["measured_change"]["median"] == pytest.approx(
         0.009, abs=0.003
     )
     assert st["same_inputs"]["largest_change"] == pytest.approx(0.058, abs=0.003)
@@ -261,7 +281,7 @@ def test_the_release_steps_the_docs_report(capsys):
     st = PS.step_summary(recs, prs, pub)["release_steps"]
     assert (st["changed_inputs"]["n"], st["same_inputs"]["n"], st["not_stated"]["n"]) == (0, 0, 57)
     assert main(["predict", "published", "--data", str(RECIPES)]) == 0
-    assert "Different inputs stated (12 steps): 11 of 12 in the measured direction" in capsys.readouterr().out
+    assert "Different inputs stated (11 steps): 11 of 11 in the measured direction" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no Megatron-Bridge mirror here (MONTA_BRIDGE_GIT)")

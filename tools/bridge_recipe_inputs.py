@@ -13,9 +13,11 @@ names, the first tag whose performance summary opens with RELEASE's table, marke
 configs named for the row's model, GPU and precision (:func:`candidates`: the names Bridge's
 ``get_workload_base_config`` resolves) whose layout (GPUs, TP, PP, VP, CP, EP, MBS, GBS; expert TP 1) is the
 row's: one match, or several that state the same inputs, fills the row's ``dispatcher``, ``cuda_graphs``,
-``a2a_overlap`` and ``recompute`` (:func:`stated`) and adds what it read to the row's ``uncertainty``, with the
-config's other non-default settings named as not priced (CuTe DSL fused grouped MLP, FP8 attention, ...; what the
-perf scripts derive from them at run time, such as the padded experts under full-iteration graphs, is not read).
+``a2a_overlap`` and ``recompute`` (:func:`stated`; the dispatcher is the config's flex backend unless the version's
+perf script for the model and GPU sets the AlltoAll token dispatcher, :func:`script_dispatchers`) and adds what it
+read to the row's ``uncertainty``, with the config's other non-default settings named as not priced (CuTe DSL
+fused grouped MLP, FP8 attention, ...; what the perf scripts derive from them at run time, such as the padded
+experts under full-iteration graphs, is not read).
 A row whose release has no known version, or whose version has no config of its layout or configs that disagree,
 keeps its columns, says why in its ``uncertainty`` and is counted on stderr. The pages publish a release's table
 after the version is tagged, so the tool does not ask the version's pages for the row. Nothing is chosen by what
@@ -32,6 +34,7 @@ and their rows are left not stated.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import re
 import subprocess
@@ -162,6 +165,31 @@ def _scope_text(impl, scope) -> str:
     return " ".join(names) if names else "full"  # no scope: whole layers (Megatron-Core's "full")
 
 
+def script_dispatchers(gitdir: str, rev: str) -> dict[str, str]:
+    """Perf-script function name ("qwen3_235b_a22b_pretrain_config_h100") -> the token dispatcher type it assigns
+    (``cfg.model.moe_token_dispatcher_type = "alltoall"``): the scripts of some versions set it per GPU, and under
+    "alltoall" the config's flex backend is not used (Megatron-Core runs the flex backend only under "flex")."""
+    out: dict[str, str] = {}
+    paths = [p for p in _git(gitdir, "ls-tree", "-r", "--name-only", rev, "scripts/performance/configs").split()
+             if p.endswith("_llm_pretrain.py")]  # fmt: skip
+    for path in paths:
+        for fn in ast.parse(_git(gitdir, "show", f"{rev}:{path}")).body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                        and any(isinstance(t, ast.Attribute) and t.attr == "moe_token_dispatcher_type"
+                                for t in node.targets)):  # fmt: skip
+                    out[fn.name] = node.value.value
+    return out
+
+
+def script_name(row: dict[str, str]) -> str | None:
+    """The perf script's function for the row's model and GPU."""
+    prefix = next((p for rx, p in MODEL_PREFIX if re.search(rx, row["model"])), None)
+    return f"{prefix.lower()}_pretrain_config_{row['gpu'].strip().lower()}" if prefix else None
+
+
 def stated(cfg) -> tuple[dict[str, str], list[str]]:
     """(the columns the config states, its other non-default settings, which the step model does not price)."""
     cols = {
@@ -182,7 +210,7 @@ def stated(cfg) -> tuple[dict[str, str], list[str]]:
 def state_rows(rows: list[dict[str, str]], gitdir: str) -> tuple[list[dict[str, str]], dict[str, int]]:
     """The rows with their recipes' inputs stated where their version's configs give them; counts of what was
     not, by reason."""
-    versions, loaded, skipped = release_versions(gitdir), {}, {}
+    versions, loaded, dispatch_types, skipped = release_versions(gitdir), {}, {}, {}
     out = []
     for row in rows:
         row = dict(row)
@@ -197,8 +225,13 @@ def state_rows(rows: list[dict[str, str]], gitdir: str) -> tuple[list[dict[str, 
             if tag not in loaded:
                 loaded[tag] = load_configs(gitdir, tag)
             configs = loaded[tag]
+            if tag not in dispatch_types:
+                dispatch_types[tag] = script_dispatchers(gitdir, tag)
+            forced = dispatch_types[tag].get(script_name(row)) == "alltoall"
             hits = [n for n in candidates(configs, row) if layout_matches(configs[n], row)]
             inputs = {n: stated(configs[n]) for n in hits}
+            if forced:  # the script's AlltoAll over the config's flex backend
+                inputs = {n: ({**c, "dispatcher": "alltoall"}, o) for n, (c, o) in inputs.items()}
             if not configs:
                 why = f"{tag} has no workload base configs"
             elif not hits:
@@ -208,8 +241,10 @@ def state_rows(rows: list[dict[str, str]], gitdir: str) -> tuple[list[dict[str, 
             else:
                 cols, other = inputs[hits[0]]
                 row.update(cols)
+                script = f" and {script_name(row)}'s AlltoAll dispatcher" if forced else ""
                 note = (
-                    f"Inputs stated from Megatron-Bridge {tag}'s {' / '.join(hits)} ({m.group(1)}'s version: {how}; "
+                    f"Inputs stated from Megatron-Bridge {tag}'s {' / '.join(hits)}{script} ({m.group(1)}'s version: "
+                    f"{how}; "
                     f"tools/bridge_recipe_inputs.py): " + ", ".join(f"{k} {v}" for k, v in cols.items())
                 )
                 if other:

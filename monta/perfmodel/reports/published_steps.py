@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import math
 import re
-import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,14 @@ from typing import Any
 from monta.hardware.gpus import cluster_of_gpu
 from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, read_table
 from monta.perfmodel.reports.published_steps_calibration import MIN_FIT_ROWS, _fit, calibrate  # noqa: F401
-from monta.perfmodel.reports.published_steps_metric import _time_ratio, predict_value  # noqa: F401
+from monta.perfmodel.reports.published_steps_metric import SAME, SETTINGS, _stats, _time_ratio, predict_value  # noqa: F401
+from monta.perfmodel.reports.published_steps_releases import (  # noqa: F401
+    RECIPE_INPUTS,
+    by_model,
+    by_software,
+    release_drift,
+    release_steps,
+)
 
 EXPLAIN_ABOVE = 0.25
 # The raw table's metric names -> the canonical metric; then per canonical metric the units it may be written in
@@ -44,9 +50,6 @@ UNITS = {
     "tflops_per_gpu": {"": 1.0, "tflops/gpu": 1.0, "tflops": 1.0},
     "mfu": {"": 1.0, "%": 1.0, "fraction": 100.0},
 }
-SETTINGS = ("gpu", "precision", "routing", "dispatcher", "a2a_overlap", "recompute", "cuda_graphs", "gpus")
-SAME = ("model", "layers", "hidden", "ffn_hidden", "experts", "topk", "seq_len", "global_batch_tokens",
-        "micro_batch", "tp", "ep", "pp", "vpp", "cp", "metric")  # fmt: skip
 STEP_COLUMNS = ("metric", "value", "gpu", "layers")
 
 
@@ -266,133 +269,6 @@ def price_steps(
         r.pop("_priced", None)
         r.pop("_group", None)
     return recs, prs
-
-
-def _stats(xs) -> dict[str, Any]:
-    xs = sorted(abs(x) for x in xs if x is not None)
-    if not xs:
-        return {"n": 0, "median": None, "q1": None, "q3": None}
-    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-    return {"n": len(xs), "median": statistics.median(xs), "q1": q[0], "q3": q[2]}
-
-
-MIN_RELEASE_ROWS = 3  # forced-balance rows a software release needs for its own line in by_software
-
-
-def by_software(forced: list[dict]) -> dict[str, dict[str, Any]]:
-    """Per software release with MIN_RELEASE_ROWS priced forced-balance rows: the median SIGNED blind error
-    (positive: the model's throughput is higher, its step shorter) and its calibrated one. Each release's
-    median is over its own rows, which differ from release to release: :func:`release_drift` compares one
-    configuration across releases (docs/results/published-steps.md, "Software releases")."""
-    out: dict[str, dict[str, Any]] = {}
-    for rel in sorted({r.get("software") or "" for r in forced} - {""}):
-        rs = [r for r in forced if r.get("software") == rel]
-        if len(rs) >= MIN_RELEASE_ROWS:
-            cal = [r["error_calibrated"] for r in rs if r["error_calibrated"] is not None]
-            out[rel] = {"n": len(rs), "median_signed_blind": statistics.median(r["error_blind"] for r in rs),
-                        "median_signed_calibrated": statistics.median(cal) if cal else None}  # fmt: skip
-    return out
-
-
-def by_model(forced: list[dict]) -> dict[str, dict[str, Any]]:
-    """Per model (the ``model`` column) with MIN_RELEASE_ROWS priced forced-balance rows: their number, the
-    median signed blind error over them, and the same per software release where the release has
-    MIN_RELEASE_ROWS of its rows (``by_release``): which model the step model misses, release by release."""
-    out: dict[str, dict[str, Any]] = {}
-    for model in sorted({r.get("model") or "" for r in forced} - {""}):
-        rs = [r for r in forced if r.get("model") == model]
-        if len(rs) < MIN_RELEASE_ROWS:
-            continue
-        per = {rel: statistics.median(r["error_blind"] for r in rs if r.get("software") == rel)
-               for rel in {r.get("software") or "" for r in rs} - {""}
-               if sum(r.get("software") == rel for r in rs) >= MIN_RELEASE_ROWS}  # fmt: skip
-        out[model] = {"n": len(rs), "median_signed_blind": statistics.median(r["error_blind"] for r in rs),
-                      "by_release": dict(sorted(per.items()))}  # fmt: skip
-    return out
-
-
-def _release(software: str) -> tuple[str, tuple[int, ...]]:
-    """(the software's name without its numbers, its numbers in order): 'Megatron-Bridge 26.02.01' ->
-    ('megatron-bridge', (26, 2, 1)), so releases of one product sort by version."""
-    return re.sub(r"[\d.]+", "", software).strip().lower(), tuple(int(x) for x in re.findall(r"\d+", software))
-
-
-def release_drift(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
-    """One configuration (every column of SAME and SETTINGS alike) measured under two or more releases of one
-    software: its signed blind error under the earliest and under the latest, medians over the configurations
-    (None: no configuration was). The release medians of :func:`by_software` average different rows; this
-    compares like with like."""
-    by_id = {r["id"]: r for r in recs}
-    groups: dict[tuple, list[tuple]] = {}
-    for row in rows:
-        r = by_id[row.id]
-        if r["error_blind"] is None or r["routing"] != "forced" or not r.get("software"):
-            continue
-        name, version = _release(r["software"])
-        cols = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower() for c in (*SAME, *SETTINGS))
-        groups.setdefault((name, *cols), []).append((version, r["error_blind"]))
-    spans = [(min(g)[1], max(g)[1]) for g in groups.values() if len({v for v, _ in g}) > 1]
-    if not spans:
-        return None
-    return {"configurations": len(spans), "earliest": statistics.median(a for a, _ in spans),
-            "latest": statistics.median(b for _, b in spans),
-            "change": statistics.median(b - a for a, b in spans)}  # fmt: skip
-
-
-# The settings a run's software recipe chooses (Megatron-Bridge's configs set them; its pages do not print them)
-RECIPE_INPUTS = ("dispatcher", "a2a_overlap", "recompute", "cuda_graphs")
-
-
-def release_steps(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
-    """One layout (SAME and the SETTINGS a recipe does not choose: GPU, precision, routing, GPUs) measured under
-    consecutive releases of one software: per step from one release to the next, the measured and the predicted
-    ratio (later / earlier, in the rows' metric) and whether the rows state different RECIPE_INPUTS. Where the
-    stated inputs are the same, the model's ratio is 1 and the measured one is what the software alone changed;
-    where they differ, the step is scored like an A/B pair (direction, ratio error); where neither row states them,
-    both are priced alike and the measured change is the software's and its unstated inputs' together. None: no
-    layout was measured under two releases. A row's inputs are what the row states; a step where only one row
-    states them is left out and counted (``one_side_stated``: "not stated" is not "none").
-    tools/bridge_recipe_inputs.py states Megatron-Bridge's."""
-    by_id = {r["id"]: r for r in recs}
-    groups: dict[tuple, list[tuple]] = {}
-    for row in rows:
-        r = by_id[row.id]
-        if r["error_blind"] is None or r["routing"] != "forced" or not r.get("software"):
-            continue
-        name, version = _release(r["software"])
-        layout = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower()
-                       for c in (*SAME, *(c for c in SETTINGS if c not in RECIPE_INPUTS)))  # fmt: skip
-        groups.setdefault((name, *layout), []).append((version, row, r))
-    steps, skipped = [], 0
-    for g in groups.values():
-        g.sort(key=lambda t: t[0])  # by version; rows of one release keep the file's order
-        for (va, ra, a), (vb, rb, b) in zip(g, g[1:]):
-            if va == vb:
-                continue  # two rows of one layout in one release: the later one starts the next step
-            if any(ra.text(c) for c in RECIPE_INPUTS) != any(rb.text(c) for c in RECIPE_INPUTS):
-                skipped += 1  # one row states its recipe's inputs, the other does not: not comparable
-                continue
-            meas, pred = b["measured"] / a["measured"], b["predicted_blind"] / a["predicted_blind"]
-            changed = [c for c in RECIPE_INPUTS if ra.text(c).lower() != rb.text(c).lower()]
-            stated = any(ra.text(c) for c in RECIPE_INPUTS)
-            steps.append({"from": a["id"], "to": b["id"], "releases": f"{a['software']} -> {b['software']}",
-                          "model": a.get("model") or "", "gpu": a["gpu"], "inputs_changed": changed,
-                          "inputs_stated": stated,
-                          "change": "; ".join(f"{c} {ra.text(c) or '-'} -> {rb.text(c) or '-'}" for c in changed),
-                          "measured_ratio": meas, "predicted_ratio": pred, "ratio_error": pred / meas - 1,
-                          "direction_right": (meas - 1) * (pred - 1) > 0 if changed else None})  # fmt: skip
-    if not steps:
-        return None
-    same = [t for t in steps if t["inputs_stated"] and not t["inputs_changed"]]
-    unstated = [t for t in steps if not t["inputs_stated"]]
-    moved = [t for t in steps if t["inputs_changed"]]
-    return {"steps": steps, "one_side_stated": skipped,
-            "same_inputs": {"n": len(same), "measured_change": _stats(t["measured_ratio"] - 1 for t in same),
-                            "largest_change": max((abs(t["measured_ratio"] - 1) for t in same), default=None),
-                            "predicted_change": _stats(t["predicted_ratio"] - 1 for t in same)},
-            "not_stated": {"n": len(unstated), "measured_change": _stats(t["measured_ratio"] - 1 for t in unstated)},
-            "changed_inputs": {"n": len(moved), "direction_right": sum(t["direction_right"] for t in moved),
-                               "ratio_error": _stats(t["ratio_error"] for t in moved)}}  # fmt: skip
 
 
 def step_summary(recs: list[dict], prs: list[dict], rows: list[Row] = ()) -> dict[str, Any]:

@@ -44,6 +44,48 @@ def headline(s: dict) -> str:
     )
 
 
+def release_steps_section(steps: dict | None) -> list[str]:
+    """The release steps' paragraph and table (``published_steps_releases.release_steps``), or nothing."""
+    from tabulate import tabulate
+
+    if not steps:
+        return []
+    same, moved, unstated = steps["same_inputs"], steps["changed_inputs"], steps["not_stated"]
+    parts = [
+        f"One layout from one release to the next ({len(steps['steps'])} steps; the recipe inputs: dispatcher, "
+        "A2A overlap, recompute, CUDA graphs)."
+    ]
+    if same["n"]:
+        parts.append(
+            f"The same inputs stated on both sides ({same['n']} steps): the measured throughput moved by a median "
+            f"|change| of {_band(same['measured_change'])}, at most {same['largest_change'] * 100:.0f}%, the "
+            f"model's by {_band(same['predicted_change'])}: the software alone."
+        )
+    if moved["n"]:
+        parts.append(
+            f"Different inputs stated ({moved['n']} steps): {moved['direction_right']} of {moved['n']} in the "
+            f"measured direction, ratio error {_band(moved['ratio_error'])}."
+        )
+    if unstated["n"]:
+        parts.append(
+            f"Inputs stated on neither side ({unstated['n']} steps): the measured throughput moved by a median "
+            f"|change| of {_band(unstated['measured_change'])}, the software and its unstated inputs together."
+        )
+    if steps["one_side_stated"]:
+        parts.append(f"Left out: {steps['one_side_stated']} steps where only one release's row states its inputs.")
+    return [
+        " ".join(parts),
+        "",
+        tabulate([[t["releases"], t["model"], t["gpu"],
+                   t["change"] or ("same inputs" if t["inputs_stated"] else "not stated"),
+                   f"{t['measured_ratio']:.3f}", f"{t['predicted_ratio']:.3f}", _pct(t["ratio_error"])]
+                  for t in steps["steps"]],
+                 ["releases", "model", "gpu", "stated inputs", "measured ratio", "predicted ratio", "ratio err"],
+                 tablefmt="github", disable_numparse=True),
+        "",
+    ]  # fmt: skip
+
+
 def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
     from tabulate import tabulate
 
@@ -80,42 +122,7 @@ def markdown(data: str, recs: list[dict], prs: list[dict], summ: dict) -> str:
             "the model, layout and hardware being the same, the change is the software's.",
             "",
         ]
-    steps = summ.get("release_steps")
-    if steps:
-        same, moved, unstated = steps["same_inputs"], steps["changed_inputs"], steps["not_stated"]
-        parts = [
-            f"One layout from one release to the next ({len(steps['steps'])} steps; the recipe inputs: dispatcher, "
-            "A2A overlap, recompute, CUDA graphs)."
-        ]
-        if same["n"]:
-            parts.append(
-                f"The same inputs stated on both sides ({same['n']} steps): the measured throughput moved by a median "
-                f"|change| of {_band(same['measured_change'])}, at most {same['largest_change'] * 100:.0f}%, the "
-                f"model's by {_band(same['predicted_change'])}: the software alone."
-            )
-        if moved["n"]:
-            parts.append(
-                f"Different inputs stated ({moved['n']} steps): {moved['direction_right']} of {moved['n']} in the "
-                f"measured direction, ratio error {_band(moved['ratio_error'])}."
-            )
-        if unstated["n"]:
-            parts.append(
-                f"Inputs stated on neither side ({unstated['n']} steps): the measured throughput moved by a median "
-                f"|change| of {_band(unstated['measured_change'])}, the software and its unstated inputs together."
-            )
-        if steps["one_side_stated"]:
-            parts.append(f"Left out: {steps['one_side_stated']} steps where only one release's row states its inputs.")
-        release_table += [
-            " ".join(parts),
-            "",
-            tabulate([[t["releases"], t["model"], t["gpu"],
-                       t["change"] or ("same inputs" if t["inputs_stated"] else "not stated"),
-                       f"{t['measured_ratio']:.3f}", f"{t['predicted_ratio']:.3f}", _pct(t["ratio_error"])]
-                      for t in steps["steps"]],
-                     ["releases", "model", "gpu", "stated inputs", "measured ratio", "predicted ratio", "ratio err"],
-                     tablefmt="github", disable_numparse=True),
-            "",
-        ]  # fmt: skip
+    release_table += release_steps_section(summ.get("release_steps"))
     return "\n".join([
         f"Published MoE training steps ({data}) priced by the step model from the model, layout, GPU and network "
         "(blind) and fitted on the other sources' rows of the same GPU generation (calibrated). Error = "
