@@ -53,11 +53,9 @@ def _release(software: str) -> tuple[str, tuple[int, ...]]:
     return re.sub(r"[\d.]+", "", software).strip().lower(), tuple(int(x) for x in re.findall(r"\d+", software))
 
 
-def release_drift(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
-    """One configuration (every column of SAME and SETTINGS alike) measured under two or more releases of one
-    software: its signed blind error under the earliest and under the latest, medians over the configurations
-    (None: no configuration was). The release medians of :func:`by_software` average different rows; this
-    compares like with like."""
+def _by_release(rows: list[Row], recs: list[dict], cols: tuple[str, ...]) -> list[list[tuple]]:
+    """The priced forced-balance rows with a software release, grouped by the software's name and ``cols`` (an
+    unstated VP is 1): per group, (version, row, record) in the file's order."""
     by_id = {r["id"]: r for r in recs}
     groups: dict[tuple, list[tuple]] = {}
     for row in rows:
@@ -65,9 +63,21 @@ def release_drift(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
         if r["error_blind"] is None or r["routing"] != "forced" or not r.get("software"):
             continue
         name, version = _release(r["software"])
-        cols = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower() for c in (*SAME, *SETTINGS))
-        groups.setdefault((name, *cols), []).append((version, r["error_blind"]))
-    spans = [(min(g)[1], max(g)[1]) for g in groups.values() if len({v for v, _ in g}) > 1]
+        key = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower() for c in cols)
+        groups.setdefault((name, *key), []).append((version, row, r))
+    return list(groups.values())
+
+
+def release_drift(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
+    """One configuration (every column of SAME and SETTINGS alike) measured under two or more releases of one
+    software: its signed blind error under the earliest and under the latest, medians over the configurations
+    (None: no configuration was). The release medians of :func:`by_software` average different rows; this
+    compares like with like."""
+    spans = []  # (error under the earliest release, under the latest)
+    for g in _by_release(rows, recs, (*SAME, *SETTINGS)):
+        errs = sorted((version, r["error_blind"]) for version, _, r in g)
+        if len({v for v, _ in errs}) > 1:
+            spans.append((errs[0][1], errs[-1][1]))
     if not spans:
         return None
     return {"configurations": len(spans), "earliest": statistics.median(a for a, _ in spans),
@@ -89,18 +99,8 @@ def release_steps(rows: list[Row], recs: list[dict]) -> dict[str, Any] | None:
     layout was measured under two releases. A row's inputs are what the row states; a step where only one row
     states them is left out and counted (``one_side_stated``: "not stated" is not "none").
     tools/bridge_recipe_inputs.py states Megatron-Bridge's."""
-    by_id = {r["id"]: r for r in recs}
-    groups: dict[tuple, list[tuple]] = {}
-    for row in rows:
-        r = by_id[row.id]
-        if r["error_blind"] is None or r["routing"] != "forced" or not r.get("software"):
-            continue
-        name, version = _release(r["software"])
-        layout = tuple((row.text(c) or ("1" if c == "vpp" else "")).lower()
-                       for c in (*SAME, *(c for c in SETTINGS if c not in RECIPE_INPUTS)))  # fmt: skip
-        groups.setdefault((name, *layout), []).append((version, row, r))
     steps, skipped = [], 0
-    for g in groups.values():
+    for g in _by_release(rows, recs, (*SAME, *(c for c in SETTINGS if c not in RECIPE_INPUTS))):
         g.sort(key=lambda t: t[0])  # by version; rows of one release keep the file's order
         for (va, ra, a), (vb, rb, b) in zip(g, g[1:]):
             if va == vb:
