@@ -78,8 +78,10 @@ def release_versions(gitdir: str) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     tags = _git(gitdir, "for-each-ref", "--sort=creatordate", "--format=%(refname:short)", "refs/tags").split()
     versions, issues = (_show(gitdir, f"HEAD:docs/releases/{f}.md") for f in ("software-versions", "known-issues"))
-    for release, version in re.findall(r"^## NeMo Framework (\S+)\n(?:(?!^## ).*\n)*?\| Megatron-Bridge \| (\S+) \|",
-                                       versions, re.M):  # fmt: skip
+    if not versions:
+        print("no docs/releases/software-versions.md at HEAD: versions by the pages only (assumed)", file=sys.stderr)
+    notes = r"^## NeMo Framework (\S+)\n(?:(?!^## ).*\n)*?\|\s*Megatron-Bridge\s*\|\s*(\S+)\s*\|"
+    for release, version in re.findall(notes, versions, re.M):
         if f"v{version}" in tags:
             out[release] = (f"v{version}", "docs/releases/software-versions.md")
     for release, version in re.findall(r"\b(\d\d\.\d\d(?:\.\d\d)?) \(r(\d+\.\d+\.\d+)\)", issues):
@@ -92,8 +94,9 @@ def release_versions(gitdir: str) -> dict[str, tuple[str, str]]:
 
 
 def load_configs(gitdir: str, rev: str) -> dict[str, object]:
-    """Every WorkloadBaseConfig the revision's workload base config modules define, by name (none where the revision has
-    no such module: later releases moved the settings into Python recipes that need Megatron-Bridge to run)."""
+    """Every WorkloadBaseConfig the revision's workload base config modules define, by name (none where the
+    revision has no such module: later releases moved the settings into Python recipes that need Megatron-Bridge
+    to run)."""
     paths = [p for p in _git(gitdir, "ls-tree", "-r", "--name-only", rev, "scripts/performance/configs").split()
              if p.endswith("workload_base_configs.py")]  # fmt: skip
     if not paths:

@@ -25,7 +25,13 @@ from typing import Any
 from monta.hardware.gpus import cluster_of_gpu
 from monta.perfmodel.reports.published_rows import NIC_LINE_RATE_FRACTION, Row, read_table
 from monta.perfmodel.reports.published_steps_calibration import MIN_FIT_ROWS, _fit, calibrate  # noqa: F401
-from monta.perfmodel.reports.published_steps_metric import SAME, SETTINGS, _stats, _time_ratio, predict_value  # noqa: F401
+from monta.perfmodel.reports.published_steps_metric import (  # noqa: F401
+    SAME,
+    SETTINGS,
+    _stats,
+    _time_ratio,
+    predict_value,
+)
 from monta.perfmodel.reports.published_steps_releases import (  # noqa: F401
     RECIPE_INPUTS,
     by_model,
