@@ -100,9 +100,10 @@ ISSUES = "- Something. **Fixed in 26.02.01 (r1.0.1).**\n"
 
 
 def _bridge_repo(tmp_path: Path) -> Path:
-    """A Megatron-Bridge-like history: v1.0.0 (26.02's version by the release notes), v1.0.1 (26.02.01's, by the
-    known issues; its page still shows 26.02), v1.1.0 (the first tag whose page shows 26.04, a release the notes do
-    not name), v2.0.0 (26.06's; HEAD, with the release notes), v3.0.0 after it (26.08: no workload base configs)."""
+    """A Megatron-Bridge-like history: v1.0.0 (26.02's version by the release notes; its page still shows 26.01),
+    v1.0.1 (26.02.01's, by the known issues; the first tag whose page shows 26.02), v1.1.0 (the first tag whose
+    page shows 26.04, a release the notes do not name), v2.0.0 (26.06's), v3.0.0 (HEAD, with the release notes;
+    26.08: no workload base configs)."""
     work = tmp_path / "bridge"
     for d in ("scripts/performance/utils", "scripts/performance/configs/qwen", "docs/releases"):
         (work / d).mkdir(parents=True)
@@ -115,7 +116,7 @@ def _bridge_repo(tmp_path: Path) -> Path:
         subprocess.run(["git", "-C", str(work), *args], check=True, capture_output=True, env=env)
 
     git("init", "-q")
-    history = (("v1.0.0", "26.02", CONFIGS_0202), ("v1.0.1", "26.02", CONFIGS_LATER_0202),
+    history = (("v1.0.0", "26.01", CONFIGS_0202), ("v1.0.1", "26.02", CONFIGS_LATER_0202),
                ("v1.1.0", "26.04", CONFIGS_0204), ("v2.0.0", "26.06", CONFIGS_0206),
                ("v3.0.0", "26.08", None))  # fmt: skip
     for day, (tag, release, configs) in enumerate(history, 1):
@@ -177,8 +178,8 @@ def test_the_tool_states_the_config_of_the_version_each_release_ships(tmp_path):
     def cols(r):
         return tuple(r[c] for c in ("dispatcher", "cuda_graphs", "a2a_overlap", "recompute"))
 
-    # 26.02 ships v1.0.0 (the release notes), not v1.0.1 whose page still opens with 26.02; the config named for
-    # FP8_MX, never the GPU's default-named one
+    # 26.02 ships v1.0.0 (the release notes), not v1.0.1, the first tag whose page opens with 26.02; the config
+    # named for FP8_MX, never the GPU's default-named one
     assert cols(out["S1"]) == ("hybridep", "moe_router moe_preprocess", "no", "")
     read = "v1.0.0's QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 (26.02's version: docs/releases/software-versions"
     assert read in out["S1"]["uncertainty"]
