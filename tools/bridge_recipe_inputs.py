@@ -63,6 +63,17 @@ def _git(gitdir: str, *args: str) -> str:
     return subprocess.run(["git", "--git-dir", gitdir, *args], check=True, capture_output=True, text=True).stdout
 
 
+def _config_files(gitdir: str, rev: str, suffix: str) -> list[str]:
+    """The revision's perf-config files whose names end with ``suffix``."""
+    names = _git(gitdir, "ls-tree", "-r", "--name-only", rev, "scripts/performance/configs").split()
+    return [p for p in names if p.endswith(suffix)]
+
+
+def _model_prefix(row: dict[str, str]) -> str | None:
+    """The configs' name prefix for the row's model (:data:`MODEL_PREFIX`), or None."""
+    return next((p for rx, p in MODEL_PREFIX if re.search(rx, row["model"])), None)
+
+
 def _show(gitdir: str, spec: str) -> str:
     """A file at a revision, or "" where the revision lacks it."""
     try:
@@ -97,8 +108,7 @@ def load_configs(gitdir: str, rev: str) -> dict[str, object]:
     """Every WorkloadBaseConfig the revision's workload base config modules define, by name (none where the
     revision has no such module: later releases moved the settings into Python recipes that need Megatron-Bridge
     to run)."""
-    paths = [p for p in _git(gitdir, "ls-tree", "-r", "--name-only", rev, "scripts/performance/configs").split()
-             if p.endswith("workload_base_configs.py")]  # fmt: skip
+    paths = _config_files(gitdir, rev, "workload_base_configs.py")
     if not paths:
         return {}
     utils_pkg = types.ModuleType("utils")
@@ -129,7 +139,7 @@ def candidates(configs: dict[str, object], row: dict[str, str]) -> list[str]:
     """Config names for the row's model, GPU and precision, any variant: the names Bridge's
     ``get_workload_base_config`` resolves ("{MODEL}_PRETRAIN_CONFIG_{GPU}_{PRECISION}[_V2]" from v0.3.0,
     "{MODEL}_{GPU}_{PRECISION}_BASE_CONFIG" in v0.2.x), never a name without the precision."""
-    prefix = next((p for rx, p in MODEL_PREFIX if re.search(rx, row["model"])), None)
+    prefix = _model_prefix(row)
     tokens = PRECISION_TOKENS.get(row["precision"].strip().lower())
     if prefix is None or tokens is None:
         return []
@@ -173,8 +183,7 @@ def script_dispatchers(gitdir: str, rev: str) -> dict[str, str]:
     (``cfg.model.moe_token_dispatcher_type = "alltoall"``): the scripts of some versions set it per GPU, and under
     "alltoall" the config's flex backend is not used (Megatron-Core runs the flex backend only under "flex")."""
     out: dict[str, str] = {}
-    paths = [p for p in _git(gitdir, "ls-tree", "-r", "--name-only", rev, "scripts/performance/configs").split()
-             if p.endswith("_llm_pretrain.py")]  # fmt: skip
+    paths = _config_files(gitdir, rev, "_llm_pretrain.py")
     for path in paths:
         for fn in ast.parse(_git(gitdir, "show", f"{rev}:{path}")).body:
             if not isinstance(fn, ast.FunctionDef):
@@ -189,7 +198,7 @@ def script_dispatchers(gitdir: str, rev: str) -> dict[str, str]:
 
 def script_name(row: dict[str, str]) -> str | None:
     """The perf script's function for the row's model and GPU."""
-    prefix = next((p for rx, p in MODEL_PREFIX if re.search(rx, row["model"])), None)
+    prefix = _model_prefix(row)
     return f"{prefix.lower()}_pretrain_config_{row['gpu'].strip().lower()}" if prefix else None
 
 
